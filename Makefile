@@ -1,0 +1,31 @@
+# Each target creates .venv (torch pinned by constraints.txt) if it is missing.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export SCRATCHFORMER_DATA ?= $(abspath ../shared/data)
+
+.PHONY: test lint format bench install
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+# pytest exits 5 when it collects no tests; that is not a failure of the code.
+test: $(STAMP)
+	$(BIN)/python -m pytest; status=$$?; \
+	if [ $$status -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$status
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(STAMP)
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/layers.py

@@ -1,0 +1,64 @@
+"""What every model shares: its output type, weight initialisation, parameter count."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from torch import Tensor, nn
+
+from ..config import ModelConfig
+from ..nn import Embedding
+
+
+@dataclass
+class ModelOutput:
+    """``logits``: the head's output (``None`` for a bare encoder); ``last_hidden_state``:
+    ``(batch, seq, d_model)`` of the last stack; ``attentions``: when requested, per kind
+    (``encoder``, ``decoder``, ``cross``) one ``(batch, heads, q_len, k_len)`` tensor a layer.
+    """
+
+    logits: Tensor | None
+    last_hidden_state: Tensor
+    attentions: dict[str, list[Tensor]] | None = None
+
+
+def layer_kwargs(config: ModelConfig) -> dict[str, Any]:
+    """The keyword arguments an encoder or decoder layer takes from a config."""
+    return {
+        "d_model": config.d_model,
+        "n_heads": config.n_heads,
+        "d_ff": config.d_ff,
+        "dropout": config.dropout,
+        "attention_dropout": config.attention_dropout,
+        "activation": config.activation,
+        "norm_first": config.norm_first,
+        "eps": config.layer_norm_eps,
+        "bias": config.bias,
+    }
+
+
+def embedding_for(config: ModelConfig, vocab_size: int) -> Embedding:
+    return Embedding(
+        vocab_size,
+        config.d_model,
+        max_len=config.max_len,
+        dropout=config.dropout,
+        positional=config.positional,
+        scale=config.scale_embedding,
+    )
+
+
+def init_linear_weights(model: nn.Module) -> None:
+    """Xavier-uniform linear weights and zero biases, as in the reference implementations
+    of the paper; embeddings and norms keep the initialisation of their own modules."""
+    for module in model.modules():
+        if isinstance(module, nn.Linear):
+            nn.init.xavier_uniform_(module.weight)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+
+
+def count_parameters(model: nn.Module, trainable_only: bool = False) -> int:
+    """Number of parameters; a tied weight is counted once."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)

@@ -1,0 +1,98 @@
+"""The decoder stack, and the decoder-only (GPT-style) language model."""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from ..config import ModelConfig
+from ..nn import DecoderLayer, LayerNorm, causal_mask, combine_masks, padding_mask
+from .base import ModelOutput, embedding_for, init_linear_weights, layer_kwargs
+from .heads import LMHead
+
+
+class Decoder(nn.Module):
+    """``n_layers`` decoder layers (with or without cross-attention) and an optional final
+    LayerNorm. Self-attention is always causal: position t sees positions <= t."""
+
+    def __init__(self, config: ModelConfig, n_layers: int, cross_attention: bool) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(
+            DecoderLayer(**layer_kwargs(config), cross_attention=cross_attention)
+            for _ in range(n_layers)
+        )
+        self.norm = (
+            LayerNorm(config.d_model, config.layer_norm_eps, config.bias)
+            if config.use_final_norm
+            else None
+        )
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor | None = None,
+        attention_mask: Tensor | None = None,
+        memory_attention_mask: Tensor | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+        """``x``: embedded target ``(batch, tgt_len, d_model)``; ``memory``: encoder output;
+        the two attention masks are ``(batch, len)``, 1/True at real tokens. Returns the
+        hidden states and the per-layer self- and cross-attention weights (empty lists
+        unless ``need_weights``)."""
+        self_mask = None
+        if attention_mask is not None:  # padding and causality combined once for all layers
+            self_mask = combine_masks(
+                padding_mask(attention_mask), causal_mask(x.shape[1], device=x.device)
+            )
+        memory_mask = None
+        if memory_attention_mask is not None:
+            memory_mask = padding_mask(memory_attention_mask)
+        self_weights, cross_weights = [], []
+        for layer in self.layers:
+            x, sw, cw = layer(
+                x,
+                memory,
+                self_mask=self_mask,
+                memory_mask=memory_mask,
+                is_causal=self_mask is None,
+                need_weights=need_weights,
+            )
+            if sw is not None:
+                self_weights.append(sw)
+            if cw is not None:
+                cross_weights.append(cw)
+        if self.norm is not None:
+            x = self.norm(x)
+        return x, self_weights, cross_weights
+
+
+class DecoderLM(nn.Module):
+    """Decoder-only language model: embeddings, causal self-attention layers (no
+    cross-attention), and an LM head, tied to the token embedding when
+    ``config.tie_output``. Use ``norm_first=True`` for the GPT-2 layout."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        if config.arch != "decoder":
+            raise ValueError(f"arch={config.arch!r}: DecoderLM needs arch='decoder'")
+        self.config = config
+        self.embedding = embedding_for(config, config.vocab_size)
+        self.decoder = Decoder(config, config.n_layers, cross_attention=False)
+        self.lm_head = LMHead(config.d_model, config.vocab_size)
+        init_linear_weights(self)
+        if config.tie_output:
+            self.lm_head.weight = self.embedding.tokens.weight
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        need_weights: bool = False,
+    ) -> ModelOutput:
+        """``input_ids``: ``(batch, seq)``; ``attention_mask``: 1/True at real tokens.
+        ``logits[:, t]`` predicts token ``t + 1``."""
+        hidden, weights, _ = self.decoder(
+            self.embedding(input_ids), attention_mask=attention_mask, need_weights=need_weights
+        )
+        return ModelOutput(
+            self.lm_head(hidden), hidden, {"decoder": weights} if need_weights else None
+        )

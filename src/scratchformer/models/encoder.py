@@ -1,0 +1,76 @@
+"""The encoder stack, and the encoder-only model: embeddings, encoder, one task head."""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from ..config import ModelConfig
+from ..nn import EncoderLayer, LayerNorm, padding_mask
+from .base import ModelOutput, embedding_for, init_linear_weights, layer_kwargs
+from .heads import SequenceHead, TokenClassificationHead
+
+
+class Encoder(nn.Module):
+    """``n_layers`` encoder layers and an optional final LayerNorm (needed with pre-LN)."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(
+            EncoderLayer(**layer_kwargs(config)) for _ in range(config.n_layers)
+        )
+        self.norm = (
+            LayerNorm(config.d_model, config.layer_norm_eps, config.bias)
+            if config.use_final_norm
+            else None
+        )
+
+    def forward(
+        self,
+        x: Tensor,
+        attention_mask: Tensor | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, list[Tensor]]:
+        """``x``: embedded input ``(batch, seq, d_model)``; ``attention_mask``: ``(batch, seq)``,
+        1/True at real tokens. Returns the hidden states and the per-layer weights (empty
+        unless ``need_weights``)."""
+        mask = None if attention_mask is None else padding_mask(attention_mask)
+        weights = []
+        for layer in self.layers:
+            x, w = layer(x, mask=mask, need_weights=need_weights)
+            if w is not None:
+                weights.append(w)
+        if self.norm is not None:
+            x = self.norm(x)
+        return x, weights
+
+
+class EncoderModel(nn.Module):
+    """Encoder-only model (BERT-style): token and position embeddings, the encoder, and the
+    head named by ``config.head`` (none: the output is the hidden states)."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        if config.arch != "encoder":
+            raise ValueError(f"arch={config.arch!r}: EncoderModel needs arch='encoder'")
+        self.config = config
+        self.embedding = embedding_for(config, config.vocab_size)
+        self.encoder = Encoder(config)
+        self.head: nn.Module | None = None
+        if config.head in ("classification", "regression"):
+            self.head = SequenceHead(
+                config.d_model, config.num_labels, config.pooling, config.dropout
+            )
+        elif config.head == "token_classification":
+            self.head = TokenClassificationHead(config.d_model, config.num_labels, config.dropout)
+        init_linear_weights(self)
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        need_weights: bool = False,
+    ) -> ModelOutput:
+        """``input_ids``: ``(batch, seq)``; ``attention_mask``: 1/True at real tokens."""
+        hidden, weights = self.encoder(self.embedding(input_ids), attention_mask, need_weights)
+        logits = None if self.head is None else self.head(hidden, attention_mask)
+        return ModelOutput(logits, hidden, {"encoder": weights} if need_weights else None)

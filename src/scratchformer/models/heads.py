@@ -1,0 +1,63 @@
+"""Task heads on top of a stack's hidden states."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+
+def pool(hidden: Tensor, attention_mask: Tensor | None, how: str = "mean") -> Tensor:
+    """Sentence vector ``(batch, d_model)`` from ``(batch, seq, d_model)``.
+
+    ``mean`` averages real tokens only (padding never leaks in); ``first`` takes position 0
+    (the [CLS] token of BERT-style inputs).
+    """
+    if how == "first":
+        return hidden[:, 0]
+    if how != "mean":
+        raise ValueError(f"pooling={how!r} must be mean or first")
+    if attention_mask is None:
+        return hidden.mean(dim=1)
+    weights = attention_mask.to(hidden.dtype).unsqueeze(-1)
+    return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
+
+
+class SequenceHead(nn.Module):
+    """Pooling, dropout and a linear map to ``output_dim`` values: class logits for
+    sequence classification, or the predicted values for regression."""
+
+    def __init__(
+        self, d_model: int, output_dim: int, pooling: str = "mean", dropout: float = 0.0
+    ) -> None:
+        super().__init__()
+        self.pooling = pooling
+        self.dropout = nn.Dropout(dropout)
+        self.proj = nn.Linear(d_model, output_dim)
+
+    def forward(self, hidden: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+        return self.proj(self.dropout(pool(hidden, attention_mask, self.pooling)))
+
+
+class TokenClassificationHead(nn.Module):
+    """Dropout and a linear map to tag logits at every position (NER)."""
+
+    def __init__(self, d_model: int, num_labels: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.proj = nn.Linear(d_model, num_labels)
+
+    def forward(self, hidden: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+        return self.proj(self.dropout(hidden))
+
+
+class LMHead(nn.Module):
+    """Projection to vocabulary logits, without bias so that it can share (tie) its weight
+    with the token embedding (paper sec. 3.4)."""
+
+    def __init__(self, d_model: int, vocab_size: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(vocab_size, d_model))
+        nn.init.normal_(self.weight, std=d_model**-0.5)
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        return nn.functional.linear(hidden, self.weight)

@@ -1,0 +1,82 @@
+"""The encoder-decoder Transformer of "Attention Is All You Need"."""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from ..config import ModelConfig
+from .base import ModelOutput, embedding_for, init_linear_weights
+from .decoder import Decoder
+from .encoder import Encoder
+from .heads import LMHead
+
+
+class Transformer(nn.Module):
+    """Source embedding -> encoder; target embedding (the target shifted right, BOS first)
+    -> decoder attending to the encoder output -> projection to target-vocabulary logits.
+
+    ``share_embeddings`` uses one table for both languages (a joint vocabulary);
+    ``tie_output`` ties the output projection to the target embedding.
+    """
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        if config.arch != "seq2seq":
+            raise ValueError(f"arch={config.arch!r}: Transformer needs arch='seq2seq'")
+        self.config = config
+        self.src_embedding = embedding_for(config, config.vocab_size)
+        self.tgt_embedding = (
+            self.src_embedding
+            if config.share_embeddings
+            else embedding_for(config, config.target_vocab_size)
+        )
+        self.encoder = Encoder(config)
+        self.decoder = Decoder(config, config.decoder_layers, cross_attention=True)
+        self.lm_head = LMHead(config.d_model, config.target_vocab_size)
+        init_linear_weights(self)
+        if config.tie_output:
+            self.lm_head.weight = self.tgt_embedding.tokens.weight
+
+    def encode(
+        self, src_ids: Tensor, src_mask: Tensor | None = None, need_weights: bool = False
+    ) -> tuple[Tensor, list[Tensor]]:
+        """Encoder output ``(batch, src_len, d_model)`` and its attention weights."""
+        return self.encoder(self.src_embedding(src_ids), src_mask, need_weights)
+
+    def decode(
+        self,
+        tgt_ids: Tensor,
+        memory: Tensor,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor, list[Tensor], list[Tensor]]:
+        """Logits ``(batch, tgt_len, tgt_vocab)``, the decoder's hidden states, and its self-
+        and cross-attention weights."""
+        hidden, self_weights, cross_weights = self.decoder(
+            self.tgt_embedding(tgt_ids), memory, tgt_mask, src_mask, need_weights
+        )
+        return self.lm_head(hidden), hidden, self_weights, cross_weights
+
+    def forward(
+        self,
+        src_ids: Tensor,
+        tgt_ids: Tensor,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+        need_weights: bool = False,
+    ) -> ModelOutput:
+        """``src_ids`` ``(batch, src_len)``, ``tgt_ids`` ``(batch, tgt_len)``: the decoder input;
+        the masks are ``(batch, len)``, 1/True at real tokens."""
+        memory, encoder_weights = self.encode(src_ids, src_mask, need_weights)
+        logits, hidden, self_weights, cross_weights = self.decode(
+            tgt_ids, memory, src_mask, tgt_mask, need_weights
+        )
+        attentions = None
+        if need_weights:
+            attentions = {
+                "encoder": encoder_weights,
+                "decoder": self_weights,
+                "cross": cross_weights,
+            }
+        return ModelOutput(logits, hidden, attentions)

@@ -1,0 +1,32 @@
+"""Building blocks of the Transformer, each written out."""
+
+from .attention import MultiHeadAttention, scaled_dot_product_attention
+from .embedding import (
+    Embedding,
+    LearnedPositionalEmbedding,
+    SinusoidalPositionalEncoding,
+    TokenEmbedding,
+    sinusoidal_table,
+)
+from .feedforward import FeedForward
+from .layers import DecoderLayer, EncoderLayer
+from .masks import causal_mask, combine_masks, padding_mask
+from .norm import LayerNorm, layer_norm
+
+__all__ = [
+    "DecoderLayer",
+    "Embedding",
+    "EncoderLayer",
+    "FeedForward",
+    "LayerNorm",
+    "LearnedPositionalEmbedding",
+    "MultiHeadAttention",
+    "SinusoidalPositionalEncoding",
+    "TokenEmbedding",
+    "causal_mask",
+    "combine_masks",
+    "layer_norm",
+    "padding_mask",
+    "scaled_dot_product_attention",
+    "sinusoidal_table",
+]

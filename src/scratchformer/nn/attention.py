@@ -1,0 +1,130 @@
+"""Scaled dot-product attention and multi-head attention (paper sec. 3.2)."""
+
+from __future__ import annotations
+
+import math
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .masks import causal_mask, combine_masks
+
+
+def scaled_dot_product_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropout_p: float = 0.0
+) -> tuple[Tensor, Tensor]:
+    """``softmax(q k^T / sqrt(d_k)) v``, written out; returns ``(output, weights)``.
+
+    ``q``: ``(..., q_len, d_k)``, ``k``: ``(..., k_len, d_k)``, ``v``: ``(..., k_len, d_v)``;
+    ``mask`` (True = may attend) broadcasts to ``(..., q_len, k_len)``. A query with nothing
+    to attend to gets all-zero weights and a zero output, never NaN. The weights returned
+    are those before dropout, so each row sums to one (or zero).
+    """
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        has_key = mask.any(dim=-1, keepdim=True)
+        scores = scores.masked_fill(~mask, float("-inf")).masked_fill(~has_key, 0.0)
+    weights = scores.softmax(dim=-1)
+    if mask is not None:
+        weights = weights.masked_fill(~has_key, 0.0)
+    dropped = F.dropout(weights, dropout_p) if dropout_p > 0 else weights
+    return dropped @ v, weights
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention for self-attention (one fused QKV projection) or cross-attention
+    (a query projection for the decoder and a fused key/value projection for the encoder
+    output), followed by the output projection.
+
+    ``forward`` = :meth:`project` -> :meth:`attend` -> merge heads -> ``out_proj``; a cached
+    decoder can call the steps itself (project new tokens once, keep keys and values).
+    When weights are not requested, :meth:`attend` runs PyTorch's fused
+    ``scaled_dot_product_attention``, which gives the same numbers as the written-out one.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        cross: bool = False,
+    ) -> None:
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
+        self.n_heads = n_heads
+        self.d_head = d_model // n_heads
+        self.dropout = dropout
+        self.cross = cross
+        if cross:
+            self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+            self.kv_proj = nn.Linear(d_model, 2 * d_model, bias=bias)
+        else:
+            self.qkv_proj = nn.Linear(d_model, 3 * d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+
+    def forward(
+        self,
+        x: Tensor,
+        source: Tensor | None = None,
+        mask: Tensor | None = None,
+        is_causal: bool = False,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """``x``: ``(batch, q_len, d_model)``; ``source``: the encoder output for
+        cross-attention. ``is_causal`` adds a causal mask to ``mask``. Returns the output and,
+        if ``need_weights``, the per-head weights ``(batch, heads, q_len, k_len)``."""
+        q, k, v = self.project(x, source)
+        out, weights = self.attend(q, k, v, mask, is_causal, need_weights)
+        return self.out_proj(self.merge_heads(out)), weights
+
+    def project(self, x: Tensor, source: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries, keys and values, each ``(batch, heads, len, d_head)``."""
+        if self.cross:
+            if source is None:
+                raise ValueError("cross-attention needs a source (the encoder output)")
+            return self.split_heads(self.q_proj(x), 1)[0], *self.project_kv(source)
+        if source is not None:
+            raise ValueError("self-attention takes no source; build with cross=True")
+        q, k, v = self.split_heads(self.qkv_proj(x), 3)
+        return q, k, v
+
+    def project_kv(self, source: Tensor) -> tuple[Tensor, Tensor]:
+        """Cross-attention keys and values of the encoder output (computed once per sequence
+        when decoding with a cache)."""
+        k, v = self.split_heads(self.kv_proj(source), 2)
+        return k, v
+
+    def split_heads(self, x: Tensor, parts: int) -> tuple[Tensor, ...]:
+        """``(batch, len, parts * d_model)`` -> ``parts`` x ``(batch, heads, len, d_head)``."""
+        batch, length, _ = x.shape
+        x = x.view(batch, length, parts, self.n_heads, self.d_head)
+        return x.permute(2, 0, 3, 1, 4).unbind(0)
+
+    def merge_heads(self, x: Tensor) -> Tensor:
+        """``(batch, heads, len, d_head)`` -> ``(batch, len, d_model)``."""
+        batch, _, length, _ = x.shape
+        return x.transpose(1, 2).reshape(batch, length, self.n_heads * self.d_head)
+
+    def attend(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor | None = None,
+        is_causal: bool = False,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Attention of all heads: written out when weights are wanted, else fused."""
+        dropout_p = self.dropout if self.training else 0.0
+        q_len, k_len = q.shape[-2], k.shape[-2]
+        if is_causal and (need_weights or mask is not None or q_len != k_len):
+            mask = combine_masks(mask, causal_mask(q_len, k_len, device=q.device))
+            is_causal = False
+        if need_weights:
+            return scaled_dot_product_attention(q, k, v, mask, dropout_p)
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal
+        )
+        return out, None

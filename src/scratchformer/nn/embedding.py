@@ -1,0 +1,115 @@
+"""Token embeddings and positional encodings."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+
+class TokenEmbedding(nn.Module):
+    """Lookup table of token vectors, multiplied by sqrt(d_model) as in the paper (sec. 3.4).
+
+    The scaling matters when the table is tied to the output projection: the weights are
+    initialised with std d_model^-0.5, so scaled embeddings have unit variance.
+    """
+
+    def __init__(self, vocab_size: int, d_model: int, scale: bool = True) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(vocab_size, d_model))
+        self.scale = math.sqrt(d_model) if scale else 1.0
+        nn.init.normal_(self.weight, std=d_model**-0.5)
+
+    def forward(self, ids: Tensor) -> Tensor:
+        return nn.functional.embedding(ids, self.weight) * self.scale
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, {self.weight.shape[1]}, scale={self.scale:.4g}"
+
+
+def positions_for(x: Tensor, positions: Tensor | None) -> tuple[Tensor, int]:
+    """Position ids (the given ones, else ``0 .. seq_len - 1``) and the table length they need."""
+    if positions is None:
+        return torch.arange(x.shape[1], device=x.device), x.shape[1]
+    return positions, int(positions.max()) + 1 if positions.numel() else 0
+
+
+def sinusoidal_table(length: int, d_model: int) -> Tensor:
+    """``PE(pos, 2i) = sin(pos / 10000^(2i/d))``, ``PE(pos, 2i+1) = cos(pos / 10000^(2i/d))``.
+
+    ``2i`` is the even column index itself, so the exponent is ``column / d`` for the sine
+    column and for its cosine partner alike.
+    """
+    position = torch.arange(length, dtype=torch.float64)[:, None]
+    even_columns = torch.arange(0, d_model, 2, dtype=torch.float64)
+    angle = position / torch.pow(10000.0, even_columns / d_model)
+    table = torch.zeros(length, d_model, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(angle)
+    table[:, 1::2] = torch.cos(angle[:, : d_model // 2])
+    return table.float()
+
+
+class SinusoidalPositionalEncoding(nn.Module):
+    """Adds the paper's fixed sinusoidal encoding, then applies dropout.
+
+    The table is a non-persistent buffer (it is a function of the shape, not a weight) and
+    grows on demand, so any length works.
+    """
+
+    def __init__(self, d_model: int, max_len: int = 512, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.d_model = d_model
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("table", sinusoidal_table(max_len, d_model), persistent=False)
+
+    def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
+        """``x``: ``(batch, seq, d_model)``; ``positions``: ``(seq,)`` or ``(batch, seq)`` ids."""
+        positions, needed = positions_for(x, positions)
+        if needed > self.table.shape[0]:
+            self.table = sinusoidal_table(needed, self.d_model).to(self.table.device)
+        return self.dropout(x + self.table[positions].to(x.dtype))
+
+
+class LearnedPositionalEmbedding(nn.Module):
+    """Adds a trained vector per position (BERT, GPT-2), then applies dropout."""
+
+    def __init__(self, d_model: int, max_len: int = 512, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(max_len, d_model))
+        self.dropout = nn.Dropout(dropout)
+        nn.init.normal_(self.weight, std=0.02)
+
+    def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
+        positions, needed = positions_for(x, positions)
+        if needed > self.weight.shape[0]:
+            raise ValueError(
+                f"position {needed - 1} is beyond max_len={self.weight.shape[0]} "
+                "of the learned positional embedding"
+            )
+        return self.dropout(x + self.weight[positions])
+
+
+class Embedding(nn.Module):
+    """Token embedding plus positional encoding, with dropout on the sum (paper sec. 5.4)."""
+
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int,
+        max_len: int = 512,
+        dropout: float = 0.0,
+        positional: str = "sinusoidal",
+        scale: bool = True,
+    ) -> None:
+        super().__init__()
+        self.tokens = TokenEmbedding(vocab_size, d_model, scale=scale)
+        if positional == "sinusoidal":
+            self.positions: nn.Module = SinusoidalPositionalEncoding(d_model, max_len, dropout)
+        elif positional == "learned":
+            self.positions = LearnedPositionalEmbedding(d_model, max_len, dropout)
+        else:
+            raise ValueError(f"positional={positional!r} must be sinusoidal or learned")
+
+    def forward(self, ids: Tensor, positions: Tensor | None = None) -> Tensor:
+        return self.positions(self.tokens(ids), positions)

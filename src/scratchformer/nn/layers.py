@@ -1,0 +1,129 @@
+"""Encoder and decoder layers: sub-layers wrapped in dropout, a residual connection and
+LayerNorm (paper sec. 3.1, 5.4).
+
+Post-LN, as in the paper: ``x = norm(x + dropout(sublayer(x)))``.
+Pre-LN (``norm_first=True``), which trains deep stacks without warm-up tricks:
+``x = x + dropout(sublayer(norm(x)))``.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from .attention import MultiHeadAttention
+from .feedforward import FeedForward
+from .norm import LayerNorm
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention, then the position-wise feed-forward network."""
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        attention_dropout: float = 0.0,
+        activation: str = "relu",
+        norm_first: bool = False,
+        eps: float = 1e-5,
+        bias: bool = True,
+    ) -> None:
+        super().__init__()
+        self.norm_first = norm_first
+        self.dropout = nn.Dropout(dropout)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout, bias)
+        self.self_attn_norm = LayerNorm(d_model, eps, bias)
+        self.feed_forward = FeedForward(d_model, d_ff, dropout, activation, bias)
+        self.feed_forward_norm = LayerNorm(d_model, eps, bias)
+
+    def forward(
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        is_causal: bool = False,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """``x``: ``(batch, len, d_model)``; ``mask``: True = may attend. Returns the new ``x``
+        and, if ``need_weights``, the attention weights ``(batch, heads, len, len)``."""
+        x, weights = self._self_attention(x, mask, is_causal, need_weights)
+        return self._feed_forward(x), weights
+
+    def _sublayer_input(self, norm: LayerNorm, x: Tensor) -> Tensor:
+        return norm(x) if self.norm_first else x
+
+    def _residual(self, norm: LayerNorm, x: Tensor, sublayer_output: Tensor) -> Tensor:
+        x = x + self.dropout(sublayer_output)
+        return x if self.norm_first else norm(x)
+
+    def _self_attention(
+        self, x: Tensor, mask: Tensor | None, is_causal: bool, need_weights: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        h, weights = self.self_attn(
+            self._sublayer_input(self.self_attn_norm, x),
+            mask=mask,
+            is_causal=is_causal,
+            need_weights=need_weights,
+        )
+        return self._residual(self.self_attn_norm, x, h), weights
+
+    def _feed_forward(self, x: Tensor) -> Tensor:
+        h = self.feed_forward(self._sublayer_input(self.feed_forward_norm, x))
+        return self._residual(self.feed_forward_norm, x, h)
+
+
+class DecoderLayer(EncoderLayer):
+    """Masked self-attention, cross-attention (queries from the decoder, keys and values
+    from the encoder output), then the feed-forward network. With ``cross_attention=False``
+    it is the block of a decoder-only (GPT-style) language model."""
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        attention_dropout: float = 0.0,
+        activation: str = "relu",
+        norm_first: bool = False,
+        eps: float = 1e-5,
+        bias: bool = True,
+        cross_attention: bool = True,
+    ) -> None:
+        super().__init__(
+            d_model, n_heads, d_ff, dropout, attention_dropout, activation, norm_first, eps, bias
+        )
+        self.cross_attn: MultiHeadAttention | None = None
+        self.cross_attn_norm: LayerNorm | None = None
+        if cross_attention:
+            self.cross_attn = MultiHeadAttention(
+                d_model, n_heads, attention_dropout, bias, cross=True
+            )
+            self.cross_attn_norm = LayerNorm(d_model, eps, bias)
+
+    def forward(  # type: ignore[override]
+        self,
+        x: Tensor,
+        memory: Tensor | None = None,
+        self_mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        is_causal: bool = True,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """``memory``: the encoder output ``(batch, src_len, d_model)``; ``self_mask`` and
+        ``memory_mask`` mask target and source keys. Returns the new ``x`` and, if asked,
+        the self- and cross-attention weights."""
+        x, self_weights = self._self_attention(x, self_mask, is_causal, need_weights)
+        cross_weights = None
+        if self.cross_attn is not None and self.cross_attn_norm is not None:
+            if memory is None:
+                raise ValueError("this decoder layer has cross-attention and needs `memory`")
+            h, cross_weights = self.cross_attn(
+                self._sublayer_input(self.cross_attn_norm, x),
+                memory,
+                mask=memory_mask,
+                need_weights=need_weights,
+            )
+            x = self._residual(self.cross_attn_norm, x, h)
+        return self._feed_forward(x), self_weights, cross_weights
