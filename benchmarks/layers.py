@@ -1,0 +1,212 @@
+"""Speed of our encoder and decoder layers against PyTorch's, forward plus backward.
+
+What: one training step (forward, then backward from a fixed random output gradient, with
+gradients for the weights and the inputs) of ``scratchformer.nn.EncoderLayer`` /
+``DecoderLayer`` and of ``torch.nn.TransformerEncoderLayer`` / ``TransformerDecoderLayer`` of
+the same sizes, post-LN and pre-LN, fp32 on the CPU, in training mode with dropout 0.1
+everywhere (attention weights included, as PyTorch does). The decoder's self-attention is
+causal: ours gets ``is_causal=True``; PyTorch gets the causal mask plus ``tgt_is_causal=True``,
+which lets it hand SDPA the causal flag instead of the mask.
+
+Why: our layers are written out for readability, and this checks that readability costs
+(almost) nothing: the target is ours <= 1.10x PyTorch's time per step.
+
+How: both candidates live in one process. After a warm-up, steps alternate A, B, A, B...
+so that drift in machine speed hits both alike; each step is timed alone and the median is
+reported.
+
+    .venv/bin/python benchmarks/layers.py [--repeats 30] [--json results.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from scratchformer.nn import DecoderLayer, EncoderLayer
+
+D_MODEL = 256
+N_HEADS = 8
+D_FF = 1024
+DROPOUT = 0.1
+TARGET_RATIO = 1.10
+
+Step = Callable[[], None]
+
+
+@dataclass(frozen=True)
+class Config:
+    batch: int
+    length: int
+    threads: int
+    warmup: int
+    repeats: int
+    d_model: int = D_MODEL
+    n_heads: int = N_HEADS
+    d_ff: int = D_FF
+    dropout: float = DROPOUT
+
+
+@dataclass(frozen=True)
+class Row:
+    layer: str
+    norm: str
+    ours_ms: float
+    torch_ms: float
+    ratio: float
+    target: float
+    meets_target: bool
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=30, help="timed steps per candidate")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed steps per candidate")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--length", type=int, default=64, help="source and target length")
+    parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
+    parser.add_argument("--json", type=Path, default=None, help="also write results here")
+    return parser.parse_args()
+
+
+def make_step(module: nn.Module, forward: Callable[[], Tensor], grad: Tensor) -> Step:
+    """A training step: clear gradients, run ``forward``, backpropagate ``grad``."""
+
+    def step() -> None:
+        module.zero_grad(set_to_none=True)
+        forward().backward(grad)
+
+    return step
+
+
+def random_input(cfg: Config) -> Tensor:
+    """A ``(batch, length, d_model)`` activation that wants a gradient, as inside a stack."""
+    return torch.randn(cfg.batch, cfg.length, cfg.d_model, requires_grad=True)
+
+
+def encoder_steps(cfg: Config, norm_first: bool) -> tuple[Step, Step]:
+    """Training steps of our encoder layer and of PyTorch's, on the same input."""
+    ours = EncoderLayer(
+        cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, cfg.dropout, norm_first=norm_first
+    )
+    theirs = nn.TransformerEncoderLayer(
+        cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, batch_first=True, norm_first=norm_first
+    )
+    x, grad = random_input(cfg), torch.randn(cfg.batch, cfg.length, cfg.d_model)
+    return (
+        make_step(ours, lambda: ours(x)[0], grad),
+        make_step(theirs, lambda: theirs(x), grad),
+    )
+
+
+def decoder_steps(cfg: Config, norm_first: bool) -> tuple[Step, Step]:
+    """Training steps of our decoder layer and of PyTorch's (causal self-attention, then
+    cross-attention to a memory of the same length), on the same inputs."""
+    ours = DecoderLayer(
+        cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, cfg.dropout, norm_first=norm_first
+    )
+    theirs = nn.TransformerDecoderLayer(
+        cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, batch_first=True, norm_first=norm_first
+    )
+    x, memory = random_input(cfg), random_input(cfg)
+    grad = torch.randn(cfg.batch, cfg.length, cfg.d_model)
+    causal = nn.Transformer.generate_square_subsequent_mask(cfg.length)
+    return (
+        make_step(ours, lambda: ours(x, memory, is_causal=True)[0], grad),
+        make_step(theirs, lambda: theirs(x, memory, tgt_mask=causal, tgt_is_causal=True), grad),
+    )
+
+
+def time_step(step: Step) -> float:
+    """Seconds taken by one call of ``step``."""
+    start = time.perf_counter()
+    step()
+    return time.perf_counter() - start
+
+
+def median_times(a: Step, b: Step, warmup: int, repeats: int) -> tuple[float, float]:
+    """Median seconds per step of ``a`` and ``b``, run alternately after a warm-up."""
+    for _ in range(warmup):
+        a()
+        b()
+    gc.collect()
+    times_a, times_b = [], []
+    for _ in range(repeats):
+        times_a.append(time_step(a))
+        times_b.append(time_step(b))
+    return statistics.median(times_a), statistics.median(times_b)
+
+
+def run_case(
+    cfg: Config, layer: str, build: Callable[[Config, bool], tuple[Step, Step]], norm_first: bool
+) -> Row:
+    torch.manual_seed(0)
+    ours, theirs = build(cfg, norm_first)
+    ours_s, torch_s = median_times(ours, theirs, cfg.warmup, cfg.repeats)
+    ratio = ours_s / torch_s
+    return Row(
+        layer=layer,
+        norm="pre-LN" if norm_first else "post-LN",
+        ours_ms=ours_s * 1e3,
+        torch_ms=torch_s * 1e3,
+        ratio=ratio,
+        target=TARGET_RATIO,
+        meets_target=ratio <= TARGET_RATIO,
+    )
+
+
+def print_header(cfg: Config) -> None:
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, fp32 CPU, training mode")
+    print(
+        f"d_model {cfg.d_model}, heads {cfg.n_heads}, d_ff {cfg.d_ff}, dropout {cfg.dropout} "
+        f"(attention too), batch {cfg.batch}, length {cfg.length} (decoder: target and memory, "
+        f"causal self-attention), batch_first"
+    )
+    print(f"forward+backward per step; warm-up {cfg.warmup}, median of {cfg.repeats} interleaved")
+    print()
+    print(f"{'layer':<8} {'norm':<8} {'ours ms':>9} {'torch ms':>9} {'ours/torch':>11}  target")
+
+
+def print_row(row: Row) -> None:
+    verdict = "ok" if row.meets_target else "SLOWER"
+    print(
+        f"{row.layer:<8} {row.norm:<8} {row.ours_ms:>9.2f} {row.torch_ms:>9.2f} "
+        f"{row.ratio:>10.3f}x  <= {row.target:.2f}x {verdict}"
+    )
+
+
+def write_json(path: Path, cfg: Config, rows: list[Row]) -> None:
+    result = {
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "config": asdict(cfg),
+        "rows": [asdict(row) for row in rows],
+    }
+    path.write_text(json.dumps(result, indent=2) + "\n")
+
+
+def main() -> None:
+    args = parse_args()
+    torch.set_num_threads(args.threads)
+    cfg = Config(args.batch, args.length, args.threads, args.warmup, args.repeats)
+    print_header(cfg)
+    rows = []
+    for layer, build in (("encoder", encoder_steps), ("decoder", decoder_steps)):
+        for norm_first in (False, True):
+            rows.append(run_case(cfg, layer, build, norm_first))
+            print_row(rows[-1])
+    if args.json is not None:
+        write_json(args.json, cfg, rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+import pytest
+import torch
+from torch import nn
+
+from scratchformer.nn import DecoderLayer, EncoderLayer, causal_mask, combine_masks, padding_mask
+from torch_reference import copy_decoder_layer, copy_encoder_layer, lengths_mask, torch_mask
+
+TOL = 1e-5
+D, HEADS, FF = 32, 4, 64
+VARIANTS = [
+    pytest.param(norm_first, activation, id=f"{'pre' if norm_first else 'post'}-LN-{activation}")
+    for norm_first in (False, True)
+    for activation in ("relu", "gelu")
+]
+
+
+def _randomise_norms(module: nn.Module) -> None:
+    """Non-trivial LayerNorm parameters, so that a swapped norm cannot go unnoticed."""
+    with torch.no_grad():
+        for child in module.modules():
+            if isinstance(child, nn.LayerNorm):
+                child.weight.uniform_(0.5, 1.5)
+                child.bias.normal_(std=0.1)
+
+
+@pytest.mark.parametrize(("norm_first", "activation"), VARIANTS)
+def test_encoder_layer_matches_torch(norm_first: bool, activation: str) -> None:
+    theirs = nn.TransformerEncoderLayer(
+        D, HEADS, FF, dropout=0.1, activation=activation, batch_first=True, norm_first=norm_first
+    ).eval()
+    _randomise_norms(theirs)
+    ours = EncoderLayer(D, HEADS, FF, activation=activation, norm_first=norm_first).eval()
+    copy_encoder_layer(ours, theirs)
+    x = torch.randn(3, 6, D)
+    real = lengths_mask([6, 4, 2], 6)
+    expected = theirs(x, src_key_padding_mask=torch_mask(real))
+    for need_weights in (False, True):
+        out, _ = ours(x, mask=padding_mask(real), need_weights=need_weights)
+        torch.testing.assert_close(out[real], expected[real], atol=TOL, rtol=0)
+
+
+@pytest.mark.parametrize(("norm_first", "activation"), VARIANTS)
+def test_decoder_layer_matches_torch(norm_first: bool, activation: str) -> None:
+    theirs = nn.TransformerDecoderLayer(
+        D, HEADS, FF, dropout=0.1, activation=activation, batch_first=True, norm_first=norm_first
+    ).eval()
+    _randomise_norms(theirs)
+    ours = DecoderLayer(D, HEADS, FF, activation=activation, norm_first=norm_first).eval()
+    copy_decoder_layer(ours, theirs)
+    x, memory = torch.randn(3, 5, D), torch.randn(3, 7, D)
+    tgt_real, src_real = lengths_mask([5, 3, 1], 5), lengths_mask([7, 2, 5], 7)
+    expected = theirs(
+        x,
+        memory,
+        tgt_mask=torch_mask(causal_mask(5)),
+        tgt_key_padding_mask=torch_mask(tgt_real),
+        memory_key_padding_mask=torch_mask(src_real),
+    )
+    self_mask = combine_masks(padding_mask(tgt_real), causal_mask(5))
+    for need_weights in (False, True):
+        out, self_weights, cross_weights = ours(
+            x,
+            memory,
+            self_mask=self_mask,
+            memory_mask=padding_mask(src_real),
+            is_causal=False,
+            need_weights=need_weights,
+        )
+        torch.testing.assert_close(out[tgt_real], expected[tgt_real], atol=TOL, rtol=0)
+    assert self_weights.shape == (3, HEADS, 5, 5) and cross_weights.shape == (3, HEADS, 5, 7)
+    # padding-free targets: the is_causal flag alone gives the same as torch's causal mask
+    expected = theirs(x, memory, tgt_mask=torch_mask(causal_mask(5)), tgt_is_causal=True)
+    out, _, _ = ours(x, memory, is_causal=True)
+    torch.testing.assert_close(out, expected, atol=TOL, rtol=0)
+
+
+def test_decoder_layer_without_cross_attention_is_a_causal_encoder_layer() -> None:
+    decoder = DecoderLayer(D, HEADS, FF, cross_attention=False).eval()
+    encoder = EncoderLayer(D, HEADS, FF).eval()
+    encoder.load_state_dict(decoder.state_dict())
+    x = torch.randn(2, 5, D)
+    out, _, cross = decoder(x)
+    assert cross is None
+    torch.testing.assert_close(out, encoder(x, is_causal=True)[0])
+    with pytest.raises(ValueError, match="needs `memory`"):
+        DecoderLayer(D, HEADS, FF)(x)
+
+
+def test_dropout_is_active_in_training_on_every_sublayer() -> None:
+    layer = EncoderLayer(D, HEADS, FF, dropout=0.5)
+    x = torch.randn(2, 5, D)
+    assert not torch.allclose(layer(x)[0], layer(x)[0])
+    layer.eval()
+    torch.testing.assert_close(layer(x)[0], layer(x)[0])
