@@ -2,16 +2,17 @@ import dataclasses
 
 import pytest
 
-from scratchformer import ModelConfig, build_model, count_parameters
+from scratchformer.config import DataConfig, ModelConfig, Recipe, TrainConfig
+from scratchformer.models import build_model, count_parameters
 
 
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
         (dict(d_model=300, n_heads=8), "d_model=300 is not divisible by n_heads=8"),
-        (dict(n_layers=0), "n_layers=0 must be a positive integer"),
-        (dict(vocab_size=-5), "vocab_size=-5 must be a positive integer"),
-        (dict(d_ff=2.5), "d_ff=2.5 must be a positive integer"),
+        (dict(n_layers=0), "n_layers=0 must be positive"),
+        (dict(vocab_size=-5), "vocab_size=-5 must be positive"),
+        (dict(d_ff=2.5), "d_ff=2.5 must be of type int"),
         (dict(dropout=1.0), r"dropout=1.0 must be in \[0, 1\)"),
         (dict(attention_dropout=-0.1), r"attention_dropout=-0.1 must be in \[0, 1\)"),
         (dict(activation="tanh"), "activation='tanh' must be one of relu, gelu, gelu_tanh"),
@@ -20,8 +21,10 @@ from scratchformer import ModelConfig, build_model, count_parameters
         (dict(head="classification"), "head='classification' needs arch='encoder'"),
         (dict(arch="encoder", head="ner"), "head='ner' must be one of"),
         (dict(share_embeddings=True, tgt_vocab_size=7), "tgt_vocab_size=7 equal to vocab_size"),
-        (dict(n_decoder_layers=0), "n_decoder_layers=0 must be a positive integer"),
-        (dict(layer_norm_eps=0), "layer_norm_eps=0 must be > 0"),
+        (dict(n_decoder_layers=0), "n_decoder_layers=0 must be positive"),
+        (dict(norm_first="yes"), "norm_first='yes' must be of type bool"),
+        (dict(tgt_vocab_size="10"), "tgt_vocab_size='10' must be of type int or None"),
+        (dict(layer_norm_eps=0), "layer_norm_eps=0.0 must be > 0"),
     ],
 )
 def test_bad_values_name_the_field(overrides, message) -> None:
@@ -60,3 +63,74 @@ def test_parameter_count_by_hand() -> None:
     assert count_parameters(build_model(config)) == vocab * d + 3 * layer  # tied head
     untied = dataclasses.replace(config, tie_output=False)
     assert count_parameters(build_model(untied)) == 2 * vocab * d + 3 * layer
+
+
+RECIPE = """
+task = "translation"
+
+[model]
+d_model = 64
+n_heads = 4
+
+[data]
+dataset = "multi30k"
+pair = "de-en"
+
+[train]
+max_steps = 500
+lr = 1
+"""
+
+
+def test_recipe_from_toml_with_overrides(tmp_path) -> None:
+    path = tmp_path / "recipe.toml"
+    path.write_text(RECIPE)
+    recipe = Recipe.load(
+        path, ["train.max_steps=20", "data.train=my.tsv", "model.norm_first=true", "train.lr=3e-4"]
+    )
+    assert recipe.task == "translation"
+    assert recipe.model.d_model == 64 and recipe.model.norm_first is True
+    assert recipe.train.max_steps == 20 and recipe.train.lr == 3e-4
+    assert recipe.data.train == "my.tsv" and recipe.data.pair == "de-en"
+    assert isinstance(Recipe.load(path).train.lr, float)
+    recipe.save(tmp_path / "config.json")
+    assert Recipe.load(tmp_path / "config.json") == recipe
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        (
+            "train.max_step=3",
+            r"\[train\] unknown TrainConfig field\(s\): max_step; valid fields: max_steps",
+        ),
+        ("optim.lr=3", "section one of model, data, train"),
+        ("train.lr=fast", "lr='fast' must be of type float"),
+        ("train.schedule=linear", "schedule='linear' must be one of noam, cosine"),
+        ("data.tokenizer=spm", "tokenizer='spm' must be one of char, bpe, wordpiece"),
+        ("task=poetry", "task='poetry' must be one of lm, translation"),
+        ("max_steps", "must look like section.key=value"),
+    ],
+)
+def test_recipe_errors_name_file_and_field(tmp_path, override, message) -> None:
+    path = tmp_path / "recipe.toml"
+    path.write_text(RECIPE)
+    with pytest.raises(ValueError, match=f"^{path}: .*{message}"):
+        Recipe.load(path, [override])
+
+
+def test_recipe_syntax_error_names_the_file(tmp_path) -> None:
+    path = tmp_path / "broken.toml"
+    path.write_text("task = \n")
+    with pytest.raises(ValueError, match=f"^{path}: "):
+        Recipe.load(path)
+
+
+def test_data_and_train_validation() -> None:
+    with pytest.raises(ValueError, match="warmup_steps=-1 must be >= 0"):
+        TrainConfig(warmup_steps=-1)
+    with pytest.raises(ValueError, match=r"label_smoothing=1.5 must be in \[0, 1\)"):
+        TrainConfig(label_smoothing=1.5)
+    with pytest.raises(ValueError, match=r"text_columns=.* must name one column or a pair"):
+        DataConfig(text_columns=[1, 2, 3])
+    assert DataConfig(text_columns=["sentence1", 7]).text_columns == ["sentence1", 7]

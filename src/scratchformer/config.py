@@ -1,4 +1,4 @@
-"""Dataclass configurations: validated on construction, JSON round trip.
+"""Dataclass configurations: validated on construction, JSON and TOML round trip.
 
 Every invalid value raises ``ValueError`` naming the field, e.g.
 ``d_model=300 is not divisible by n_heads=8``.
@@ -8,11 +8,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
+import types
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from .nn.feedforward import ACTIVATIONS
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 ARCHITECTURES = ("encoder", "decoder", "seq2seq")
 POSITIONALS = ("sinusoidal", "learned")
@@ -23,17 +31,31 @@ C = TypeVar("C", bound="ConfigBase")
 
 
 class ConfigBase:
-    """Shared behaviour of the config dataclasses: dict / JSON round trip."""
+    """Shared behaviour of the config dataclasses: type checks, dict / JSON round trip."""
+
+    def _check_types(self) -> None:
+        """Every field holds a value of its annotated type (ints are accepted as floats)."""
+        hints = typing.get_type_hints(type(self))
+        for field in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, field.name)
+            expected = hints[field.name]
+            if not _matches(value, expected):
+                raise ValueError(f"{field.name}={value!r} must be of type {_type_name(expected)}")
+            if _accepts(expected, float) and isinstance(value, int) and not isinstance(value, bool):
+                setattr(self, field.name, float(value))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)  # type: ignore[call-overload]
 
     @classmethod
     def from_dict(cls: type[C], values: dict[str, Any]) -> C:
-        known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-        unknown = sorted(set(values) - known)
+        known = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+        unknown = sorted(set(values) - set(known))
         if unknown:
-            raise ValueError(f"unknown {cls.__name__} field(s): {', '.join(unknown)}")
+            raise ValueError(
+                f"unknown {cls.__name__} field(s): {', '.join(unknown)}; "
+                f"valid fields: {', '.join(known)}"
+            )
         return cls(**values)
 
     def to_json(self) -> str:
@@ -51,6 +73,39 @@ class ConfigBase:
         return cls.from_json(Path(path).read_text(encoding="utf-8"))
 
 
+def _accepts(expected: Any, kind: type) -> bool:
+    return expected is kind or kind in typing.get_args(expected)
+
+
+def _matches(value: Any, expected: Any) -> bool:
+    """Whether ``value`` fits ``expected`` (a plain type, a union, or ``list[...]``)."""
+    if expected is Any:
+        return True
+    origin = typing.get_origin(expected)
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, option) for option in typing.get_args(expected))
+    if origin is list:
+        (item,) = typing.get_args(expected)
+        return isinstance(value, list) and all(_matches(v, item) for v in value)
+    if expected is type(None):
+        return value is None
+    if expected is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if expected is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, expected)
+
+
+def _type_name(expected: Any) -> str:
+    if typing.get_origin(expected) in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(option) for option in typing.get_args(expected))
+    if expected is type(None):
+        return "None"
+    if typing.get_origin(expected) is list:
+        return str(expected)
+    return expected.__name__
+
+
 def _require(ok: bool, message: str) -> None:
     if not ok:
         raise ValueError(message)
@@ -59,10 +114,13 @@ def _require(ok: bool, message: str) -> None:
 def _positive(config: object, *names: str) -> None:
     for name in names:
         value = getattr(config, name)
-        _require(
-            isinstance(value, int) and not isinstance(value, bool) and value > 0,
-            f"{name}={value!r} must be a positive integer",
-        )
+        _require(value > 0, f"{name}={value!r} must be positive")
+
+
+def _in_unit_interval(config: object, *names: str) -> None:
+    for name in names:
+        value = getattr(config, name)
+        _require(0.0 <= value < 1.0, f"{name}={value!r} must be in [0, 1)")
 
 
 def _one_of(config: object, name: str, choices: tuple[str, ...]) -> None:
@@ -105,6 +163,8 @@ class ModelConfig(ConfigBase):
     positional: str = "sinusoidal"
     max_len: int = 512
     """Longest sequence for learned positions (sinusoidal ones extend on demand)."""
+    type_vocab_size: int = 0
+    """Segment (token-type) embeddings for sentence pairs; 0: none."""
     scale_embedding: bool = True
     """Multiply token embeddings by sqrt(d_model), as in the paper."""
     share_embeddings: bool = False
@@ -119,6 +179,7 @@ class ModelConfig(ConfigBase):
     """Sentence vector of sequence heads: ``mean`` over real tokens or the ``first`` token."""
 
     def __post_init__(self) -> None:
+        self._check_types()
         _one_of(self, "arch", ARCHITECTURES)
         _positive(self, "vocab_size", "d_model", "n_heads", "n_layers", "d_ff", "max_len")
         for name in ("tgt_vocab_size", "n_decoder_layers"):
@@ -128,12 +189,8 @@ class ModelConfig(ConfigBase):
             self.d_model % self.n_heads == 0,
             f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}",
         )
-        for name in ("dropout", "attention_dropout"):
-            value = getattr(self, name)
-            _require(
-                isinstance(value, (int, float)) and 0.0 <= value < 1.0,
-                f"{name}={value!r} must be in [0, 1)",
-            )
+        _in_unit_interval(self, "dropout", "attention_dropout")
+        _require(self.type_vocab_size >= 0, f"type_vocab_size={self.type_vocab_size} must be >= 0")
         _require(self.layer_norm_eps > 0, f"layer_norm_eps={self.layer_norm_eps!r} must be > 0")
         _one_of(self, "activation", tuple(ACTIVATIONS))
         _one_of(self, "positional", POSITIONALS)
@@ -161,3 +218,204 @@ class ModelConfig(ConfigBase):
     @property
     def use_final_norm(self) -> bool:
         return self.norm_first if self.final_norm is None else self.final_norm
+
+
+TASKS = ("lm", "translation", "synthetic", "classification", "regression", "tagging")
+TOKENIZERS = ("char", "bpe", "wordpiece")
+SCHEDULES = ("noam", "cosine", "constant", "inverse_sqrt")
+PRECISIONS = ("fp32", "bf16")
+
+
+@dataclass
+class DataConfig(ConfigBase):
+    """Where the examples come from and how they become token ids.
+
+    A registry name (``dataset``) finds the standard splits; ``train`` / ``val`` / ``test``
+    name local files instead (for translation, a list of two files: source, target).
+    """
+
+    dataset: str | None = None
+    """``tinyshakespeare``, ``multi30k``, ``sst2``, ``conll2003``, ``stsb``, or for the
+    synthetic task ``copy`` / ``reverse``."""
+    pair: str | None = None
+    """Language pair of a translation dataset, e.g. ``de-en`` (source-target)."""
+    root: str | None = None
+    """Directory holding the dataset's files (else ``$SCRATCHFORMER_DATA/<name>/``, ...)."""
+    train: str | list[str] | None = None
+    val: str | list[str] | None = None
+    test: str | list[str] | None = None
+    text_columns: list[str | int] | None = None
+    """TSV files: the one or two text columns, by header name or 0-based index."""
+    label_column: str | int | None = None
+    header: bool = True
+    """TSV files: whether the first row names the columns."""
+    labels: list[str] | None = None
+    """The label set (classification) or tag set (tagging); ``None``: found in training data."""
+    tokenizer: str = "bpe"
+    vocab_size: int = 8000
+    """Upper bound on the vocabulary learnt from the training split (a char vocabulary is
+    as large as the alphabet)."""
+    shared_vocab: bool = True
+    """Translation: one vocabulary for both languages (else one each)."""
+    lowercase: bool = False
+    max_len: int = 128
+    """Longest input in tokens; longer examples are truncated."""
+    block_size: int = 256
+    """Language modelling: tokens of context per training example."""
+    synthetic_train_size: int = 20000
+    synthetic_val_size: int = 500
+    synthetic_min_digits: int = 3
+    synthetic_max_digits: int = 12
+
+    def __post_init__(self) -> None:
+        self._check_types()
+        _one_of(self, "tokenizer", TOKENIZERS)
+        _positive(self, "vocab_size", "max_len", "block_size")
+        _positive(self, "synthetic_train_size", "synthetic_val_size", "synthetic_min_digits")
+        _require(
+            self.synthetic_max_digits >= self.synthetic_min_digits,
+            f"synthetic_max_digits={self.synthetic_max_digits} must be >= "
+            f"synthetic_min_digits={self.synthetic_min_digits}",
+        )
+        _require(
+            self.text_columns is None or len(self.text_columns) in (1, 2),
+            f"text_columns={self.text_columns!r} must name one column or a pair",
+        )
+
+
+@dataclass
+class TrainConfig(ConfigBase):
+    """How to train: optimisation, schedule, evaluation, stopping, precision, seeds."""
+
+    max_steps: int = 1000
+    batch_size: int = 32
+    """Examples per step and per process (ignored when ``max_tokens`` is set)."""
+    max_tokens: int | None = None
+    """Token budget per step and per process: batches of similar lengths, padding included."""
+    grad_accum: int = 1
+    """Micro-batches accumulated per optimiser step."""
+    lr: float = 1e-3
+    schedule: str = "cosine"
+    warmup_steps: int = 100
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.01
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.98
+    adam_eps: float = 1e-9
+    label_smoothing: float = 0.0
+    grad_clip: float | None = 1.0
+    precision: str = "fp32"
+    """``bf16`` runs forward passes under bfloat16 autocast."""
+    eval_every: int = 200
+    eval_batches: int | None = None
+    """Cap on validation batches per evaluation (``None``: the whole split)."""
+    early_stop_patience: int | None = None
+    """Stop after this many evaluations without improvement of the task metric."""
+    log_every: int = 10
+    seed: int = 1337
+    threads: int | None = None
+    """CPU threads for PyTorch (``None``: its default)."""
+    tensorboard: bool = False
+
+    def __post_init__(self) -> None:
+        self._check_types()
+        _positive(self, "max_steps", "batch_size", "grad_accum", "lr", "eval_every", "log_every")
+        for name in ("max_tokens", "eval_batches", "early_stop_patience", "threads", "grad_clip"):
+            if getattr(self, name) is not None:
+                _positive(self, name)
+        _one_of(self, "schedule", SCHEDULES)
+        _one_of(self, "precision", PRECISIONS)
+        _require(self.warmup_steps >= 0, f"warmup_steps={self.warmup_steps} must be >= 0")
+        _require(self.weight_decay >= 0, f"weight_decay={self.weight_decay} must be >= 0")
+        _in_unit_interval(self, "adam_beta1", "adam_beta2", "label_smoothing", "min_lr_ratio")
+        _positive(self, "adam_eps")
+
+
+SECTIONS: dict[str, type[ConfigBase]] = {
+    "model": ModelConfig,
+    "data": DataConfig,
+    "train": TrainConfig,
+}
+
+
+@dataclass
+class Recipe:
+    """A whole run: the task, and its model, data and training sections.
+
+    Read from TOML (``task = "lm"`` and sections ``[model]``, ``[data]``, ``[train]``);
+    any key can be overridden with ``section.key=value`` strings (values in TOML syntax,
+    bare words taken as strings).
+    """
+
+    task: str
+    model: ModelConfig
+    data: DataConfig
+    train: TrainConfig
+
+    def __post_init__(self) -> None:
+        _one_of(self, "task", TASKS)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], overrides: typing.Sequence[str] = ()) -> Recipe:
+        values = {k: dict(v) if isinstance(v, dict) else v for k, v in values.items()}
+        for override in overrides:
+            _apply_override(values, override)
+        unknown = sorted(set(values) - {"task", *SECTIONS})
+        if unknown:
+            raise ValueError(
+                f"unknown recipe key(s): {', '.join(unknown)}; valid: task, {', '.join(SECTIONS)}"
+            )
+        if "task" not in values:
+            raise ValueError("the recipe names no task (task = one of " + ", ".join(TASKS) + ")")
+        sections = {}
+        for name, section in SECTIONS.items():
+            body = values.get(name, {})
+            if not isinstance(body, dict):
+                raise ValueError(f"[{name}] must be a table of settings")
+            try:
+                sections[name] = section.from_dict(body)
+            except ValueError as error:
+                raise ValueError(f"[{name}] {error}") from None
+        return cls(task=values["task"], **sections)
+
+    @classmethod
+    def load(cls, path: str | Path, overrides: typing.Sequence[str] = ()) -> Recipe:
+        """Read a TOML (or a run directory's JSON) recipe; errors name the file."""
+        path = Path(path)
+        text = path.read_text(encoding="utf-8")
+        try:
+            values = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
+        except (tomllib.TOMLDecodeError, json.JSONDecodeError) as error:
+            raise ValueError(f"{path}: {error}") from None
+        try:
+            return cls.from_dict(values, overrides)
+        except ValueError as error:
+            raise ValueError(f"{path}: {error}") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"task": self.task, **{name: getattr(self, name).to_dict() for name in SECTIONS}}
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
+
+
+def _apply_override(values: dict[str, Any], override: str) -> None:
+    """Set ``section.key=value`` in ``values`` (``task=...`` sets the task)."""
+    key, sep, raw = override.partition("=")
+    if not sep:
+        raise ValueError(f"override {override!r} must look like section.key=value")
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw  # a bare word: a string
+    key = key.strip()
+    if key == "task":
+        values["task"] = value
+        return
+    section, dot, name = key.partition(".")
+    if not dot or section not in SECTIONS:
+        raise ValueError(
+            f"override {override!r}: the key must be section.key with section one of "
+            f"{', '.join(SECTIONS)}"
+        )
+    values.setdefault(section, {})[name] = value

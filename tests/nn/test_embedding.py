@@ -73,3 +73,17 @@ def test_embedding_composes_tokens_and_positions() -> None:
     torch.testing.assert_close(embedding(ids), expected)
     with pytest.raises(ValueError, match="positional='rotary'"):
         Embedding(30, 8, positional="rotary")
+
+
+def test_segment_embeddings_are_added_per_token() -> None:
+    embedding = Embedding(30, 8, n_segments=2).eval()
+    ids, segments = torch.tensor([[4, 2, 9]]), torch.tensor([[0, 1, 1]])
+    expected = (
+        embedding.tokens.weight[ids] * math.sqrt(8)
+        + embedding.segments.weight[segments]
+        + sinusoidal_table(3, 8)
+    )
+    torch.testing.assert_close(embedding(ids, segments=segments), expected)
+    torch.testing.assert_close(embedding(ids), embedding(ids, segments=torch.zeros_like(ids)))
+    with pytest.raises(ValueError, match="without segments"):
+        Embedding(30, 8)(ids, segments=segments)

@@ -46,6 +46,7 @@ def embedding_for(config: ModelConfig, vocab_size: int) -> Embedding:
         dropout=config.dropout,
         positional=config.positional,
         scale=config.scale_embedding,
+        n_segments=config.type_vocab_size,
     )
 
 

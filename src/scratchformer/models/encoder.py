@@ -69,8 +69,11 @@ class EncoderModel(nn.Module):
         input_ids: Tensor,
         attention_mask: Tensor | None = None,
         need_weights: bool = False,
+        token_type_ids: Tensor | None = None,
     ) -> ModelOutput:
-        """``input_ids``: ``(batch, seq)``; ``attention_mask``: 1/True at real tokens."""
-        hidden, weights = self.encoder(self.embedding(input_ids), attention_mask, need_weights)
+        """``input_ids``: ``(batch, seq)``; ``attention_mask``: 1/True at real tokens;
+        ``token_type_ids``: segment ids (0 / 1) of a sentence pair."""
+        x = self.embedding(input_ids, segments=token_type_ids)
+        hidden, weights = self.encoder(x, attention_mask, need_weights)
         logits = None if self.head is None else self.head(hidden, attention_mask)
         return ModelOutput(logits, hidden, {"encoder": weights} if need_weights else None)

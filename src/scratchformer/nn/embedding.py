@@ -91,7 +91,11 @@ class LearnedPositionalEmbedding(nn.Module):
 
 
 class Embedding(nn.Module):
-    """Token embedding plus positional encoding, with dropout on the sum (paper sec. 5.4)."""
+    """Token embedding plus positional encoding, with dropout on the sum (paper sec. 5.4).
+
+    With ``n_segments > 0`` a learned segment embedding is added too (BERT's token types:
+    which sentence of a pair a token belongs to).
+    """
 
     def __init__(
         self,
@@ -101,9 +105,11 @@ class Embedding(nn.Module):
         dropout: float = 0.0,
         positional: str = "sinusoidal",
         scale: bool = True,
+        n_segments: int = 0,
     ) -> None:
         super().__init__()
         self.tokens = TokenEmbedding(vocab_size, d_model, scale=scale)
+        self.segments = TokenEmbedding(n_segments, d_model, scale=False) if n_segments else None
         if positional == "sinusoidal":
             self.positions: nn.Module = SinusoidalPositionalEncoding(d_model, max_len, dropout)
         elif positional == "learned":
@@ -111,5 +117,13 @@ class Embedding(nn.Module):
         else:
             raise ValueError(f"positional={positional!r} must be sinusoidal or learned")
 
-    def forward(self, ids: Tensor, positions: Tensor | None = None) -> Tensor:
-        return self.positions(self.tokens(ids), positions)
+    def forward(
+        self, ids: Tensor, positions: Tensor | None = None, segments: Tensor | None = None
+    ) -> Tensor:
+        """``ids``, ``positions`` and ``segments``: ``(batch, seq)``; no segments: all zero."""
+        x = self.tokens(ids)
+        if self.segments is not None:
+            x = x + (self.segments.weight[0] if segments is None else self.segments(segments))
+        elif segments is not None:
+            raise ValueError("segment ids given to an embedding without segments")
+        return self.positions(x, positions)
