@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -57,14 +58,49 @@ class Config:
 
 
 @dataclass(frozen=True)
+class Timing:
+    """Per-step times of one candidate, in milliseconds."""
+
+    samples_ms: list[float]
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.samples_ms)
+
+    @property
+    def spread(self) -> float:
+        """Interquartile range relative to the median: how noisy the samples are."""
+        q1, _, q3 = statistics.quantiles(self.samples_ms, n=4)
+        return (q3 - q1) / self.median_ms
+
+
+@dataclass(frozen=True)
 class Row:
     layer: str
     norm: str
-    ours_ms: float
-    torch_ms: float
-    ratio: float
-    target: float
-    meets_target: bool
+    ours: Timing
+    torch: Timing
+
+    @property
+    def ratio(self) -> float:
+        return self.ours.median_ms / self.torch.median_ms
+
+    @property
+    def meets_target(self) -> bool:
+        return self.ratio <= TARGET_RATIO
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "layer": self.layer,
+            "norm": self.norm,
+            "ours_ms": self.ours.median_ms,
+            "torch_ms": self.torch.median_ms,
+            "ratio": self.ratio,
+            "target": TARGET_RATIO,
+            "meets_target": self.meets_target,
+            "ours_samples_ms": self.ours.samples_ms,
+            "torch_samples_ms": self.torch.samples_ms,
+        }
 
 
 def parse_args() -> argparse.Namespace:
@@ -75,7 +111,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--length", type=int, default=64, help="source and target length")
     parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
     parser.add_argument("--json", type=Path, default=None, help="also write results here")
-    return parser.parse_args()
+    args = parser.parse_args()
+    if args.repeats < 3 or args.warmup < 0 or args.batch < 1 or args.length < 1 or args.threads < 1:
+        parser.error("need --repeats >= 3, --warmup >= 0 and positive --batch, --length, --threads")
+    return args
 
 
 def make_step(module: nn.Module, forward: Callable[[], Tensor], grad: Tensor) -> Step:
@@ -126,24 +165,24 @@ def decoder_steps(cfg: Config, norm_first: bool) -> tuple[Step, Step]:
     )
 
 
-def time_step(step: Step) -> float:
-    """Seconds taken by one call of ``step``."""
+def time_ms(step: Step) -> float:
+    """Milliseconds taken by one call of ``step``."""
     start = time.perf_counter()
     step()
-    return time.perf_counter() - start
+    return (time.perf_counter() - start) * 1e3
 
 
-def median_times(a: Step, b: Step, warmup: int, repeats: int) -> tuple[float, float]:
-    """Median seconds per step of ``a`` and ``b``, run alternately after a warm-up."""
+def interleaved_timings(a: Step, b: Step, warmup: int, repeats: int) -> tuple[Timing, Timing]:
+    """Per-step times of ``a`` and ``b``, run alternately (A, B, A, B...) after a warm-up."""
     for _ in range(warmup):
         a()
         b()
     gc.collect()
     times_a, times_b = [], []
     for _ in range(repeats):
-        times_a.append(time_step(a))
-        times_b.append(time_step(b))
-    return statistics.median(times_a), statistics.median(times_b)
+        times_a.append(time_ms(a))
+        times_b.append(time_ms(b))
+    return Timing(times_a), Timing(times_b)
 
 
 def run_case(
@@ -151,17 +190,8 @@ def run_case(
 ) -> Row:
     torch.manual_seed(0)
     ours, theirs = build(cfg, norm_first)
-    ours_s, torch_s = median_times(ours, theirs, cfg.warmup, cfg.repeats)
-    ratio = ours_s / torch_s
-    return Row(
-        layer=layer,
-        norm="pre-LN" if norm_first else "post-LN",
-        ours_ms=ours_s * 1e3,
-        torch_ms=torch_s * 1e3,
-        ratio=ratio,
-        target=TARGET_RATIO,
-        meets_target=ratio <= TARGET_RATIO,
-    )
+    ours_timing, torch_timing = interleaved_timings(ours, theirs, cfg.warmup, cfg.repeats)
+    return Row(layer, "pre-LN" if norm_first else "post-LN", ours_timing, torch_timing)
 
 
 def print_header(cfg: Config) -> None:
@@ -171,16 +201,26 @@ def print_header(cfg: Config) -> None:
         f"(attention too), batch {cfg.batch}, length {cfg.length} (decoder: target and memory, "
         f"causal self-attention), batch_first"
     )
-    print(f"forward+backward per step; warm-up {cfg.warmup}, median of {cfg.repeats} interleaved")
+    print(
+        f"forward+backward per step; warm-up {cfg.warmup}, median of {cfg.repeats} interleaved; "
+        "spread = interquartile range / median of the noisier candidate"
+    )
+    load = os.getloadavg()[0]
+    if load > 0.5:
+        print(f"warning: load average {load:.2f} before the start; other work competes for the CPU")
     print()
-    print(f"{'layer':<8} {'norm':<8} {'ours ms':>9} {'torch ms':>9} {'ours/torch':>11}  target")
+    print(
+        f"{'layer':<8} {'norm':<8} {'ours ms':>9} {'torch ms':>9} {'ours/torch':>11}  "
+        f"{'target':<8} {'':<6} {'spread':>6}"
+    )
 
 
 def print_row(row: Row) -> None:
     verdict = "ok" if row.meets_target else "SLOWER"
+    spread = max(row.ours.spread, row.torch.spread)
     print(
-        f"{row.layer:<8} {row.norm:<8} {row.ours_ms:>9.2f} {row.torch_ms:>9.2f} "
-        f"{row.ratio:>10.3f}x  <= {row.target:.2f}x {verdict}"
+        f"{row.layer:<8} {row.norm:<8} {row.ours.median_ms:>9.2f} {row.torch.median_ms:>9.2f} "
+        f"{row.ratio:>10.3f}x  <= {TARGET_RATIO:.2f}x {verdict:<6} {spread:>6.1%}"
     )
 
 
@@ -189,7 +229,7 @@ def write_json(path: Path, cfg: Config, rows: list[Row]) -> None:
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "config": asdict(cfg),
-        "rows": [asdict(row) for row in rows],
+        "rows": [row.to_json() for row in rows],
     }
     path.write_text(json.dumps(result, indent=2) + "\n")
 

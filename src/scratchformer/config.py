@@ -395,8 +395,11 @@ class Recipe:
     def to_dict(self) -> dict[str, Any]:
         return {"task": self.task, **{name: getattr(self, name).to_dict() for name in SECTIONS}}
 
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2) + "\n"
+
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
+        Path(path).write_text(self.to_json(), encoding="utf-8")
 
 
 def _apply_override(values: dict[str, Any], override: str) -> None:

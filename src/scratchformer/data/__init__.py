@@ -1,0 +1,48 @@
+"""Datasets and their files: readers that name the file and line of any error, and a
+registry that finds named datasets without a network. Knows nothing of models."""
+
+from .readers import (
+    DataError,
+    LabeledText,
+    TaggedSentence,
+    read_conll,
+    read_lines,
+    read_parallel,
+    read_text,
+    read_tsv,
+)
+from .registry import (
+    DATASETS,
+    DatasetNotFoundError,
+    DatasetSpec,
+    conll_examples,
+    dataset_file,
+    dataset_spec,
+    find_dataset,
+    parallel_examples,
+    shakespeare_text,
+    sst2_examples,
+    stsb_examples,
+)
+
+__all__ = [
+    "DATASETS",
+    "DataError",
+    "DatasetNotFoundError",
+    "DatasetSpec",
+    "LabeledText",
+    "TaggedSentence",
+    "conll_examples",
+    "dataset_file",
+    "dataset_spec",
+    "find_dataset",
+    "parallel_examples",
+    "read_conll",
+    "read_lines",
+    "read_parallel",
+    "read_text",
+    "read_tsv",
+    "shakespeare_text",
+    "sst2_examples",
+    "stsb_examples",
+]

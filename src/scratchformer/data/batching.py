@@ -1,0 +1,246 @@
+"""Batches: padding, length-bucketed token-budget batches, sharding, and LM blocks.
+
+Batch plans are lists of example indices, computed up front from the lengths, so an epoch
+is fully determined by ``(seed, epoch)``: the same plan on every run and every rank.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TypeVar
+
+import numpy as np
+import torch
+from numpy.typing import ArrayLike, DTypeLike
+from torch import Tensor
+
+T = TypeVar("T")
+
+
+def pad_batch(
+    sequences: Sequence[Sequence[int]],
+    pad_id: int,
+    *,
+    max_len: int | None = None,
+    left: bool = False,
+) -> tuple[Tensor, Tensor]:
+    """Stack token id sequences into ``(batch, len)`` ids and a mask (True = real token).
+
+    The batch is as long as its longest sequence. ``left`` pads on the left (batched
+    generation wants prompts to end together). ``max_len`` cuts longer sequences on the
+    padded side: the first ``max_len`` tokens are kept, or with ``left`` the last ones.
+    """
+    rows = [list(seq) for seq in sequences]
+    if max_len is not None:
+        rows = [row[max(len(row) - max_len, 0) :] if left else row[:max_len] for row in rows]
+    length = max((len(row) for row in rows), default=0)
+    ids = torch.full((len(rows), length), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), length), dtype=torch.bool)
+    for i, row in enumerate(rows):
+        span = slice(length - len(row), length) if left else slice(0, len(row))
+        ids[i, span] = torch.tensor(row, dtype=torch.long)
+        mask[i, span] = True
+    return ids, mask
+
+
+def _rng(seed: int, epoch: int) -> np.random.Generator:
+    return np.random.default_rng([seed, epoch])
+
+
+def token_budget_batches(
+    lengths: Sequence[int] | np.ndarray,
+    max_tokens: int,
+    *,
+    shuffle: bool = True,
+    seed: int = 0,
+    epoch: int = 0,
+    max_sentences: int | None = None,
+) -> list[list[int]]:
+    """Group example indices of similar length into batches of at most ``max_tokens``.
+
+    A batch's cost is ``len(batch) * longest`` (its padded size), and never exceeds
+    ``max_tokens``; ``max_sentences`` also caps the examples a batch holds. Examples are
+    sorted by length, equal lengths in a random order, cut greedily into batches, and the
+    batches are shuffled. Every index appears exactly once; the result is fixed by
+    ``(seed, epoch)``. Without ``shuffle`` the batches go from shortest to longest (for
+    evaluation). An example longer than ``max_tokens`` raises ``ValueError``: it fits in no
+    batch, so filter or truncate long examples first, or raise the budget.
+    """
+    if max_sentences is not None and max_sentences < 1:
+        raise ValueError(f"max_sentences={max_sentences} must be a positive integer")
+    lengths = np.asarray(lengths, dtype=np.int64)
+    too_long = np.flatnonzero(lengths > max_tokens)
+    if too_long.size:
+        i = int(too_long[0])
+        raise ValueError(
+            f"example {i} has {lengths[i]} tokens, more than max_tokens={max_tokens} "
+            f"({too_long.size} such example(s)); filter or truncate them, or raise max_tokens"
+        )
+    rng = _rng(seed, epoch)
+    order = rng.permutation(len(lengths)) if shuffle else np.arange(len(lengths))
+    order = order[np.argsort(lengths[order], kind="stable")]
+    cap = len(lengths) if max_sentences is None else max_sentences
+    batches: list[list[int]] = []
+    batch: list[int] = []
+    for index in order.tolist():
+        # sorted ascending, so this example is the longest of the batch it joins
+        if batch and ((len(batch) + 1) * lengths[index] > max_tokens or len(batch) == cap):
+            batches.append(batch)
+            batch = []
+        batch.append(index)
+    if batch:
+        batches.append(batch)
+    if shuffle:
+        batches = [batches[i] for i in rng.permutation(len(batches))]
+    return batches
+
+
+def fixed_size_batches(
+    n: int,
+    batch_size: int,
+    *,
+    shuffle: bool = True,
+    seed: int = 0,
+    epoch: int = 0,
+    drop_last: bool = False,
+) -> list[list[int]]:
+    """Indices ``0 .. n-1`` in batches of ``batch_size`` (shuffled by ``(seed, epoch)``)."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size={batch_size} must be a positive integer")
+    order = _rng(seed, epoch).permutation(n) if shuffle else np.arange(n)
+    stop = n - n % batch_size if drop_last else n
+    return [order[i : i + batch_size].tolist() for i in range(0, stop, batch_size)]
+
+
+def shard(batches: Sequence[T], rank: int, world_size: int) -> list[T]:
+    """The batches of one rank: every ``world_size``-th, starting at ``rank``.
+
+    All ranks get the same number of batches, so they step in lockstep (a DDP all-reduce
+    waits for every rank): the last ``len(batches) % world_size`` batches are dropped.
+    Give every rank the same plan (same seed and epoch) and the shards are disjoint;
+    shuffled plans drop different batches each epoch.
+    """
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank={rank} must be in [0, world_size={world_size})")
+    if len(batches) < world_size:
+        raise ValueError(f"{len(batches)} batches cannot be shared by {world_size} ranks")
+    usable = len(batches) - len(batches) % world_size
+    return list(batches[rank:usable:world_size])
+
+
+def padding_fraction(
+    batches: Sequence[Sequence[int]], lengths: Sequence[int] | np.ndarray
+) -> float:
+    """Fraction of the padded positions of ``batches`` that are padding (0 = none wasted)."""
+    lengths = np.asarray(lengths)
+    real = padded = 0
+    for batch in batches:
+        sizes = lengths[list(batch)]
+        real += int(sizes.sum())
+        padded += len(batch) * int(sizes.max(initial=0))
+    return 1.0 - real / padded if padded else 0.0
+
+
+# Language-model blocks ----------------------------------------------------------------------
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    """The smallest dtype for a token file: uint16 below 65536 ids, else uint32."""
+    return np.dtype(np.uint16 if vocab_size < 2**16 else np.uint32)
+
+
+class TokenStream:
+    """One long 1-D array of token ids (a corpus, documents joined), in memory or mapped.
+
+    ``write`` saves ids as a raw ``.bin`` file (as nanoGPT does) and ``open`` maps one
+    without reading it, so a corpus larger than memory works. The file has no header: the
+    reader must know the dtype (use :func:`token_dtype` of the tokenizer's vocab size).
+    """
+
+    def __init__(self, ids: ArrayLike) -> None:
+        ids = ids if isinstance(ids, np.ndarray) else np.asarray(ids, dtype=np.int64)
+        if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
+            raise ValueError(f"token ids must be a 1-D integer array, got {ids.dtype} {ids.shape}")
+        self.ids = ids
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @classmethod
+    def write(cls, ids: ArrayLike, path: str | Path, dtype: DTypeLike) -> TokenStream:
+        """Write ``ids`` to ``path`` atomically (temp file, fsync, rename); return it mapped."""
+        path, dtype = Path(path), np.dtype(dtype)
+        ids = np.asarray(ids)
+        info = np.iinfo(dtype)
+        if ids.size and (ids.min() < info.min or ids.max() > info.max):
+            raise ValueError(f"token ids {ids.min()}..{ids.max()} do not fit in {dtype}")
+        temp = path.with_name(path.name + ".tmp")
+        with open(temp, "wb") as file:
+            ids.astype(dtype).tofile(file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temp, path)
+        return cls.open(path, dtype)
+
+    @classmethod
+    def open(cls, path: str | Path, dtype: DTypeLike) -> TokenStream:
+        """Memory-map a ``.bin`` file written by :meth:`write` (read-only)."""
+        path, dtype = Path(path), np.dtype(dtype)
+        if not path.is_file():
+            raise FileNotFoundError(f"token file not found: {path}")
+        size = path.stat().st_size
+        if size % dtype.itemsize:
+            raise ValueError(f"{path} has {size} bytes, not a whole number of {dtype} ids")
+        if size == 0:
+            return cls(np.zeros(0, dtype=dtype))
+        return cls(np.memmap(path, dtype=dtype, mode="r"))
+
+
+def lm_batch(
+    stream: TokenStream,
+    batch_size: int,
+    block_size: int,
+    generator: torch.Generator | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Random windows for LM training: ``x = ids[i : i+block]``, ``y = ids[i+1 : i+1+block]``.
+
+    Start positions are drawn uniformly (with ``generator``, reproducibly), as in nanoGPT's
+    ``get_batch``; both tensors are ``(batch_size, block_size)`` int64.
+    """
+    if len(stream) <= block_size:
+        raise ValueError(
+            f"a stream of {len(stream)} tokens is too short for block_size={block_size}"
+        )
+    starts = torch.randint(len(stream) - block_size, (batch_size,), generator=generator)
+    windows = stream.ids[starts.numpy()[:, None] + np.arange(block_size + 1)]
+    return _split_windows(windows)
+
+
+def lm_eval_blocks(
+    stream: TokenStream, batch_size: int, block_size: int
+) -> Iterator[tuple[Tensor, Tensor]]:
+    """Non-overlapping ``(x, y)`` blocks in order, so every token after the first is a
+    target exactly once (an exact perplexity over the whole stream).
+
+    Full blocks come ``batch_size`` at a time (the last such batch may be smaller); a final
+    shorter block, if any, comes alone as a ``(1, rest)`` batch. Weight per-batch mean
+    losses by ``y.numel()``.
+    """
+    ids = stream.ids
+    targets = max(len(ids) - 1, 0)
+    full = targets // block_size
+    for first in range(0, full, batch_size):
+        blocks = range(first, min(first + batch_size, full))
+        index = np.array(blocks)[:, None] * block_size + np.arange(block_size + 1)
+        yield _split_windows(ids[index])
+    if targets > full * block_size:
+        yield _split_windows(ids[None, full * block_size :])
+
+
+def _split_windows(windows: np.ndarray) -> tuple[Tensor, Tensor]:
+    """``(x, y)`` from ``(batch, block + 1)`` windows, as separate int64 tensors (so that
+    masking targets in place cannot touch the inputs)."""
+    windows = torch.from_numpy(windows.astype(np.int64))
+    return windows[:, :-1].contiguous(), windows[:, 1:].contiguous()

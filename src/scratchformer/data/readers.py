@@ -1,0 +1,199 @@
+"""Readers for plain text, parallel text, TSV and CoNLL files.
+
+Files are UTF-8 (a leading byte-order mark is dropped), plain or gzip (``.gz``); CRLF line
+endings are read as LF. Every malformed input raises :class:`DataError` with a message that
+starts with ``file:line:``, so a user can open the file at the line at fault.
+"""
+
+from __future__ import annotations
+
+import codecs
+import gzip
+import math
+import re
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+DOCSTART = "-DOCSTART-"
+
+
+class DataError(ValueError):
+    """Malformed data. The message starts with ``path:line: `` (``path: `` when no single
+    line is at fault, e.g. an empty file)."""
+
+    @classmethod
+    def at(cls, path: str | Path, line: int | None, message: str) -> DataError:
+        """The error for ``path`` at 1-based ``line`` (``None``: the whole file)."""
+        where = str(path) if line is None else f"{path}:{line}"
+        return cls(f"{where}: {message}")
+
+
+@dataclass(frozen=True)
+class LabeledText:
+    """One sentence or a sentence pair with its label (a class name or a float)."""
+
+    texts: tuple[str, ...]
+    label: str | float
+    line: int
+
+
+@dataclass(frozen=True)
+class TaggedSentence:
+    """Tokens with one tag each; ``line`` is the line of the first token."""
+
+    tokens: tuple[str, ...]
+    tags: tuple[str, ...]
+    line: int
+
+
+def read_text(path: str | Path) -> str:
+    """The whole file, newlines kept (CRLF becomes LF): a language-modelling corpus."""
+    path = Path(path)
+    data = _read_bytes(path).removeprefix(codecs.BOM_UTF8)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        byte = data[err.start]
+        raise DataError.at(path, line, f"not valid UTF-8 (byte 0x{byte:02x})") from None
+    if not text.strip():
+        raise DataError.at(path, None, "empty file")
+    return text.replace("\r\n", "\n")
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """One item per line, without the line ending."""
+    lines = read_text(path).split("\n")
+    if lines[-1] == "":  # the file ends with a newline
+        lines.pop()
+    return lines
+
+
+def read_parallel(source_path: str | Path, target_path: str | Path) -> list[tuple[str, str]]:
+    """``(source, target)`` pairs: line i of one file is the translation of line i of the other."""
+    sources, targets = read_lines(source_path), read_lines(target_path)
+    if len(sources) != len(targets):
+        (short, n_short), (long, n_long) = sorted(
+            [(source_path, len(sources)), (target_path, len(targets))], key=lambda pair: pair[1]
+        )
+        raise DataError.at(
+            long,
+            n_short + 1,
+            f"no matching line in {short}, which ends at line {n_short} "
+            f"({long} has {n_long} lines, {short} has {n_short})",
+        )
+    return list(zip(sources, targets, strict=True))
+
+
+def read_tsv(
+    path: str | Path,
+    text_columns: str | int | Sequence[str | int],
+    label_column: str | int,
+    header: bool,
+    labels: Sequence[str] | None = None,
+    regression: bool = False,
+) -> list[LabeledText]:
+    """Labelled sentences (one text column) or sentence pairs (two) from a tab-separated file.
+
+    Columns are chosen by header name (needs ``header=True``) or by 0-based index. The file
+    is read literally: no CSV quoting, since sentences contain quote characters. Empty lines
+    are skipped. ``labels`` restricts class labels to a set; ``regression=True`` parses the
+    label as a float instead.
+    """
+    path = Path(path)
+    columns = (text_columns,) if isinstance(text_columns, (str, int)) else tuple(text_columns)
+    if not 1 <= len(columns) <= 2:
+        raise ValueError(f"text_columns={text_columns!r}: give one or two columns")
+    if labels is not None and regression:
+        raise ValueError("labels are for classification; regression=True takes float labels")
+    allowed = None if labels is None else tuple(labels)
+    rows = [(n, line.split("\t")) for n, line in enumerate(read_lines(path), 1) if line]
+    first_line, first_fields = rows[0]
+    names = first_fields if header else None
+    rows = rows[1:] if header else rows
+    if not rows:
+        raise DataError.at(path, None, "no data rows after the header")
+    width = len(first_fields)
+    texts = [_column(path, first_line, c, names, width) for c in columns]
+    label = _column(path, first_line, label_column, names, width)
+
+    examples = []
+    for n, fields in rows:
+        if len(fields) != width:
+            raise DataError.at(path, n, f"expected {width} columns, found {len(fields)}")
+        value: str | float = fields[label]
+        if regression:
+            value = _number(path, n, fields[label])
+        elif allowed is not None and value not in allowed:
+            choices = ", ".join(repr(x) for x in allowed)
+            raise DataError.at(path, n, f"label {value!r} is not one of {choices}")
+        examples.append(LabeledText(tuple(fields[c] for c in texts), value, n))
+    return examples
+
+
+def read_conll(path: str | Path) -> list[TaggedSentence]:
+    """Sentences from a CoNLL file: ``token tag`` a line, a blank line between sentences.
+
+    With more than two columns the token is the first and the tag the last; ``-DOCSTART-``
+    lines are skipped. Tags are not checked here: the caller knows the tag set.
+    """
+    path = Path(path)
+    sentences: list[TaggedSentence] = []
+    tokens: list[str] = []
+    tags: list[str] = []
+    first = 0
+    for n, line in enumerate([*read_lines(path), ""], 1):  # "" closes the last sentence
+        fields = re.split(r"[ \t]+", line.strip(" \t"))  # not str.split: tokens may hold U+00A0
+        if fields == [""]:
+            if tokens:
+                sentences.append(TaggedSentence(tuple(tokens), tuple(tags), first))
+                tokens, tags = [], []
+        elif fields[0] == DOCSTART:
+            continue
+        elif len(fields) < 2:
+            raise DataError.at(path, n, f"expected 'token tag', found {line!r} (no tag)")
+        else:
+            if not tokens:
+                first = n
+            tokens.append(fields[0])
+            tags.append(fields[-1])
+    if not sentences:
+        raise DataError.at(path, None, "no sentences")
+    return sentences
+
+
+def _read_bytes(path: Path) -> bytes:
+    """The file's bytes, decompressed when its name ends in ``.gz``."""
+    data = path.read_bytes()
+    if path.suffix != ".gz":
+        return data
+    try:
+        return gzip.decompress(data)
+    except (OSError, EOFError, zlib.error) as err:
+        raise DataError.at(path, None, f"not a valid gzip file ({err})") from None
+
+
+def _column(path: Path, line: int, column: str | int, names: list[str] | None, width: int) -> int:
+    """The 0-based index of ``column`` (a header name or an index) in rows of ``width``."""
+    if isinstance(column, str):
+        if names is None:
+            raise ValueError(f"column {column!r} is chosen by name, which needs header=True")
+        if column not in names:
+            raise DataError.at(path, line, f"no column {column!r}; the header has {names}")
+        return names.index(column)
+    if not 0 <= column < width:
+        raise DataError.at(path, line, f"column {column} is out of range: there are {width}")
+    return column
+
+
+def _number(path: Path, line: int, text: str) -> float:
+    """A regression target: a finite float."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise DataError.at(path, line, f"label {text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise DataError.at(path, line, f"label {text!r} is not a finite number")
+    return value

@@ -1,0 +1,286 @@
+"""Named datasets: which files they have, where to find them, how to fetch them.
+
+A dataset's directory is, in order: the path the caller gives; ``$SCRATCHFORMER_DATA/<name>/``;
+the user cache ``$XDG_CACHE_HOME/scratchformer/<name>/`` (default ``~/.cache``); else its
+files are downloaded into the cache and their sha256 checked. A directory counts only if it
+holds the files needed. Offline with nothing found, one :class:`DatasetNotFoundError` says
+where it looked and to set ``SCRATCHFORMER_DATA``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.request import urlopen
+
+from .readers import (
+    DataError,
+    LabeledText,
+    TaggedSentence,
+    read_conll,
+    read_parallel,
+    read_text,
+    read_tsv,
+)
+
+ENV_VAR = "SCRATCHFORMER_DATA"
+DOWNLOAD_TIMEOUT = 60.0
+"""Seconds without an answer from the server before a download gives up."""
+SHAKESPEARE_TRAIN_FRACTION = 0.9
+"""nanoGPT's split of tiny shakespeare: the first 90% of the characters train, the rest val."""
+
+NO_URL = "no single canonical URL serves these exact files, so they are not downloaded"
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """A dataset: its splits, file names, download URLs and checksums.
+
+    A split's file name is ``pattern`` formatted with ``split`` (and ``lang`` for a
+    multilingual dataset); ``url`` is formatted with ``file``, or ``None`` when the files
+    cannot be downloaded. ``sha256`` maps every file of the dataset to its checksum.
+    """
+
+    name: str
+    description: str
+    splits: tuple[str, ...]
+    pattern: str
+    sha256: dict[str, str]
+    url: str | None = None
+    languages: tuple[str, ...] = ()
+
+    def file_name(self, split: str, lang: str | None = None) -> str:
+        """The name of the file of ``split`` (in language ``lang``)."""
+        _check(f"{self.name} split", split, self.splits)
+        if self.languages:
+            _check(f"{self.name} language", lang, self.languages)
+        elif lang is not None:
+            raise ValueError(f"{self.name} has one language; got lang={lang!r}")
+        return self.pattern.format(split=split, lang=lang)
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        return tuple(self.sha256)
+
+    def file_url(self, file: str) -> str | None:
+        return None if self.url is None else self.url.format(file=file)
+
+
+DATASETS: dict[str, DatasetSpec] = {
+    spec.name: spec
+    for spec in [
+        DatasetSpec(
+            name="tinyshakespeare",
+            description="Tiny Shakespeare (karpathy/char-rnn), 1.1M characters for language "
+            "modelling; split 90/10 train/val by characters as nanoGPT does.",
+            splits=("train", "val"),
+            pattern="input.txt",
+            sha256={
+                "input.txt": "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
+            },
+            url="https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",
+        ),
+        DatasetSpec(
+            name="multi30k",
+            description="Multi30k task 1 (WMT16 multimodal): image captions in German, "
+            "English and French, line i of each language a translation of the others; "
+            "raw, gzip.",
+            splits=("train", "val", "test_2016_flickr"),
+            pattern="{split}.{lang}.gz",
+            languages=("de", "en", "fr"),
+            sha256={
+                "train.de.gz": "726e39b2fa9eb9ffb6dc763fb35a179f80fae06ffc5d28b6ace5faa883de28a6",
+                "train.en.gz": "d79cfa999dd4c51d2cb42499b6796d5a882c3a8a961923c25a898c90f8bbd56f",
+                "train.fr.gz": "622e75069e9f4c577425c4f277116ce66e63a2401c0a2312d90073cb12379a3c",
+                "val.de.gz": "f0cba2f995189cf5770f29a8a9a537a3ad3f51657ad873405082ff6863a5e75a",
+                "val.en.gz": "14f7d25ddd868909a9213e361768460edcacdd6ab9d1e77b92560dc10c10dc28",
+                "val.fr.gz": "ca3106f1a72390591d25f6c45cb4cd39dec4cd3f123e099748a3ce5256c160e9",
+                "test_2016_flickr.de.gz": (
+                    "9204244e408ccb38d2a55cfcd344df15005fc42a07a6e55ca6c52b6ababb8cc8"
+                ),
+                "test_2016_flickr.en.gz": (
+                    "611d361c6334bc7246101d48097c13cf5c4413c5befc793cc629934359d532d9"
+                ),
+                "test_2016_flickr.fr.gz": (
+                    "6d326e188d259fb1d04ac19eae3af956559b3a0b93d7635e56c90987c40c8b90"
+                ),
+            },
+            url="https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/{file}",
+        ),
+        DatasetSpec(
+            name="sst2",
+            description="GLUE SST-2 binary sentiment (label 0 negative, 1 positive), "
+            f"tab-separated with a header; {NO_URL}.",
+            splits=("train", "dev"),
+            pattern="{split}.tsv",
+            sha256={
+                "train.tsv": "e981ceb4fe6c9acd1c79851d0d091b9e78103f1f2a399ca83dda27915d41c56c",
+                "dev.tsv": "84207e6be5873fb18db798cc6faec86871f5a426554650ff64a1c34e87665f6f",
+            },
+        ),
+        DatasetSpec(
+            name="conll2003",
+            description="CoNLL-2003 English named entities, BIO tags over PER, ORG, LOC, "
+            f"MISC; {NO_URL}.",
+            splits=("train", "dev"),
+            pattern="{split}.txt",
+            sha256={
+                "train.txt": "ba02e7c06b2ce141883017efa0780612e0e9377f239321a1cbfd13d846a7c3e6",
+                "dev.txt": "308f1f2e66df39b18f95870cef6d2b7cb16f8eb994f6b848d3172895b2af1def",
+            },
+        ),
+        DatasetSpec(
+            name="stsb",
+            description="STS benchmark (GLUE STS-B) sentence-pair similarity 0-5, both splits "
+            f"from GLUE's training set, no header; {NO_URL}.",
+            splits=("train", "dev"),
+            pattern="{split}.tsv",
+            sha256={
+                "train.tsv": "e95ea1ca550f48383b106770c0dadc7dcb2c14a046f1ca0b6ba4d27d7e0fbb10",
+                "dev.tsv": "5ff3d66a07bb2040c573b532f953dc514524e193a27b9be0a6f5622f7bec4eb5",
+            },
+        ),
+    ]
+}
+
+
+class DatasetNotFoundError(FileNotFoundError):
+    """A dataset is in none of the places looked at, and could not be downloaded."""
+
+
+def dataset_spec(name: str) -> DatasetSpec:
+    _check("dataset", name, tuple(DATASETS))
+    return DATASETS[name]
+
+
+def find_dataset(name: str, root: str | Path | None = None) -> Path:
+    """The directory holding all files of dataset ``name``."""
+    spec = dataset_spec(name)
+    return _resolve(spec, spec.files, root)
+
+
+def dataset_file(
+    name: str, split: str, *, lang: str | None = None, root: str | Path | None = None
+) -> Path:
+    """The file of ``split`` (in language ``lang``) of dataset ``name``."""
+    spec = dataset_spec(name)
+    file = spec.file_name(split, lang)
+    return _resolve(spec, (file,), root) / file
+
+
+def shakespeare_text(split: str, root: str | Path | None = None) -> str:
+    """The ``train`` (first 90% of characters) or ``val`` (the rest) text of tiny shakespeare."""
+    text = read_text(dataset_file("tinyshakespeare", split, root=root))
+    cut = int(len(text) * SHAKESPEARE_TRAIN_FRACTION)
+    return text[:cut] if split == "train" else text[cut:]
+
+
+def parallel_examples(
+    pair: str, split: str, root: str | Path | None = None
+) -> list[tuple[str, str]]:
+    """Multi30k ``(source, target)`` sentences; ``pair`` is ``source-target``, e.g. ``de-en``."""
+    languages = DATASETS["multi30k"].languages
+    pairs = tuple(f"{s}-{t}" for s in languages for t in languages if s != t)
+    _check("language pair", pair, pairs)
+    source, target = pair.split("-")
+    return read_parallel(
+        dataset_file("multi30k", split, lang=source, root=root),
+        dataset_file("multi30k", split, lang=target, root=root),
+    )
+
+
+def sst2_examples(split: str, root: str | Path | None = None) -> list[LabeledText]:
+    """SST-2 sentences with labels ``'0'`` (negative) or ``'1'`` (positive)."""
+    path = dataset_file("sst2", split, root=root)
+    # by index: the sentence column is "sentence" in train.tsv but "content" in dev.tsv
+    return read_tsv(path, 1, 0, header=True, labels=("0", "1"))
+
+
+def stsb_examples(split: str, root: str | Path | None = None) -> list[LabeledText]:
+    """STS-B sentence pairs with their similarity score (a float, 0 to 5)."""
+    path = dataset_file("stsb", split, root=root)
+    return read_tsv(path, (7, 8), 9, header=False, regression=True)
+
+
+def conll_examples(split: str, root: str | Path | None = None) -> list[TaggedSentence]:
+    """CoNLL-2003 sentences with their BIO entity tags."""
+    return read_conll(dataset_file("conll2003", split, root=root))
+
+
+def cache_dir() -> Path:
+    """Where downloaded datasets live: ``$XDG_CACHE_HOME/scratchformer`` or ``~/.cache/...``."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "scratchformer"
+
+
+def _resolve(spec: DatasetSpec, files: tuple[str, ...], root: str | Path | None) -> Path:
+    """The first directory holding ``files``, downloading them into the cache if need be."""
+    if root is not None:
+        root = Path(root).expanduser()
+        for directory in (root, root / spec.name):
+            if _has(directory, files):
+                return directory
+        raise DatasetNotFoundError(
+            f"dataset {spec.name!r} is not in {root} (nor {root / spec.name}): "
+            f"missing {', '.join(files)}"
+        )
+    looked = []
+    env = os.environ.get(ENV_VAR)
+    if env:
+        directory = Path(env).expanduser() / spec.name
+        if _has(directory, files):
+            return directory
+        looked.append(f"{directory} (${ENV_VAR})")
+    else:
+        looked.append(f"${ENV_VAR} (not set)")
+    cache = cache_dir() / spec.name
+    if _has(cache, files):
+        return cache
+    looked.append(f"{cache} (cache)")
+    try:
+        for file in files:
+            if not (cache / file).is_file():
+                _download(spec, file, cache / file)
+    except OSError as err:  # URLError and timeouts are OSErrors
+        raise DatasetNotFoundError(
+            f"dataset {spec.name!r} not found: looked in {', '.join(looked)} for "
+            f"{', '.join(files)}; could not download it ({err}). Set {ENV_VAR} to the "
+            f"directory that holds {spec.name}/"
+        ) from err
+    return cache
+
+
+def _has(directory: Path, files: tuple[str, ...]) -> bool:
+    return all((directory / file).is_file() for file in files)
+
+
+def _download(spec: DatasetSpec, file: str, destination: Path) -> None:
+    """Fetch ``file`` into ``destination`` through a temporary file; check its sha256."""
+    url = spec.file_url(file)
+    if url is None:
+        raise FileNotFoundError(f"{spec.name}: {NO_URL}")
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(dir=destination.parent, prefix=f".{file}.", suffix=".part")
+    try:
+        digest = hashlib.sha256()
+        with os.fdopen(fd, "wb") as out, urlopen(url, timeout=DOWNLOAD_TIMEOUT) as response:
+            for chunk in iter(lambda: response.read(1 << 20), b""):
+                digest.update(chunk)
+                out.write(chunk)
+        if digest.hexdigest() != spec.sha256[file]:
+            raise DataError.at(
+                destination,
+                None,
+                f"the download from {url} has sha256 {digest.hexdigest()}, expected "
+                f"{spec.sha256[file]}; it was deleted",
+            )
+        os.replace(temp, destination)
+    finally:
+        Path(temp).unlink(missing_ok=True)
+
+
+def _check(what: str, value: str | None, valid: tuple[str, ...]) -> None:
+    if value not in valid:
+        raise ValueError(f"unknown {what} {value!r}; expected one of {', '.join(valid)}")

@@ -1,0 +1,394 @@
+"""Char, byte-level BPE and WordPiece tokenizers on Hugging Face ``tokenizers``.
+
+A :class:`Tokenizer` wraps a ``tokenizers.Tokenizer`` and knows the roles of its special
+tokens (pad, unk, bos, eos, cls, sep, mask). Roles are the fixed strings of
+:data:`SPECIAL_TOKENS`, so a saved ``tokenizer.json`` is the library's own format and
+loading it recovers the roles. Specials are only ever inserted by this class
+(``add_bos``, :meth:`Tokenizer.encode_pair`): the text ``"<s>"`` in the input is encoded
+as ordinary text, never as the bos token.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from tokenizers import Tokenizer as _Backend
+from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
+
+SPECIAL_TOKENS = {
+    "pad": "<pad>",
+    "unk": "<unk>",
+    "bos": "<s>",
+    "eos": "</s>",
+    "cls": "[CLS]",
+    "sep": "[SEP]",
+    "mask": "[MASK]",
+}
+"""Role -> token string. Trained tokenizers give specials the first ids, in this order."""
+
+KINDS = ("char", "bpe", "wordpiece")
+_PREFIX = "##"  # WordPiece's mark of a sub-word that continues a word
+
+_PARALLELISM = "TOKENIZERS_PARALLELISM"
+
+
+class Tokenizer:
+    """Text <-> token ids, with named special tokens.
+
+    Build one with :meth:`train` or :meth:`load`; wrapping any ``tokenizers.Tokenizer``
+    also works, and its specials whose strings are in :data:`SPECIAL_TOKENS` get roles.
+    """
+
+    def __init__(self, backend: _Backend) -> None:
+        backend.encode_special_tokens = True  # specials in raw text are plain text
+        self._backend = backend
+        specials = {t.content for t in backend.get_added_tokens_decoder().values() if t.special}
+        self._ids = {
+            role: backend.token_to_id(token)
+            for role, token in SPECIAL_TOKENS.items()
+            if token in specials
+        }
+
+    # Construction ------------------------------------------------------------------------
+
+    @classmethod
+    def train(
+        cls,
+        kind: str,
+        texts: Iterable[str],
+        vocab_size: int,
+        specials: Iterable[str],
+        *,
+        lowercase: bool = False,
+    ) -> Tokenizer:
+        """Train a tokenizer of ``kind`` on ``texts`` (the training split only).
+
+        ``specials`` names the roles the task needs, e.g. ``("pad", "bos", "eos")``; they
+        get ids ``0, 1, ...`` in :data:`SPECIAL_TOKENS` order, so pad is 0 when present.
+        ``vocab_size`` counts the specials. Training is deterministic.
+
+        - ``char``: one token per character of the texts, ids in code-point order (as in
+          nanoGPT's shakespeare_char); encoding is an exact round trip, spaces and newlines
+          included. ``vocab_size`` is an upper bound: with more characters than fit, the most
+          frequent are kept. A character outside the vocabulary becomes unk when ``"unk"`` is
+          a special, else encoding raises ``ValueError`` naming it.
+        - ``bpe``: GPT-2 style byte-level BPE; every text round-trips exactly, no unk needed.
+        - ``wordpiece``: BERT-style (whitespace and punctuation split, ``##`` continuations);
+          needs ``"unk"``. ``decode`` joins the pre-tokenized words with single spaces.
+
+        ``lowercase`` lower-cases text before everything else (round trips then hold up to
+        case). Accents are kept.
+        """
+        roles = set(specials)
+        unknown = sorted(roles - set(SPECIAL_TOKENS))
+        if unknown:
+            raise ValueError(
+                f"unknown special token role(s) {', '.join(unknown)}; "
+                f"choose from {', '.join(SPECIAL_TOKENS)}"
+            )
+        if kind not in KINDS:
+            raise ValueError(f"kind={kind!r} must be one of {', '.join(KINDS)}")
+        tokens = [token for role, token in SPECIAL_TOKENS.items() if role in roles]
+        if vocab_size <= len(tokens):
+            raise ValueError(f"vocab_size={vocab_size} leaves no room after {len(tokens)} specials")
+        normalizer = normalizers.Lowercase() if lowercase else None
+        if kind == "char":
+            backend = _train_char(texts, vocab_size, tokens, normalizer)
+        elif kind == "bpe":
+            backend = _train_bpe(texts, vocab_size, tokens, normalizer)
+        else:
+            if "unk" not in roles:
+                raise ValueError("a wordpiece tokenizer needs the 'unk' special token")
+            backend = _train_wordpiece(texts, vocab_size, tokens, lowercase)
+        return cls(backend)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Tokenizer:
+        """Load a ``tokenizer.json`` written by :meth:`save` (or by ``tokenizers``)."""
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise FileNotFoundError(f"tokenizer file not found: {path}") from None
+        try:
+            backend = _Backend.from_str(text)
+        except Exception as error:  # the library raises a bare Exception
+            raise ValueError(f"{path} is not a valid tokenizer.json: {error}") from None
+        return cls(backend)
+
+    def save(self, path: str | Path) -> None:
+        """Write the library's ``tokenizer.json`` (byte-identical for identical training)."""
+        Path(path).write_text(self._backend.to_str(), encoding="utf-8")
+
+    # Pickling (DataLoader workers under spawn) goes through the JSON, which does not keep
+    # ``encode_special_tokens``: rebuilding through __init__ sets it again.
+
+    def __getstate__(self) -> str:
+        return self._backend.to_str()
+
+    def __setstate__(self, state: str) -> None:
+        self.__init__(_Backend.from_str(state))  # type: ignore[misc]
+
+    # Vocabulary -------------------------------------------------------------------------
+
+    @property
+    def backend(self) -> _Backend:
+        """The wrapped ``tokenizers.Tokenizer`` (offsets, token strings, ...)."""
+        return self._backend
+
+    @property
+    def vocab_size(self) -> int:
+        return self._backend.get_vocab_size(with_added_tokens=True)
+
+    @property
+    def specials(self) -> dict[str, int]:
+        """Role -> id of the special tokens this tokenizer has."""
+        return dict(self._ids)
+
+    @property
+    def special_ids(self) -> tuple[int, ...]:
+        return tuple(sorted(self._ids.values()))
+
+    @property
+    def pad_id(self) -> int | None:
+        return self._ids.get("pad")
+
+    @property
+    def unk_id(self) -> int | None:
+        return self._ids.get("unk")
+
+    @property
+    def bos_id(self) -> int | None:
+        return self._ids.get("bos")
+
+    @property
+    def eos_id(self) -> int | None:
+        return self._ids.get("eos")
+
+    @property
+    def cls_id(self) -> int | None:
+        return self._ids.get("cls")
+
+    @property
+    def sep_id(self) -> int | None:
+        return self._ids.get("sep")
+
+    @property
+    def mask_id(self) -> int | None:
+        return self._ids.get("mask")
+
+    def tokens(self, ids: Sequence[int]) -> list[str]:
+        """The token strings of ``ids`` (labels for attention pictures)."""
+        return [self._backend.id_to_token(int(i)) for i in ids]
+
+    # Encoding ---------------------------------------------------------------------------
+
+    def encode(self, text: str, *, add_bos: bool = False, add_eos: bool = False) -> list[int]:
+        head, tail = self._ends(add_bos, add_eos)
+        try:
+            ids = self._backend.encode(text, add_special_tokens=False).ids
+        except Exception as error:  # the library raises a bare Exception
+            raise self._encode_error([text], error) from None
+        return head + ids + tail
+
+    def encode_batch(
+        self, texts: Sequence[str], *, add_bos: bool = False, add_eos: bool = False
+    ) -> list[list[int]]:
+        """Encode many texts at once (the library encodes them in parallel)."""
+        head, tail = self._ends(add_bos, add_eos)
+        try:
+            encodings = self._backend.encode_batch(list(texts), add_special_tokens=False)
+        except Exception as error:
+            raise self._encode_error(texts, error) from None
+        return [head + e.ids + tail for e in encodings]
+
+    def encode_pair(
+        self, a: str, b: str, *, max_len: int | None = None
+    ) -> tuple[list[int], list[int]]:
+        """``[CLS] a [SEP] b [SEP]`` and segment ids (0 up to the first sep, then 1).
+
+        With ``max_len`` the longer of the two texts loses its last token until the whole
+        fits (BERT's "longest first" truncation).
+        """
+        cls, sep = self._require("cls"), self._require("sep")
+        ids_a, ids_b = self.encode(a), self.encode(b)
+        if max_len is not None:
+            if max_len < 3:
+                raise ValueError(f"max_len={max_len} must be at least 3 ([CLS] and two [SEP])")
+            while len(ids_a) + len(ids_b) + 3 > max_len:
+                (ids_a if len(ids_a) >= len(ids_b) else ids_b).pop()
+        ids = [cls, *ids_a, sep, *ids_b, sep]
+        segments = [0] * (len(ids_a) + 2) + [1] * (len(ids_b) + 1)
+        return ids, segments
+
+    def encode_words(self, words: Sequence[str]) -> tuple[list[int], list[int]]:
+        """Encode pre-split words (NER): sub-word ids and, per id, the index of its word.
+
+        A word's label goes on its first sub-word. Byte-level BPE sees each word after the
+        first with its leading space, so the ids equal those of ``" ".join(words)``; a char
+        tokenizer encodes the words back to back. A word that yields no tokens (the empty
+        string) is absent from the word indices. Specials are not added.
+        """
+        words = list(words)
+        if isinstance(self._backend.pre_tokenizer, pre_tokenizers.ByteLevel):
+            words = words[:1] + [" " + word for word in words[1:]]
+        try:
+            encoding = self._backend.encode(words, is_pretokenized=True, add_special_tokens=False)
+        except Exception as error:
+            raise self._encode_error(words, error) from None
+        return encoding.ids, [int(i) for i in encoding.word_ids]
+
+    def decode(self, ids: Sequence[int], skip_special: bool = True) -> str:
+        return self._backend.decode([int(i) for i in ids], skip_special_tokens=skip_special)
+
+    def _ends(self, add_bos: bool, add_eos: bool) -> tuple[list[int], list[int]]:
+        return [self._require("bos")] if add_bos else [], [self._require("eos")] if add_eos else []
+
+    def _require(self, role: str) -> int:
+        if role not in self._ids:
+            have = ", ".join(self._ids) or "none"
+            raise ValueError(f"this tokenizer has no {role} token (its specials: {have})")
+        return self._ids[role]
+
+    def _encode_error(self, texts: Sequence[str], error: Exception) -> ValueError:
+        """A readable error for characters outside a unk-less vocabulary."""
+        vocab = self._backend.get_vocab()
+        normalizer = self._backend.normalizer
+        chars = set("".join(normalizer.normalize_str(t) if normalizer else t for t in texts))
+        missing = sorted(c for c in chars if c not in vocab)
+        if missing:
+            shown = "".join(missing[:20])
+            return ValueError(
+                f"character(s) {shown!r} are not in the vocabulary and the tokenizer "
+                "has no unk token; train on text that contains them or add 'unk'"
+            )
+        return ValueError(f"cannot encode: {error}")
+
+
+# Training ---------------------------------------------------------------------------------
+
+
+def _train_char(
+    texts: Iterable[str],
+    vocab_size: int,
+    specials: list[str],
+    normalizer: normalizers.Normalizer | None,
+) -> _Backend:
+    counts: Counter[str] = Counter()
+    for text in texts:
+        counts.update(normalizer.normalize_str(text) if normalizer else text)
+    room = vocab_size - len(specials)
+    if len(counts) > room and SPECIAL_TOKENS["unk"] not in specials:
+        raise ValueError(
+            f"the texts have {len(counts)} distinct characters but vocab_size={vocab_size} "
+            f"leaves room for {room}; raise vocab_size or add the 'unk' special token"
+        )
+    kept = sorted(counts, key=lambda c: (-counts[c], c))[:room]
+    vocab = {token: i for i, token in enumerate(specials + sorted(kept))}
+    backend = _Backend(models.WordLevel(vocab, unk_token=SPECIAL_TOKENS["unk"]))
+    backend.normalizer = normalizer
+    backend.pre_tokenizer = pre_tokenizers.FixedLength(length=1)
+    backend.decoder = decoders.Fuse()
+    backend.add_special_tokens(specials)
+    return backend
+
+
+def _train_bpe(
+    texts: Iterable[str],
+    vocab_size: int,
+    specials: list[str],
+    normalizer: normalizers.Normalizer | None,
+) -> _Backend:
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    if vocab_size < len(alphabet) + len(specials):
+        raise ValueError(
+            f"vocab_size={vocab_size} is too small for byte-level BPE: it needs at least "
+            f"{len(alphabet)} byte symbols + {len(specials)} specials"
+        )
+    backend = _Backend(models.BPE())
+    backend.normalizer = normalizer
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=specials,
+        initial_alphabet=alphabet,
+        show_progress=False,
+    )
+    backend.train_from_iterator(texts, trainer)
+    return backend
+
+
+def _train_wordpiece(
+    texts: Iterable[str], vocab_size: int, specials: list[str], lowercase: bool
+) -> _Backend:
+    normalizer = normalizers.BertNormalizer(lowercase=lowercase, strip_accents=False)
+    pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    texts = list(texts)
+    # The trainer numbers the "##" continuation symbols in hash-map order and breaks ties
+    # between merges by those numbers, so its vocabulary varies from run to run
+    # (huggingface/tokenizers#1794). Listed up front as special tokens, the symbols get
+    # fixed numbers; the tokenizer is then rebuilt with only the real specials.
+    inner = set()
+    for text in texts:
+        for word, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text)):
+            inner.update(word[1:])
+    continuations = [_PREFIX + char for char in sorted(inner)]
+    trained = _Backend(models.WordPiece(unk_token=SPECIAL_TOKENS["unk"]))
+    trained.normalizer = normalizer
+    trained.pre_tokenizer = pre_tokenizer
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=vocab_size,
+        special_tokens=specials + continuations,
+        continuing_subword_prefix=_PREFIX,
+        show_progress=False,
+    )
+    trained.train_from_iterator(texts, trainer)
+    backend = _Backend(
+        models.WordPiece(
+            trained.get_vocab(), unk_token=SPECIAL_TOKENS["unk"], continuing_subword_prefix=_PREFIX
+        )
+    )
+    backend.normalizer = normalizer
+    backend.pre_tokenizer = pre_tokenizer
+    backend.decoder = decoders.WordPiece(prefix=_PREFIX, cleanup=False)
+    backend.add_special_tokens(specials)
+    return backend
+
+
+# Fork safety ------------------------------------------------------------------------------
+# The library encodes batches on a thread pool that a forked child (a DataLoader worker)
+# does not inherit: with TOKENIZERS_PARALLELISM=true the child deadlocks, and unset the
+# library may print a warning. Around every fork the variable is set to "false", so the
+# child encodes serially (there are several workers anyway); the parent gets its own value
+# back, and its parallel batch encoding, right after the fork.
+
+_saved_parallelism: list[str | None] = []
+
+
+def _before_fork() -> None:
+    _saved_parallelism.append(os.environ.get(_PARALLELISM))
+    os.environ[_PARALLELISM] = "false"
+
+
+def _after_fork_in_parent() -> None:
+    value = _saved_parallelism.pop()
+    if value is None:
+        del os.environ[_PARALLELISM]
+    else:
+        os.environ[_PARALLELISM] = value
+
+
+def _after_fork_in_child() -> None:
+    _saved_parallelism.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(
+        before=_before_fork,
+        after_in_parent=_after_fork_in_parent,
+        after_in_child=_after_fork_in_child,
+    )

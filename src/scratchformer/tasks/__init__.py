@@ -1,0 +1,43 @@
+"""One module per task: data, model configuration, loss and metrics."""
+
+from __future__ import annotations
+
+from ..config import Recipe
+from .base import Batch, ExampleTask, Task
+from .classification import ClassificationTask, RegressionTask
+from .lm import LanguageModelTask
+from .synthetic import SyntheticTask
+from .tagging import TaggingTask
+from .translation import TranslationTask
+
+TASKS: dict[str, type[Task]] = {
+    task.name: task
+    for task in (
+        LanguageModelTask,
+        TranslationTask,
+        SyntheticTask,
+        ClassificationTask,
+        RegressionTask,
+        TaggingTask,
+    )
+}
+
+
+def build_task(recipe: Recipe) -> Task:
+    """The task that ``recipe.task`` names."""
+    return TASKS[recipe.task](recipe)
+
+
+__all__ = [
+    "TASKS",
+    "Batch",
+    "ClassificationTask",
+    "ExampleTask",
+    "LanguageModelTask",
+    "RegressionTask",
+    "SyntheticTask",
+    "TaggingTask",
+    "Task",
+    "TranslationTask",
+    "build_task",
+]

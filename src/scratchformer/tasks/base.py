@@ -1,0 +1,266 @@
+"""What every task provides to the trainer and to ``scratchformer eval``.
+
+A task owns its data (examples read through the registry or from local files), its
+tokenizer(s), the model configuration it needs, its loss and its metrics. Training batches
+are a pure function of ``(seed, index)``: resuming at step N needs no data-loader state,
+and with several processes every rank cuts its own slice of the same global batch, so that
+2 ranks with batch b compute exactly what 1 rank with batch 2b does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..config import ModelConfig, Recipe
+from ..data.batching import fixed_size_batches, token_budget_batches
+from ..data.tokenizer import Tokenizer
+from ..metrics import perplexity
+
+IGNORE = -100
+"""Target id that the loss and the metrics skip (padding, non-first word pieces)."""
+
+
+@dataclass
+class Batch:
+    """Model inputs (keyword arguments of the model's forward), targets, and the number of
+    tokens it holds (for throughput)."""
+
+    inputs: dict[str, Tensor]
+    targets: Tensor
+    tokens: int
+
+    def to(self, device: torch.device) -> Batch:
+        inputs = {k: v.to(device, non_blocking=True) for k, v in self.inputs.items()}
+        return Batch(inputs, self.targets.to(device, non_blocking=True), self.tokens)
+
+    def slice(self, rank: int, world_size: int) -> Batch:
+        """This rank's contiguous share of the rows."""
+        rows = self.targets.shape[0]
+        start, stop = rank * rows // world_size, (rank + 1) * rows // world_size
+        inputs = {k: v[start:stop] for k, v in self.inputs.items()}
+        targets = self.targets[start:stop]
+        share = self.tokens * (stop - start) // max(rows, 1)
+        return Batch(inputs, targets, share)
+
+
+class Task(ABC):
+    """Base of the tasks: subclasses fill in data, model config, batches, loss, metrics."""
+
+    name: ClassVar[str]
+    arch: ClassVar[str]
+    head: ClassVar[str | None] = None
+    metric: ClassVar[str]
+    """The validation metric that selects the best checkpoint and drives early stopping."""
+    higher_is_better: ClassVar[bool]
+
+    def __init__(self, recipe: Recipe) -> None:
+        self.recipe = recipe
+        self.data = recipe.data
+        self.train_config = recipe.train
+        self.tokenizers: dict[str, Tokenizer] = {}
+        """By file stem: ``tokenizer``, or ``tokenizer-src`` and ``tokenizer-tgt``."""
+
+    # -- set-up -------------------------------------------------------------------------
+
+    @abstractmethod
+    def prepare(self) -> None:
+        """Read the training data and learn the tokenizer(s) from it; tasks with classes or
+        tags also fix ``data.labels`` (saved with the recipe)."""
+
+    def save(self, run_dir: Path) -> None:
+        """Write the tokenizers: with the recipe and the weights, all inference needs."""
+        for name, tokenizer in self.tokenizers.items():
+            tokenizer.save(run_dir / f"{name}.json")
+
+    def load(self, run_dir: Path) -> None:
+        """Read back what :meth:`save` wrote."""
+        self.tokenizers = {
+            path.stem: Tokenizer.load(path) for path in sorted(run_dir.glob("tokenizer*.json"))
+        }
+        if not self.tokenizers:
+            raise FileNotFoundError(f"{run_dir} holds no tokenizer*.json")
+
+    def tokenizer(self, name: str = "tokenizer") -> Tokenizer:
+        """A tokenizer learnt by :meth:`prepare` or read by :meth:`load`."""
+        if name not in self.tokenizers:
+            raise RuntimeError(f"the {self.name} task has no {name} yet: call prepare() or load()")
+        return self.tokenizers[name]
+
+    def labels(self) -> list[str]:
+        """Class or tag names, fixed by :meth:`prepare` (or by the recipe)."""
+        if self.data.labels is None:
+            raise RuntimeError(f"the {self.name} task has no labels yet: call prepare() or load()")
+        return self.data.labels
+
+    def model_config(self) -> ModelConfig:
+        """The recipe's model section completed with what the data decides."""
+        model = self.recipe.model
+        for field, wanted in (("arch", self.arch), ("head", self.head)):
+            value = getattr(model, field)
+            default = getattr(ModelConfig, field)
+            if value not in (wanted, default):
+                raise ValueError(
+                    f"task {self.name!r} needs model.{field}={wanted!r}, not {value!r}"
+                )
+        return dataclasses.replace(model, arch=self.arch, head=self.head, **self.model_sizes())
+
+    @abstractmethod
+    def model_sizes(self) -> dict[str, Any]:
+        """Vocabulary sizes, number of labels: the model fields the data decides."""
+
+    # -- batches -----------------------------------------------------------------------
+
+    def train_batch(self, index: int, rank: int = 0, world_size: int = 1) -> Batch:
+        """Micro-batch ``index`` of training (0, 1, 2, ...), this rank's slice."""
+        return self.global_batch(index, world_size).slice(rank, world_size)
+
+    @abstractmethod
+    def global_batch(self, index: int, world_size: int) -> Batch:
+        """Micro-batch ``index`` of all ranks together (``world_size`` times one rank's)."""
+
+    @abstractmethod
+    def eval_batches(self, split: str, path: str | None = None) -> Iterator[Batch]:
+        """Batches of a split (``val``, ``test``) or of a file, in order."""
+
+    # -- loss and metrics --------------------------------------------------------------
+
+    def logits(self, model: nn.Module, batch: Batch) -> Tensor:
+        return model(**batch.inputs).logits
+
+    def loss(self, model: nn.Module, batch: Batch) -> Tensor:
+        """Mean cross-entropy over the targets that count, with label smoothing."""
+        logits = self.logits(model, batch)
+        return F.cross_entropy(
+            logits.flatten(0, -2).float(),
+            batch.targets.flatten(),
+            ignore_index=IGNORE,
+            label_smoothing=self.train_config.label_smoothing,
+        )
+
+    @torch.no_grad()
+    def evaluate(
+        self,
+        model: nn.Module,
+        split: str = "val",
+        path: str | None = None,
+        max_batches: int | None = None,
+        device: torch.device | None = None,
+    ) -> dict[str, float]:
+        """Metrics of ``model`` on a split: loss and token accuracy, plus the task's own."""
+        was_training = model.training
+        model.eval()
+        totals: dict[str, Any] = {}
+        for i, batch in enumerate(self.eval_batches(split, path)):
+            if max_batches is not None and i >= max_batches:
+                break
+            batch = batch.to(device) if device is not None else batch
+            self.accumulate(totals, self.logits(model, batch).float(), batch.targets)
+        model.train(was_training)
+        if not totals:
+            raise ValueError(f"no examples to evaluate in split {split!r}")
+        return self.summarize(totals)
+
+    def accumulate(self, totals: dict[str, Any], logits: Tensor, targets: Tensor) -> None:
+        """Add a batch to ``totals``: sums of cross-entropy, counted targets, correct ones."""
+        counted = targets != IGNORE
+        loss = F.cross_entropy(
+            logits.flatten(0, -2), targets.flatten(), reduction="sum", ignore_index=IGNORE
+        )
+        correct = (logits.argmax(-1) == targets) & counted
+        add(
+            totals, loss_sum=loss.item(), targets=counted.sum().item(), correct=correct.sum().item()
+        )
+
+    def summarize(self, totals: dict[str, Any]) -> dict[str, float]:
+        """Metrics from the sums: mean loss, perplexity, accuracy over counted targets."""
+        count = max(totals["targets"], 1)
+        loss = totals["loss_sum"] / count
+        return {"loss": loss, "perplexity": perplexity(loss), "accuracy": totals["correct"] / count}
+
+
+def add(totals: dict[str, Any], **values: float) -> None:
+    """Add ``values`` to the running sums in ``totals``."""
+    for key, value in values.items():
+        totals[key] = totals.get(key, 0.0) + value
+
+
+class ExampleTask(Task):
+    """A task over a list of examples (sentences, pairs): epochs of shuffled batches,
+    by token budget (``train.max_tokens``) or by count (``train.batch_size``)."""
+
+    def __init__(self, recipe: Recipe) -> None:
+        super().__init__(recipe)
+        self._encoded: dict[tuple[str, str | None], list[Any]] = {}
+        self._epoch_cache: dict[tuple[int, int], list[list[int]]] = {}
+
+    @abstractmethod
+    def read(self, split: str, path: str | None = None) -> list[Any]:
+        """Raw examples of a split, or of a file in the split's format."""
+
+    @abstractmethod
+    def encode(self, raw: Sequence[Any]) -> list[Any]:
+        """Token ids (and targets) of raw examples."""
+
+    @abstractmethod
+    def length(self, example: Any) -> int:
+        """Tokens an example occupies in a padded batch (for token budgets)."""
+
+    @abstractmethod
+    def collate(self, examples: Sequence[Any]) -> Batch:
+        """A padded batch of encoded examples."""
+
+    def examples(self, split: str, path: str | None = None) -> list[Any]:
+        """Encoded examples of a split (or file), read once."""
+        key = (split, path)
+        if key not in self._encoded:
+            self._encoded[key] = self.encode(self.read(split, path))
+        return self._encoded[key]
+
+    def global_batch(self, index: int, world_size: int) -> Batch:
+        examples = self.examples("train")
+        epoch = 0
+        while index >= len(batches := self._epoch_batches(epoch, world_size)):
+            index -= len(batches)
+            epoch += 1
+        return self.collate([examples[i] for i in batches[index]])
+
+    def _epoch_batches(self, epoch: int, world_size: int) -> list[list[int]]:
+        key = (epoch, world_size)
+        if key not in self._epoch_cache:
+            self._epoch_cache = {key: self.batches(self.examples("train"), epoch, world_size, True)}
+        return self._epoch_cache[key]
+
+    def batches(
+        self, examples: Sequence[Any], epoch: int, world_size: int, shuffle: bool
+    ) -> list[list[int]]:
+        """Example indices per batch, for all ranks together."""
+        train = self.train_config
+        if train.max_tokens is not None:
+            return token_budget_batches(
+                [self.length(example) for example in examples],
+                train.max_tokens * world_size,
+                shuffle=shuffle,
+                seed=train.seed,
+                epoch=epoch,
+            )
+        return fixed_size_batches(
+            len(examples),
+            train.batch_size * world_size,
+            shuffle=shuffle,
+            seed=train.seed,
+            epoch=epoch,
+        )
+
+    def eval_batches(self, split: str, path: str | None = None) -> Iterator[Batch]:
+        examples = self.examples(split, path)
+        for indices in self.batches(examples, 0, 1, shuffle=False):
+            yield self.collate([examples[i] for i in indices])

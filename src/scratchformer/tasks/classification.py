@@ -1,0 +1,151 @@
+"""Sequence classification (one label a sentence or sentence pair) and regression (one
+value a pair, e.g. semantic similarity), with an encoder and a pooled head."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..data.batching import pad_batch
+from ..data.readers import LabeledText, read_tsv
+from ..data.registry import sst2_examples, stsb_examples
+from ..data.tokenizer import Tokenizer
+from ..metrics import correlations
+from .base import Batch, ExampleTask, add
+
+SPECIALS = ("pad", "unk", "cls", "sep")
+READERS = {"sst2": sst2_examples, "stsb": stsb_examples}
+DEV_SPLIT = {"val": "dev"}
+"""GLUE's and CoNLL's name for the validation split."""
+
+
+@dataclass(frozen=True)
+class Encoded:
+    ids: list[int]
+    segments: list[int]
+    target: int | float
+
+
+class ClassificationTask(ExampleTask):
+    """``[CLS] sentence [SEP]`` (or ``[CLS] a [SEP] b [SEP]`` with segment ids for a pair)
+    -> encoder -> pooled head -> class logits; cross-entropy, accuracy."""
+
+    name = "classification"
+    arch = "encoder"
+    head = "classification"
+    metric = "accuracy"
+    higher_is_better = True
+    regression = False
+
+    def read(self, split: str, path: str | None = None) -> list[LabeledText]:
+        path = path or getattr(self.data, split, None)
+        data = self.data
+        if path is not None:
+            if data.text_columns is None or data.label_column is None:
+                raise ValueError("a TSV file needs data.text_columns and data.label_column")
+            labels = None if self.regression or split == "train" else self.labels()
+            return read_tsv(
+                path,
+                tuple(data.text_columns),
+                data.label_column,
+                header=data.header,
+                labels=labels,
+                regression=self.regression,
+            )
+        if data.dataset in READERS:
+            return READERS[data.dataset](DEV_SPLIT.get(split, split), data.root)
+        raise ValueError(
+            f"no {split} data: set data.dataset to one of {', '.join(READERS)} or data.{split} "
+            "to a TSV file (with data.text_columns and data.label_column)"
+        )
+
+    def prepare(self) -> None:
+        examples = self.read("train")
+        texts = [text for example in examples for text in example.texts]
+        self.tokenizers = {
+            "tokenizer": Tokenizer.train(
+                self.data.tokenizer,
+                texts,
+                self.data.vocab_size,
+                SPECIALS,
+                lowercase=self.data.lowercase,
+            )
+        }
+        if not self.regression and self.data.labels is None:
+            self.data.labels = sorted({str(example.label) for example in examples})
+
+    def model_sizes(self) -> dict[str, Any]:
+        pairs = self.recipe.model.type_vocab_size
+        return {
+            "vocab_size": self.tokenizer().vocab_size,
+            "num_labels": 1 if self.regression else len(self.labels()),
+            "type_vocab_size": max(pairs, 2 if self._has_pairs() else 0),
+        }
+
+    def _has_pairs(self) -> bool:
+        columns = self.data.text_columns
+        return self.data.dataset == "stsb" or (columns is not None and len(columns) == 2)
+
+    def encode(self, raw: Sequence[LabeledText]) -> list[Encoded]:
+        tokenizer, limit = self.tokenizer(), self.data.max_len
+        index = None if self.regression else {label: i for i, label in enumerate(self.labels())}
+        encoded = []
+        for example in raw:
+            if len(example.texts) == 2:
+                ids, segments = tokenizer.encode_pair(*example.texts, max_len=limit)
+            else:
+                ids = [
+                    tokenizer.cls_id,
+                    *tokenizer.encode(example.texts[0])[: limit - 2],
+                    tokenizer.sep_id,
+                ]
+                segments = [0] * len(ids)
+            target = float(example.label) if index is None else index[str(example.label)]
+            encoded.append(Encoded(ids, segments, target))
+        return encoded
+
+    def length(self, example: Encoded) -> int:
+        return len(example.ids)
+
+    def collate(self, examples: Sequence[Encoded]) -> Batch:
+        ids, mask = pad_batch([e.ids for e in examples], self.tokenizer().pad_id)
+        inputs = {"input_ids": ids, "attention_mask": mask}
+        if self._has_pairs():
+            inputs["token_type_ids"], _ = pad_batch([e.segments for e in examples], 0)
+        dtype = torch.float32 if self.regression else torch.long
+        targets = torch.tensor([e.target for e in examples], dtype=dtype)
+        return Batch(inputs, targets, int(mask.sum()))
+
+    def accumulate(self, totals: dict[str, Any], logits: Tensor, targets: Tensor) -> None:
+        loss = F.cross_entropy(logits, targets, reduction="sum")
+        correct = (logits.argmax(-1) == targets).sum()
+        add(totals, loss_sum=loss.item(), targets=len(targets), correct=correct.item())
+
+
+class RegressionTask(ClassificationTask):
+    """The same encoder and pooling with a regression head: one value per input, mean
+    squared error, Pearson and Spearman correlation."""
+
+    name = "regression"
+    head = "regression"
+    metric = "pearson"
+    regression = True
+
+    def loss(self, model: nn.Module, batch: Batch) -> Tensor:
+        return F.mse_loss(self.logits(model, batch).squeeze(-1).float(), batch.targets)
+
+    def accumulate(self, totals: dict[str, Any], logits: Tensor, targets: Tensor) -> None:
+        predictions = logits.squeeze(-1)
+        loss = F.mse_loss(predictions, targets, reduction="sum")
+        add(totals, loss_sum=loss.item(), targets=len(targets))
+        totals.setdefault("predictions", []).extend(predictions.tolist())
+        totals.setdefault("gold", []).extend(targets.tolist())
+
+    def summarize(self, totals: dict[str, Any]) -> dict[str, float]:
+        mse = totals["loss_sum"] / max(totals["targets"], 1)
+        return {"mse": mse, **correlations(totals["predictions"], totals["gold"])}

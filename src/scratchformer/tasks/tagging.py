@@ -1,0 +1,111 @@
+"""Token classification (named-entity recognition): one tag per word, predicted on the
+word's first sub-word, scored by entity-level F1."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from torch import Tensor
+
+from ..data.batching import pad_batch
+from ..data.readers import DataError, TaggedSentence, read_conll
+from ..data.registry import conll_examples
+from ..data.tokenizer import Tokenizer
+from ..metrics import entity_scores
+from .base import IGNORE, Batch, ExampleTask
+from .classification import DEV_SPLIT
+
+SPECIALS = ("pad", "unk", "cls", "sep")
+
+Tagged = tuple[list[int], list[int]]
+"""Sub-word ids; per sub-word the tag id on a word's first piece, else IGNORE."""
+
+
+class TaggingTask(ExampleTask):
+    """Words -> sub-words -> encoder -> a tag distribution at every position. The loss and
+    the metrics count each word once, at its first sub-word."""
+
+    name = "tagging"
+    arch = "encoder"
+    head = "token_classification"
+    metric = "entity_f1"
+    higher_is_better = True
+
+    def read(self, split: str, path: str | None = None) -> list[TaggedSentence]:
+        path = path or getattr(self.data, split, None)
+        if path is not None:
+            sentences = read_conll(path)
+        elif self.data.dataset == "conll2003":
+            sentences = conll_examples(DEV_SPLIT.get(split, split), self.data.root)
+        else:
+            raise ValueError(
+                f"no {split} data: set data.dataset = 'conll2003' or data.{split} = FILE (CoNLL)"
+            )
+        if split != "train" or self.data.labels is not None:
+            self._check_tags(sentences, path)
+        return sentences
+
+    def _check_tags(self, sentences: Sequence[TaggedSentence], path: str | None) -> None:
+        known = set(self.labels())
+        for sentence in sentences:
+            for offset, tag in enumerate(sentence.tags):
+                if tag not in known:
+                    raise DataError.at(
+                        path or f"{self.data.dataset} data",
+                        sentence.line + offset,
+                        f"tag {tag!r} is not one of {', '.join(self.labels())}",
+                    )
+
+    def prepare(self) -> None:
+        sentences = self.read("train")
+        texts = [" ".join(sentence.tokens) for sentence in sentences]
+        self.tokenizers = {
+            "tokenizer": Tokenizer.train(
+                self.data.tokenizer,
+                texts,
+                self.data.vocab_size,
+                SPECIALS,
+                lowercase=self.data.lowercase,
+            )
+        }
+        if self.data.labels is None:
+            self.data.labels = sorted({tag for s in sentences for tag in s.tags})
+
+    def model_sizes(self) -> dict[str, Any]:
+        return {"vocab_size": self.tokenizer().vocab_size, "num_labels": len(self.labels())}
+
+    def encode(self, raw: Sequence[TaggedSentence]) -> list[Tagged]:
+        tokenizer, limit = self.tokenizer(), self.data.max_len
+        index = {tag: i for i, tag in enumerate(self.labels())}
+        encoded = []
+        for sentence in raw:
+            ids, words = tokenizer.encode_words(sentence.tokens)
+            targets = [
+                index[sentence.tags[word]] if i == 0 or words[i - 1] != word else IGNORE
+                for i, word in enumerate(words)
+            ]
+            encoded.append((ids[:limit], targets[:limit]))
+        return encoded
+
+    def length(self, example: Tagged) -> int:
+        return len(example[0])
+
+    def collate(self, examples: Sequence[Tagged]) -> Batch:
+        ids, mask = pad_batch([ids for ids, _ in examples], self.tokenizer().pad_id)
+        targets, _ = pad_batch([targets for _, targets in examples], IGNORE)
+        return Batch({"input_ids": ids, "attention_mask": mask}, targets, int(mask.sum()))
+
+    def accumulate(self, totals: dict[str, Any], logits: Tensor, targets: Tensor) -> None:
+        super().accumulate(totals, logits, targets)
+        names = self.labels()
+        predicted = logits.argmax(-1)
+        for row_targets, row_predicted in zip(targets, predicted, strict=True):
+            words = row_targets != IGNORE
+            totals.setdefault("gold", []).append([names[i] for i in row_targets[words].tolist()])
+            totals.setdefault("predicted", []).append(
+                [names[i] for i in row_predicted[words].tolist()]
+            )
+
+    def summarize(self, totals: dict[str, Any]) -> dict[str, float]:
+        return {**super().summarize(totals), **entity_scores(totals["gold"], totals["predicted"])}

@@ -1,0 +1,366 @@
+"""Run-directory state that is never left half-written: atomic writes, safetensors weights,
+RNG state, and full checkpoints for exact resume.
+
+What this module keeps in a run directory::
+
+    trainer_state.json              the current checkpoint's path, its step and trainer state
+    checkpoints/step-00001000/
+        model.safetensors           the weights; a tied tensor is stored once
+        optimizer.pt                optimizer.state_dict()
+        scheduler.pt                scheduler.state_dict()
+        rng.pt                      capture_rng()
+        state.json                  the trainer state of this step, with "step"
+
+A file is written under a hidden temp name in its own directory, fsynced, renamed over the
+old one, and the directory fsynced; a checkpoint directory is filled the same way under a
+temp name and renamed into place whole. So a crash at any moment leaves the old state or
+the new one, plus at most some temp entries that the next save removes. The ``.pt`` files
+hold tensors, numbers and containers only, and ``torch.load`` always runs with
+``weights_only=True``: a checkpoint can never run code. One process writes a run directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import secrets
+import shutil
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from torch import nn
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LRScheduler
+
+TRAINER_STATE = "trainer_state.json"
+CHECKPOINTS = "checkpoints"
+MODEL_FILE = "model.safetensors"
+OPTIMIZER_FILE = "optimizer.pt"
+SCHEDULER_FILE = "scheduler.pt"
+RNG_FILE = "rng.pt"
+STATE_FILE = "state.json"
+CHECKPOINT_FILES = (MODEL_FILE, OPTIMIZER_FILE, SCHEDULER_FILE, RNG_FILE, STATE_FILE)
+STEP_DIR = re.compile(r"step-(\d+)")
+
+
+# Atomic writes ---------------------------------------------------------------------------
+
+
+def _temp_path(path: Path) -> Path:
+    """A fresh hidden sibling of ``path``, ``.NAME.tmp-RANDOM``: same directory, same disk."""
+    return path.with_name(f".{path.name}.tmp-{secrets.token_hex(4)}")
+
+
+def _remove_temps(directory: Path, name: str) -> None:
+    """Remove what killed writers left of ``name`` (a glob) in ``directory``."""
+    for temp in directory.glob(f".{name}.tmp-*"):
+        if temp.is_dir():
+            shutil.rmtree(temp, ignore_errors=True)
+        else:
+            temp.unlink(missing_ok=True)
+
+
+def _fsync(path: Path) -> None:
+    """Flush a file's data, or a directory's entries, to the disk."""
+    if path.is_dir() and os.name != "posix":
+        return  # Windows cannot open a directory
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_synced(path: Path, write: Callable[[Path], None]) -> None:
+    write(path)
+    _fsync(path)
+
+
+def atomic_write(path: str | Path, write: Callable[[Path], None]) -> None:
+    """Replace ``path`` by what ``write`` writes to the temp path it is given.
+
+    The temp file is fsynced, renamed onto ``path``, and the directory fsynced: readers,
+    and a crash at any point, see the old file or the new one, never part of one. If
+    ``write`` fails, the temp file is removed and the error raised.
+    """
+    path = Path(path)
+    temp = _temp_path(path)
+    try:
+        _write_synced(temp, write)
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    _fsync(path.parent)
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    atomic_write(path, lambda temp: temp.write_text(text, encoding="utf-8"))
+
+
+def atomic_write_json(path: str | Path, obj: Any) -> None:
+    """``obj`` as indented JSON with sorted keys; serialised before anything is written."""
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+# Weights ---------------------------------------------------------------------------------
+
+
+def _tied_groups(model: nn.Module) -> list[list[str]]:
+    """State-dict names grouped by tensor. A tied weight, or a module registered twice,
+    appears under several names; it is stored once, under the first."""
+    groups: dict[int, list[str]] = {}
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        groups.setdefault(id(tensor), []).append(name)
+    return list(groups.values())
+
+
+def _write_weights(path: Path, model: nn.Module) -> None:
+    state = model.state_dict()
+    groups = _tied_groups(model)
+    tensors = {names[0]: state[names[0]].contiguous() for names in groups}
+    aliases = {alias: names[0] for names in groups for alias in names[1:]}  # as save_model does
+    save_file(tensors, path, metadata=aliases or None)
+
+
+def save_weights(path: str | Path, model: nn.Module) -> None:
+    """Write ``model``'s state dict to a safetensors file, atomically; tied tensors once."""
+    atomic_write(path, lambda temp: _write_weights(temp, model))
+
+
+def _listing(names: list[str], limit: int = 8) -> str:
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
+
+
+def load_weights(
+    path: str | Path, model: nn.Module, strict: bool = True
+) -> tuple[list[str], list[str]]:
+    """Load a safetensors file into ``model`` in place; returns the ``(missing, unexpected)``
+    tensor names. A tied tensor may be stored under any of its names (files written by
+    ``safetensors.torch.save_model`` load too).
+
+    A wrong shape, or with ``strict`` a missing or unexpected tensor, raises ``ValueError``
+    naming them, before anything is loaded.
+    """
+    path = Path(path)
+    try:
+        tensors = load_file(path)
+    except SafetensorError as error:
+        raise ValueError(f"{path} is not a safetensors file: {error}") from error
+    expected = model.state_dict()
+    chosen: list[str] = []
+    missing: list[str] = []
+    unexpected: list[str] = []
+    for names in _tied_groups(model):
+        found = [name for name in names if name in tensors]
+        chosen += found[:1]
+        unexpected += found[1:]  # saved apart, but one tensor in the model
+        if not found:
+            missing.append(names[0])
+    unexpected += sorted(tensors.keys() - expected.keys())
+    problems = [
+        f"{name} is {tuple(tensors[name].shape)} in the file, "
+        f"{tuple(expected[name].shape)} in the model"
+        for name in chosen
+        if tensors[name].shape != expected[name].shape
+    ]
+    if strict and missing:
+        problems.append(f"missing: {_listing(missing)}")
+    if strict and unexpected:
+        problems.append(f"unexpected: {_listing(unexpected)}")
+    if problems:
+        raise ValueError(f"{path} does not fit {type(model).__name__}: {'; '.join(problems)}")
+    model.load_state_dict({name: tensors[name] for name in chosen}, strict=False)
+    return missing, unexpected
+
+
+# Random state ----------------------------------------------------------------------------
+
+
+def capture_rng() -> dict[str, Any]:
+    """The global random states: Python's ``random``, NumPy's legacy global generator,
+    torch's CPU generator and every CUDA device's; as tensors, numbers and tuples only."""
+    _, keys, position, has_gauss, cached_gaussian = np.random.get_state()
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": {
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "pos": int(position),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached_gaussian),
+        },
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(state: dict[str, Any]) -> None:
+    """Set the random states that ``capture_rng`` returned. CUDA states are skipped
+    without CUDA, and restored only for the devices present."""
+    random.setstate(state["python"])
+    numpy = state["numpy"]
+    keys = numpy["keys"].numpy().astype(np.uint32)
+    np.random.set_state(
+        ("MT19937", keys, numpy["pos"], numpy["has_gauss"], numpy["cached_gaussian"])
+    )
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"][: torch.cuda.device_count()])
+
+
+_restore_rng = restore_rng  # load_checkpoint's argument ``restore_rng`` hides the function
+
+
+# Checkpoints -----------------------------------------------------------------------------
+
+
+def _step_dirs(checkpoints: Path) -> list[Path]:
+    """The ``step-N`` directories in ``checkpoints``, oldest step first."""
+    if not checkpoints.is_dir():
+        return []
+    found = [
+        (int(match[1]), path)
+        for path in checkpoints.iterdir()
+        if (match := STEP_DIR.fullmatch(path.name)) and path.is_dir()
+    ]
+    return [path for _, path in sorted(found)]
+
+
+def _is_complete(path: Path) -> bool:
+    return all((path / name).is_file() for name in CHECKPOINT_FILES)
+
+
+def _discard(path: Path) -> None:
+    """Delete a directory: renamed away first (atomic), so it never exists half-deleted."""
+    temp = _temp_path(path)
+    os.rename(path, temp)
+    shutil.rmtree(temp, ignore_errors=True)
+
+
+def save_checkpoint(
+    run_dir: str | Path,
+    *,
+    step: int,
+    model: nn.Module,
+    optimizer: Optimizer,
+    scheduler: LRScheduler,
+    state: dict[str, Any],
+    keep: int = 1,
+) -> Path:
+    """Save everything an exact resume needs as ``run_dir/checkpoints/step-{step:08d}/``,
+    point ``run_dir/trainer_state.json`` at it, and delete the older checkpoints but the
+    ``keep - 1`` newest. Returns the checkpoint's directory.
+
+    ``state`` is the trainer's own JSON-able state (epoch, best metric, data position, ...);
+    it is saved with ``"step"`` added, and ``load_checkpoint`` returns it. Saving a step
+    that already exists replaces it; checkpoints of later steps (left by a run that was
+    resumed from an earlier one) are deleted.
+    """
+    if not isinstance(step, int) or step < 0:
+        raise ValueError(f"step={step!r} must be an integer >= 0")
+    if not isinstance(keep, int) or keep < 1:
+        raise ValueError(f"keep={keep!r} must be an integer >= 1")
+    if "checkpoint" in state:
+        raise ValueError(f"state key 'checkpoint' is reserved for the path in {TRAINER_STATE}")
+    run_dir = Path(run_dir)
+    saved = {**state, "step": step}
+    state_text = json.dumps(saved, indent=2, sort_keys=True) + "\n"  # not JSON-able: fail now
+    checkpoints = run_dir / CHECKPOINTS
+    checkpoints.mkdir(parents=True, exist_ok=True)
+    _remove_temps(checkpoints, "step-*")
+    _remove_temps(run_dir, TRAINER_STATE)
+
+    path = checkpoints / f"step-{step:08d}"
+    temp = _temp_path(path)
+    temp.mkdir()
+    try:
+        _write_synced(temp / MODEL_FILE, lambda p: _write_weights(p, model))
+        _write_synced(temp / OPTIMIZER_FILE, lambda p: torch.save(optimizer.state_dict(), p))
+        _write_synced(temp / SCHEDULER_FILE, lambda p: torch.save(scheduler.state_dict(), p))
+        _write_synced(temp / RNG_FILE, lambda p: torch.save(capture_rng(), p))
+        _write_synced(temp / STATE_FILE, lambda p: p.write_text(state_text, encoding="utf-8"))
+        _fsync(temp)
+    except BaseException:
+        shutil.rmtree(temp, ignore_errors=True)
+        raise
+    replaced = None
+    if path.exists():  # the same step saved again: set the old copy aside until replaced
+        replaced = _temp_path(path)
+        os.rename(path, replaced)
+    os.rename(temp, path)
+    _fsync(checkpoints)
+    atomic_write_json(
+        run_dir / TRAINER_STATE, {**saved, "checkpoint": f"{CHECKPOINTS}/{path.name}"}
+    )
+    if replaced is not None:
+        shutil.rmtree(replaced, ignore_errors=True)
+
+    steps = _step_dirs(checkpoints)
+    newest = steps.index(path)
+    for old in steps[: max(0, newest + 1 - keep)] + steps[newest + 1 :]:
+        _discard(old)
+    return path
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    """The checkpoint ``trainer_state.json`` points at; should that be missing (it should
+    not happen), the newest complete ``step-*`` directory, with a warning; else ``None``."""
+    run_dir = Path(run_dir)
+    pointer = run_dir / TRAINER_STATE
+    if pointer.is_file():
+        try:
+            path = run_dir / json.loads(pointer.read_text(encoding="utf-8"))["checkpoint"]
+        except (ValueError, KeyError, TypeError):
+            path = None
+        if path is not None and _is_complete(path):
+            return path
+        warnings.warn(
+            f"{pointer} names no complete checkpoint; using the newest one found",
+            stacklevel=2,
+        )
+    complete = [path for path in _step_dirs(run_dir / CHECKPOINTS) if _is_complete(path)]
+    return complete[-1] if complete else None
+
+
+def _torch_load(path: Path) -> Any:
+    """The only ``torch.load`` here: tensors and plain containers, never pickled code."""
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def load_checkpoint(
+    run_dir: str | Path,
+    *,
+    model: nn.Module,
+    optimizer: Optimizer | None = None,
+    scheduler: LRScheduler | None = None,
+    restore_rng: bool = True,
+) -> dict[str, Any]:
+    """Load the latest checkpoint of ``run_dir`` into ``model`` (and the optimizer,
+    scheduler and global random states) and return its saved trainer state, with
+    ``"step"``. Raises ``FileNotFoundError`` when the run has no checkpoint."""
+    run_dir = Path(run_dir)
+    path = latest_checkpoint(run_dir)
+    if path is None:
+        raise FileNotFoundError(
+            f"no checkpoint to resume from in {run_dir} "
+            f"(no {TRAINER_STATE}, no {CHECKPOINTS}/step-*/)"
+        )
+    load_weights(path / MODEL_FILE, model)
+    if optimizer is not None:
+        optimizer.load_state_dict(_torch_load(path / OPTIMIZER_FILE))
+    if scheduler is not None:
+        scheduler.load_state_dict(_torch_load(path / SCHEDULER_FILE))
+    if restore_rng:
+        _restore_rng(_torch_load(path / RNG_FILE))
+    return json.loads((path / STATE_FILE).read_text(encoding="utf-8"))

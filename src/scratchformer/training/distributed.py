@@ -1,0 +1,82 @@
+"""Process-group set-up for ``torchrun``: DistributedDataParallel over gloo (CPU) or NCCL (GPU).
+
+Without torchrun's environment (``WORLD_SIZE`` unset or 1) everything here is a no-op and
+the run is an ordinary single process.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+CPU = torch.device("cpu")
+
+
+@dataclass(frozen=True)
+class Distributed:
+    """Where this process stands: its rank among ``world_size`` and its device."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: torch.device = CPU
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0 logs and writes the run directory."""
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        """The model as DDP sees it (gradients averaged over ranks), or itself."""
+        if not self.enabled:
+            return model
+        device_ids = [self.device.index] if self.device.type == "cuda" else None
+        return DistributedDataParallel(model, device_ids=device_ids)
+
+    def barrier(self) -> None:
+        if self.enabled:
+            dist.barrier()
+
+    def any(self, flag: bool) -> bool:
+        """Whether ``flag`` is set on any rank (so that all ranks stop together)."""
+        if not self.enabled:
+            return flag
+        value = torch.tensor([float(flag)], device=self.device)
+        dist.all_reduce(value, op=dist.ReduceOp.MAX)
+        return bool(value.item())
+
+    def close(self) -> None:
+        if self.enabled and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+def setup() -> Distributed:
+    """Join the process group that torchrun describes in the environment, if any."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size <= 1:
+        return Distributed(device=default_device())
+    rank = int(os.environ["RANK"])
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+        backend = "nccl"
+    else:
+        device = torch.device("cpu")
+        backend = "gloo"
+    if not dist.is_initialized():
+        dist.init_process_group(backend=backend, rank=rank, world_size=world_size)
+    return Distributed(rank, world_size, local_rank, device)

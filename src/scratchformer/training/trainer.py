@@ -1,0 +1,243 @@
+"""The training loop: AdamW, a learning-rate schedule, gradient accumulation and clipping,
+bf16 autocast, periodic evaluation with the task's metric, the best weights kept, early
+stopping, checkpoints for exact resume, and a progress bar."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from ..tasks.base import Task
+from .checkpoint import atomic_write, load_checkpoint, save_checkpoint, save_weights
+from .distributed import Distributed
+from .schedule import build_schedule
+
+
+class TrainingError(RuntimeError):
+    """Training cannot go on, e.g. the loss is no longer a finite number."""
+
+
+def build_optimizer(model: nn.Module, config: Any) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices (weights, embeddings) but not on biases and
+    norm gains, as is usual for Transformers."""
+    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
+    groups = [
+        {"params": decay, "weight_decay": config.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(
+        groups, lr=config.lr, betas=(config.adam_beta1, config.adam_beta2), eps=config.adam_eps
+    )
+
+
+class Trainer:
+    """Trains ``model`` on ``task`` and writes the run directory (rank 0 only).
+
+    ``run_dir`` receives ``model.safetensors`` (the best weights by the task's metric),
+    ``metrics.jsonl``, ``trainer_state.json`` and ``checkpoints/`` (the last full state).
+    """
+
+    def __init__(
+        self,
+        task: Task,
+        model: nn.Module,
+        run_dir: Path,
+        dist: Distributed | None = None,
+        quiet: bool = False,
+    ) -> None:
+        self.task = task
+        self.config = task.train_config
+        self.dist = dist or Distributed()
+        self.model = model.to(self.dist.device)
+        self.run_dir = Path(run_dir)
+        self.quiet = quiet or not self.dist.is_main
+        self.optimizer = build_optimizer(self.model, self.config)
+        self.scheduler = build_schedule(
+            self.config.schedule,
+            self.optimizer,
+            warmup_steps=min(self.config.warmup_steps, self.config.max_steps),  # smoke runs
+            max_steps=self.config.max_steps,
+            d_model=getattr(getattr(model, "config", None), "d_model", None),
+            min_lr_ratio=self.config.min_lr_ratio,
+        )
+        self.state: dict[str, Any] = {"step": 0, "best": None, "best_step": None, "bad_evals": 0}
+
+    # -- the loop ----------------------------------------------------------------------
+
+    def fit(self, resume: bool = False) -> dict[str, Any]:
+        """Train to ``max_steps`` (or an early stop); returns the last evaluation."""
+        config = self.config
+        if resume:
+            self.state = load_checkpoint(
+                self.run_dir, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler
+            )
+        else:
+            torch.manual_seed(config.seed + self.dist.rank)
+        network = self.dist.wrap(self.model)
+        bar = tqdm(
+            total=config.max_steps,
+            initial=self.state["step"],
+            disable=self.quiet or not sys.stdout.isatty(),
+            dynamic_ncols=True,
+            unit="step",
+        )
+        writer = self._tensorboard()
+        last_eval: dict[str, Any] = {}
+        clock, tokens = time.perf_counter(), 0
+        while self.state["step"] < config.max_steps:
+            loss, step_tokens = self._train_step(network)
+            tokens += step_tokens * self.dist.world_size
+            step = self.state["step"]
+            lr = self.scheduler.get_last_lr()[0]
+            if step % config.log_every == 0 or step == config.max_steps:
+                elapsed = time.perf_counter() - clock
+                record = {
+                    "step": step,
+                    "split": "train",
+                    "loss": loss,
+                    "lr": lr,
+                    "tokens_per_s": tokens / max(elapsed, 1e-9),
+                }
+                self._log(record, writer)
+                bar.set_postfix(
+                    loss=f"{loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{record['tokens_per_s']:.0f}"
+                )
+                clock, tokens = time.perf_counter(), 0
+            bar.update(1)
+            if step % config.eval_every == 0 or step == config.max_steps:
+                last_eval = self._evaluate_and_checkpoint(writer, bar)
+                if self._should_stop():
+                    self._say(
+                        f"early stop at step {step}: no better {self.task.metric} in "
+                        f"{config.early_stop_patience} evaluations",
+                        bar,
+                    )
+                    break
+        bar.close()
+        if writer is not None:
+            writer.close()
+        return {
+            **last_eval,
+            "best_step": self.state["best_step"],
+            f"best_{self.task.metric}": self.state["best"],
+        }
+
+    def _train_step(self, network: nn.Module) -> tuple[float, int]:
+        """One optimiser step over ``grad_accum`` micro-batches; the mean loss and tokens."""
+        config, dist = self.config, self.dist
+        autocast = torch.autocast(
+            dist.device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16"
+        )
+        total, tokens = 0.0, 0
+        for micro in range(config.grad_accum):
+            index = self.state["step"] * config.grad_accum + micro
+            batch = self.task.train_batch(index, dist.rank, dist.world_size).to(dist.device)
+            last = micro == config.grad_accum - 1
+            sync = contextlib.nullcontext() if last or not dist.enabled else network.no_sync()
+            with sync:
+                with autocast:
+                    loss = self.task.loss(network, batch)
+                (loss / config.grad_accum).backward()
+            total += loss.item() / config.grad_accum
+            tokens += batch.tokens
+        if dist.any(not math.isfinite(total)):
+            last_good = self.state.get("checkpoint_step")
+            kept = (
+                f"the last good checkpoint (step {last_good}) is kept"
+                if last_good
+                else ("no checkpoint had been written yet")
+            )
+            raise TrainingError(
+                f"the loss became {total} at step {self.state['step'] + 1}; training stopped "
+                f"and {kept} in {self.run_dir}. Try a lower train.lr or train.grad_clip."
+            )
+        if config.grad_clip is not None:
+            nn.utils.clip_grad_norm_(self.model.parameters(), config.grad_clip)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.state["step"] += 1
+        return total, tokens
+
+    # -- evaluation, checkpoints, stopping --------------------------------------------
+
+    def _evaluate_and_checkpoint(self, writer: Any, bar: tqdm) -> dict[str, Any]:
+        step = self.state["step"]
+        metrics = self.task.evaluate(
+            self.model, "val", max_batches=self.config.eval_batches, device=self.dist.device
+        )
+        value = metrics[self.task.metric]
+        best = self.state["best"]
+        improved = best is None or (value > best if self.task.higher_is_better else value < best)
+        if improved:
+            self.state.update(best=value, best_step=step, bad_evals=0)
+        else:
+            self.state["bad_evals"] += 1
+        self._log({"step": step, "split": "val", **metrics}, writer)
+        self._say(
+            f"step {step}: "
+            + ", ".join(f"val {k} {v:.4g}" for k, v in metrics.items())
+            + (" (best)" if improved else ""),
+            bar,
+        )
+        if self.dist.is_main:
+            if improved:
+                atomic_write(
+                    self.run_dir / "model.safetensors", lambda tmp: save_weights(tmp, self.model)
+                )
+            self.state["checkpoint_step"] = step
+            save_checkpoint(
+                self.run_dir,
+                step=step,
+                model=self.model,
+                optimizer=self.optimizer,
+                scheduler=self.scheduler,
+                state=self.state,
+            )
+        self.dist.barrier()
+        return {"step": step, **metrics}
+
+    def _should_stop(self) -> bool:
+        patience = self.config.early_stop_patience
+        return patience is not None and self.state["bad_evals"] >= patience
+
+    # -- output ------------------------------------------------------------------------
+
+    def _log(self, record: dict[str, Any], writer: Any) -> None:
+        """Append to ``metrics.jsonl`` (and TensorBoard), on rank 0."""
+        if not self.dist.is_main:
+            return
+        with open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+        if writer is not None:
+            for key, value in record.items():
+                if key not in ("step", "split"):
+                    writer.add_scalar(f"{record['split']}/{key}", value, record["step"])
+
+    def _say(self, message: str, bar: tqdm) -> None:
+        if not self.quiet:
+            bar.write(message, file=sys.stderr)
+
+    def _tensorboard(self) -> Any:
+        if not (self.config.tensorboard and self.dist.is_main):
+            return None
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            print(
+                "scratchformer: warning: train.tensorboard needs the tensorboard package; "
+                "logging to metrics.jsonl only",
+                file=sys.stderr,
+            )
+            return None
+        return SummaryWriter(str(self.run_dir / "tensorboard"))

@@ -1,0 +1,194 @@
+import gzip
+import os
+from pathlib import Path
+
+import pytest
+
+from scratchformer.data import (
+    DataError,
+    LabeledText,
+    TaggedSentence,
+    read_conll,
+    read_lines,
+    read_parallel,
+    read_text,
+    read_tsv,
+)
+
+DATA = Path(os.environ.get("SCRATCHFORMER_DATA") or Path(__file__).parents[3] / "shared" / "data")
+real_data = pytest.mark.skipif(
+    not DATA.is_dir(), reason=f"the shared datasets are not at {DATA} (set SCRATCHFORMER_DATA)"
+)
+
+
+def error(read, *args, **kwargs) -> str:
+    """The message of the DataError that ``read(*args, **kwargs)`` raises."""
+    with pytest.raises(DataError) as info:
+        read(*args, **kwargs)
+    return str(info.value)
+
+
+def write(path: Path, content: str | bytes) -> Path:
+    data = content.encode() if isinstance(content, str) else content
+    path.write_bytes(gzip.compress(data) if path.suffix == ".gz" else data)
+    return path
+
+
+# --- the real files ------------------------------------------------------------------------
+
+
+@real_data
+def test_sst2_rows_with_crlf_endings_and_different_headers() -> None:
+    train = read_tsv(DATA / "sst2/train.tsv", "sentence", "label", header=True, labels=("0", "1"))
+    dev = read_tsv(DATA / "sst2/dev.tsv", "content", "label", header=True, labels=("0", "1"))
+    assert (len(train), len(dev)) == (67_349, 872)
+    assert not any("\r" in example.texts[0] for example in train)
+    assert train[0] == LabeledText(("hide new secretions from the parental units",), "0", 2)
+    assert train[-1].texts[0].endswith("must be a serious contender for the title .")
+    assert train[-1].line == 67_350
+    assert dev[0] == LabeledText(("one long string of cliches .",), "0", 2)
+
+
+@real_data
+def test_stsb_pairs_by_index_without_header() -> None:
+    train = read_tsv(DATA / "stsb/train.tsv", (7, 8), 9, header=False, regression=True)
+    dev = read_tsv(DATA / "stsb/dev.tsv", (7, 8), 9, header=False, regression=True)
+    assert (len(train), len(dev)) == (4_249, 1_500)
+    assert train[0] == LabeledText(
+        ("A plane is taking off.", "An air plane is taking off."), 5.0, 1
+    )
+    assert dev[-1].label == 0.0 and dev[-1].texts[0].startswith("Dozens of Egyptians")
+    assert all(0.0 <= example.label <= 5.0 for example in train + dev)
+
+
+@real_data
+def test_conll2003_sentences() -> None:
+    train, dev = read_conll(DATA / "conll2003/train.txt"), read_conll(DATA / "conll2003/dev.txt")
+    assert (len(train), len(dev)) == (14_041, 3_250)
+    assert train[0] == TaggedSentence(
+        ("EU", "rejects", "German", "call", "to", "boycott", "British", "lamb", "."),
+        ("B-ORG", "O", "B-MISC", "O", "O", "O", "B-MISC", "O", "O"),
+        1,
+    )
+    assert train[1] == TaggedSentence(("Peter", "Blackburn"), ("B-PER", "I-PER"), 11)
+    assert dev[-1].tokens[-1] == "880-2-506363" and dev[-1].tags[-1] == "O"
+
+
+@real_data
+@pytest.mark.parametrize(
+    ("split", "count"), [("train", 29_000), ("val", 1_014), ("test_2016_flickr", 1_000)]
+)
+def test_multi30k_parallel_gzip(split: str, count: int) -> None:
+    pairs = read_parallel(DATA / f"multi30k/{split}.en.gz", DATA / f"multi30k/{split}.de.gz")
+    assert len(pairs) == count
+    if split == "train":
+        assert pairs[0] == (
+            "Two young, White males are outside near many bushes.",
+            "Zwei junge weiße Männer sind im Freien in der Nähe vieler Büsche.",
+        )
+
+
+@real_data
+def test_tinyshakespeare_text() -> None:
+    text = read_text(DATA / "tinyshakespeare/input.txt")
+    assert len(text) == 1_115_394
+    assert text.startswith("First Citizen:\n") and text.endswith("art waking.\n")
+    assert len(read_lines(DATA / "tinyshakespeare/input.txt")) == 40_000
+
+
+# --- well-formed quirks --------------------------------------------------------------------
+
+
+def test_crlf_becomes_lf_and_newlines_are_kept(tmp_path) -> None:
+    path = write(tmp_path / "a.txt", "one\r\ntwo\r\n\r\nthree")
+    assert read_text(path) == "one\ntwo\n\nthree"
+    assert read_lines(path) == ["one", "two", "", "three"]
+
+
+def test_tsv_is_literal_and_columns_go_by_name_or_index(tmp_path) -> None:
+    path = write(tmp_path / "a.tsv", "id\ts1\ts2\tscore\r\n7\t\"quoted\tit's\t2.5\r\n\n")
+    by_name = read_tsv(path, ["s1", "s2"], "score", header=True, regression=True)
+    assert by_name == [LabeledText(('"quoted', "it's"), 2.5, 2)]
+    assert read_tsv(path, (1, 2), 3, header=True, regression=True) == by_name
+    assert read_tsv(path, 1, "id", header=True) == [LabeledText(('"quoted',), "7", 2)]
+
+
+def test_conll_skips_docstart_and_takes_first_and_last_columns(tmp_path) -> None:
+    path = write(tmp_path / "a.txt", "-DOCSTART- -X- O O\n\nEU NNP B-NP B-ORG\nrejects VBZ O\n\n\n")
+    assert read_conll(path) == [TaggedSentence(("EU", "rejects"), ("B-ORG", "O"), 3)]
+
+
+# --- every malformed case names the file and the line --------------------------------------
+
+
+def test_parallel_files_of_different_lengths(tmp_path) -> None:
+    source = write(tmp_path / "a.de", "eins\nzwei\ndrei\n")
+    target = write(tmp_path / "a.en.gz", "one\ntwo\n")
+    message = error(read_parallel, source, target)
+    assert message.startswith(f"{source}:3: no matching line in {target}, which ends at line 2")
+    assert f"{source} has 3 lines, {target} has 2" in message
+    assert error(read_parallel, target, source).startswith(f"{source}:3: ")
+
+
+def test_tsv_row_with_the_wrong_number_of_columns(tmp_path) -> None:
+    path = write(tmp_path / "a.tsv", "label\tsentence\n1\tgood\n0\tbad\textra\n")
+    assert error(read_tsv, path, 1, 0, header=True) == f"{path}:3: expected 2 columns, found 3"
+    path = write(tmp_path / "b.tsv", "1\tgood\n0\n")
+    assert error(read_tsv, path, 1, 0, header=False) == f"{path}:2: expected 2 columns, found 1"
+
+
+def test_tsv_label_outside_the_label_set(tmp_path) -> None:
+    path = write(tmp_path / "a.tsv", "label\tsentence\n1\tgood\n2\tbad\n")
+    message = error(read_tsv, path, 1, 0, header=True, labels=["0", "1"])
+    assert message == f"{path}:3: label '2' is not one of '0', '1'"
+
+
+@pytest.mark.parametrize("score", ["high", "nan", ""])
+def test_tsv_regression_target_that_is_not_a_number(tmp_path, score: str) -> None:
+    path = write(tmp_path / "a.tsv", f"a\tb\t1.5\nc\td\t{score}\n")
+    message = error(read_tsv, path, (0, 1), 2, header=False, regression=True)
+    assert message.startswith(f"{path}:2: label {score!r} is not a")
+
+
+def test_tsv_unknown_column_names_the_header(tmp_path) -> None:
+    path = write(tmp_path / "a.tsv", "label\tcontent\n1\tgood\n")
+    message = error(read_tsv, path, "sentence", "label", header=True)
+    assert message == f"{path}:1: no column 'sentence'; the header has ['label', 'content']"
+    assert error(read_tsv, path, 5, 0, header=True).startswith(f"{path}:1: column 5 is out")
+    with pytest.raises(ValueError, match="needs header=True"):
+        read_tsv(path, "content", 0, header=False)
+
+
+def test_conll_line_without_a_tag(tmp_path) -> None:
+    path = write(tmp_path / "a.txt", "EU B-ORG\nrejects O\n\nPeter\n")
+    assert error(read_conll, path).startswith(f"{path}:4: expected 'token tag', found 'Peter'")
+
+
+@pytest.mark.parametrize(
+    ("read", "content", "message"),
+    [
+        (read_text, "", "empty file"),
+        (read_lines, "\r\n\n", "empty file"),
+        (read_tsv, "label\tsentence\r\n", "no data rows after the header"),
+        (read_conll, "-DOCSTART- O\n\n", "no sentences"),
+    ],
+)
+def test_empty_files(tmp_path, read, content: str, message: str) -> None:
+    path = write(tmp_path / "a.gz", content)
+    args = (1, 0, True) if read is read_tsv else ()
+    assert error(read, path, *args) == f"{path}: {message}"
+
+
+@pytest.mark.parametrize("name", ["a.txt", "a.txt.gz"])
+def test_bytes_that_are_not_utf8(tmp_path, name: str) -> None:
+    path = write(tmp_path / name, b"fine\nstill fine\nbad \xff\xfe\nok\n")
+    assert error(read_lines, path) == f"{path}:3: not valid UTF-8 (byte 0xff)"
+    assert error(read_conll, path).startswith(f"{path}:3: ")
+
+
+def test_a_broken_gzip_file(tmp_path) -> None:
+    path = tmp_path / "a.gz"
+    path.write_bytes(b"not gzip at all")
+    assert error(read_text, path).startswith(f"{path}: not a valid gzip file")
+    path.write_bytes(gzip.compress(b"cut short\n")[:-6])
+    assert error(read_text, path).startswith(f"{path}: not a valid gzip file")

@@ -1,0 +1,226 @@
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scratchformer.data.tokenizer import SPECIAL_TOKENS, Tokenizer
+
+DATA = Path(
+    os.environ.get("SCRATCHFORMER_DATA", Path(__file__).resolve().parents[2].parent / "shared/data")
+)
+LM = ("pad", "bos", "eos")
+CLASSIFY = ("pad", "unk", "cls", "sep", "mask")
+
+
+def _data_file(relative: str) -> Path:
+    path = DATA / relative
+    if not path.is_file():
+        pytest.skip(f"dataset file {path} not found (set SCRATCHFORMER_DATA)")
+    return path
+
+
+@pytest.fixture(scope="module")
+def shakespeare() -> str:
+    return _data_file("tinyshakespeare/input.txt").read_text(encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def sst2() -> list[str]:
+    lines = _data_file("sst2/train.tsv").read_text(encoding="utf-8").splitlines()[1:3001]
+    return [line.split("\t")[1] for line in lines]
+
+
+@pytest.fixture(scope="module")
+def char(shakespeare: str) -> Tokenizer:
+    return Tokenizer.train("char", [shakespeare], 1000, LM)
+
+
+@pytest.fixture(scope="module")
+def bpe(shakespeare: str) -> Tokenizer:
+    return Tokenizer.train("bpe", [shakespeare[:100_000]], 600, ("pad", "unk", *LM[1:]))
+
+
+@pytest.fixture(scope="module")
+def wordpiece(sst2: list[str]) -> Tokenizer:
+    return Tokenizer.train("wordpiece", sst2, 1500, CLASSIFY, lowercase=True)
+
+
+def test_char_tokenizer_on_tiny_shakespeare_has_its_65_symbols(
+    char: Tokenizer, shakespeare: str
+) -> None:
+    assert char.vocab_size == 3 + 65
+    assert char.tokens(range(3, 68)) == sorted(set(shakespeare))  # nanoGPT's order
+
+
+def test_char_round_trip_is_exact(char: Tokenizer, shakespeare: str) -> None:
+    text = shakespeare[:20_000]
+    ids = char.encode(text)
+    assert len(ids) == len(text) and char.decode(ids) == text
+    with_ends = char.encode("To be\n", add_bos=True, add_eos=True)
+    assert with_ends[0] == char.bos_id and with_ends[-1] == char.eos_id
+    assert char.decode(with_ends) == "To be\n"
+
+
+def test_char_unseen_characters_are_unk_or_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="'é'"):
+        Tokenizer.train("char", ["abc"], 100, LM).encode("abé")
+    with_unk = Tokenizer.train("char", ["abc"], 100, ("pad", "unk"))
+    assert with_unk.encode("abé")[-1] == with_unk.unk_id == 1
+
+
+def test_char_vocab_size_is_an_upper_bound_keeping_frequent_characters() -> None:
+    tokenizer = Tokenizer.train("char", ["aaabbc"], 4, ("pad", "unk"))
+    assert tokenizer.vocab_size == 4
+    assert tokenizer.encode("abc") == [2, 3, tokenizer.unk_id]
+    with pytest.raises(ValueError, match="vocab_size=4"):
+        Tokenizer.train("char", ["aaabbcd"], 4, ("pad", "eos"))
+
+
+def test_bpe_round_trip_is_exact_on_shakespeare(bpe: Tokenizer, shakespeare: str) -> None:
+    text = shakespeare[-20_000:]  # not seen in training
+    ids = bpe.encode(text)
+    assert len(ids) < 0.6 * len(text) and bpe.decode(ids) == text
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text())
+def test_bpe_round_trip_is_exact_on_any_unicode(bpe: Tokenizer, text: str) -> None:
+    assert bpe.decode(bpe.encode(text)) == text
+
+
+def test_special_strings_in_the_text_are_plain_text(bpe: Tokenizer) -> None:
+    ids = bpe.encode("<s> [CLS] </s>")
+    assert not set(ids) & set(bpe.special_ids)
+    assert bpe.decode(ids) == "<s> [CLS] </s>"
+
+
+def test_wordpiece_round_trips_lowercased_sst2_words(wordpiece: Tokenizer, sst2: list[str]) -> None:
+    backend = wordpiece.backend
+    for text in sst2[:200]:
+        ids = wordpiece.encode(text)
+        assert wordpiece.unk_id not in ids
+        words = backend.pre_tokenizer.pre_tokenize_str(text.lower())
+        assert wordpiece.decode(ids) == " ".join(word for word, _ in words)
+    assert wordpiece.encode("A Charming FILM") == wordpiece.encode("a charming film")
+    assert any(token.startswith("##") for token in wordpiece.tokens(range(wordpiece.vocab_size)))
+
+
+def test_specials_come_first_in_canonical_order() -> None:
+    tokenizer = Tokenizer.train("bpe", ["hello world"], 300, ("eos", "mask", "pad", "bos"))
+    assert (tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id, tokenizer.mask_id) == (0, 1, 2, 3)
+    assert tokenizer.unk_id is tokenizer.cls_id is tokenizer.sep_id is None
+    assert tokenizer.special_ids == (0, 1, 2, 3)
+    assert tokenizer.tokens([0, 3]) == [SPECIAL_TOKENS["pad"], SPECIAL_TOKENS["mask"]]
+    with pytest.raises(ValueError, match="no cls token"):
+        tokenizer.encode_pair("a", "b")
+
+
+def test_invalid_arguments_are_rejected() -> None:
+    with pytest.raises(ValueError, match="unknown special token role"):
+        Tokenizer.train("char", ["a"], 10, ("pad", "start"))
+    with pytest.raises(ValueError, match="kind="):
+        Tokenizer.train("unigram", ["a"], 10, ("pad",))
+    with pytest.raises(ValueError, match="needs the 'unk'"):
+        Tokenizer.train("wordpiece", ["a"], 10, ("pad", "cls"))
+    with pytest.raises(ValueError, match="too small"):
+        Tokenizer.train("bpe", ["a"], 100, ("pad",))
+
+
+@pytest.mark.parametrize("kind", ["char", "bpe", "wordpiece"])
+def test_training_is_deterministic(kind: str, shakespeare: str, tmp_path: Path) -> None:
+    texts = shakespeare[:50_000].splitlines()
+    for name in ("a.json", "b.json"):
+        Tokenizer.train(kind, texts, 500, ("pad", "unk", "bos", "eos")).save(tmp_path / name)
+    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
+
+
+@pytest.mark.parametrize("name", ["char", "bpe", "wordpiece"])
+def test_save_and_load_keep_encodings_and_roles(
+    name: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    tokenizer: Tokenizer = request.getfixturevalue(name)
+    tokenizer.save(tmp_path / "tokenizer.json")
+    loaded = Tokenizer.load(tmp_path / "tokenizer.json")
+    assert loaded.specials == tokenizer.specials and loaded.vocab_size == tokenizer.vocab_size
+    text = "my lord, the king is dead.\n"
+    assert loaded.encode(text) == tokenizer.encode(text)
+    assert pickle.loads(pickle.dumps(tokenizer)).encode(text) == tokenizer.encode(text)
+
+
+def test_special_strings_stay_plain_text_after_load_and_pickle(
+    bpe: Tokenizer, tmp_path: Path
+) -> None:
+    bpe.save(tmp_path / "tokenizer.json")
+    for tokenizer in (Tokenizer.load(tmp_path / "tokenizer.json"), pickle.loads(pickle.dumps(bpe))):
+        assert tokenizer.encode("[CLS] <s>") == bpe.encode("[CLS] <s>")
+        assert not set(tokenizer.encode("[CLS] <s>")) & set(bpe.special_ids)
+
+
+def test_load_errors_name_the_file(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=r"missing\.json"):
+        Tokenizer.load(tmp_path / "missing.json")
+    corrupt = tmp_path / "corrupt.json"
+    corrupt.write_text('{"version": "1.0", "model": ', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"corrupt\.json"):
+        Tokenizer.load(corrupt)
+
+
+def test_encode_batch_matches_encode(bpe: Tokenizer, shakespeare: str) -> None:
+    lines = shakespeare.splitlines()[:500]
+    batch = bpe.encode_batch(lines, add_eos=True)
+    assert batch == [bpe.encode(line, add_eos=True) for line in lines]
+
+
+def test_encode_pair_marks_segments(wordpiece: Tokenizer) -> None:
+    ids, segments = wordpiece.encode_pair("a fine film", "awful")
+    a, b = wordpiece.encode("a fine film"), wordpiece.encode("awful")
+    cls, sep = wordpiece.cls_id, wordpiece.sep_id
+    assert ids == [cls, *a, sep, *b, sep]
+    assert segments == [0] * (len(a) + 2) + [1] * (len(b) + 1)
+    long = "a fine film " * 10  # longest first: only the long text loses tokens
+    ids, segments = wordpiece.encode_pair(long, "awful", max_len=3 + 2 * len(b))
+    assert ids == [cls, *wordpiece.encode(long)[: len(b)], sep, *b, sep]
+    assert len(segments) == len(ids) == 3 + 2 * len(b)
+
+
+def test_encode_words_aligns_sub_words_to_words(wordpiece: Tokenizer, bpe: Tokenizer) -> None:
+    words = ["Unbelievably", "moving", ",", "EU", "rejects", "U.S."]
+    ids, word_index = wordpiece.encode_words(words)
+    assert len(ids) == len(word_index) and word_index == sorted(word_index)
+    assert sorted(set(word_index)) == list(range(len(words)))
+    tokens = wordpiece.tokens(ids)
+    firsts = [word_index.index(w) for w in range(len(words))]
+    assert not any(tokens[i].startswith("##") for i in firsts)
+    assert ids == wordpiece.encode(" ".join(words))
+    ids, word_index = bpe.encode_words(words)
+    assert ids == bpe.encode(" ".join(words))
+    assert sorted(set(word_index)) == list(range(len(words)))
+
+
+def test_tokenizers_work_in_forked_workers_even_with_parallelism_forced_on() -> None:
+    # Without the fork hooks a child that encodes a batch deadlocks under =true.
+    script = textwrap.dedent(
+        """
+        import multiprocessing, os
+        from scratchformer.data.tokenizer import Tokenizer
+        tok = Tokenizer.train("bpe", ["to be or not to be"] * 50, 300, ["pad"])
+        lines = ["that is the question"] * 2000
+        expected = tok.encode_batch(lines)
+        with multiprocessing.get_context("fork").Pool(2) as pool:
+            results = pool.map(tok.encode_batch, [lines, lines])
+        assert results == [expected, expected]
+        assert os.environ["TOKENIZERS_PARALLELISM"] == "true"
+        """
+    )
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "true"}
+    result = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert "huggingface/tokenizers" not in result.stdout + result.stderr
