@@ -86,8 +86,17 @@ def test_recipe_from_toml_with_overrides(tmp_path) -> None:
     path = tmp_path / "recipe.toml"
     path.write_text(RECIPE)
     recipe = Recipe.load(
-        path, ["train.max_steps=20", "data.train=my.tsv", "model.norm_first=true", "train.lr=3e-4"]
+        path,
+        [
+            "train.max_steps=20",
+            "data.train=my.tsv",
+            "model.norm_first=true",
+            "train.lr=3e-4",
+            "train.max_tokens=4096",
+            "train.max_tokens=none",
+        ],
     )
+    assert recipe.train.max_tokens is None
     assert recipe.task == "translation"
     assert recipe.model.d_model == 64 and recipe.model.norm_first is True
     assert recipe.train.max_steps == 20 and recipe.train.lr == 3e-4

@@ -119,25 +119,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--resume", action="store_true", help="continue the run in --out from its last checkpoint"
     )
-    p.set_defaults(run=train)
+    p.set_defaults(handler=train)
 
     p = commands.add_parser("eval", help="print a trained model's metrics as JSON")
     p.add_argument("run", help="run directory")
     group = p.add_mutually_exclusive_group()
     group.add_argument("--split", default="val", help="val (default) or test")
     group.add_argument("--data", help="a file in the task's format (translation: SRC,TGT)")
-    p.set_defaults(run=evaluate)
+    p.set_defaults(handler=evaluate)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if getattr(args, "run", None) is None:
+    if getattr(args, "handler", None) is None:
         parser.print_help()
         return 0
     try:
-        return int(args.run(args) or 0)
+        return int(args.handler(args) or 0)
     except (ValueError, OSError) as error:
         if args.debug:
             raise

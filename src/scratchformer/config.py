@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from .data.tokenizer import KINDS as TOKENIZERS
 from .nn.feedforward import ACTIVATIONS
+from .training.schedule import SCHEDULES
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -221,8 +223,6 @@ class ModelConfig(ConfigBase):
 
 
 TASKS = ("lm", "translation", "synthetic", "classification", "regression", "tagging")
-TOKENIZERS = ("char", "bpe", "wordpiece")
-SCHEDULES = ("noam", "cosine", "constant", "inverse_sqrt")
 PRECISIONS = ("fp32", "bf16")
 
 
@@ -343,8 +343,8 @@ class Recipe:
     """A whole run: the task, and its model, data and training sections.
 
     Read from TOML (``task = "lm"`` and sections ``[model]``, ``[data]``, ``[train]``);
-    any key can be overridden with ``section.key=value`` strings (values in TOML syntax,
-    bare words taken as strings).
+    any key can be overridden with ``section.key=value`` strings (values in TOML syntax;
+    ``none`` unsets an optional value; other bare words are strings).
     """
 
     task: str
@@ -410,7 +410,7 @@ def _apply_override(values: dict[str, Any], override: str) -> None:
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
-        value = raw  # a bare word: a string
+        value = None if raw.strip().lower() == "none" else raw  # other bare words: strings
     key = key.strip()
     if key == "task":
         values["task"] = value

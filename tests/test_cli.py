@@ -1,0 +1,117 @@
+"""The command line: user errors give one line on stderr and exit status 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import set_options
+from scratchformer.cli import main
+
+RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+TINY = set_options(
+    [
+        "model.d_model=32",
+        "model.d_ff=64",
+        "model.n_layers=1",
+        "data.synthetic_train_size=200",
+        "data.synthetic_val_size=20",
+        "train.max_steps=4",
+        "train.eval_every=2",
+    ]
+)
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    status = main(["--quiet", *args])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def assert_one_line_error(status: int, err: str, *fragments: str) -> None:
+    assert status == 2
+    assert err.count("\n") == 1 and err.startswith("scratchformer: error: ")
+    assert "Traceback" not in err
+    for fragment in fragments:
+        assert fragment in err
+
+
+def test_train_then_eval_prints_json(tmp_path: Path, capsys) -> None:
+    run_dir = tmp_path / "copy"
+    status, out, _ = run(capsys, "train", str(RECIPES / "copy.toml"), "--out", str(run_dir), *TINY)
+    assert status == 0 and json.loads(out)["step"] == 4
+    status, out, _ = run(capsys, "eval", str(run_dir))
+    metrics = json.loads(out)
+    assert status == 0 and metrics["split"] == "val" and 0 <= metrics["exact_match"] <= 1
+    status, out, _ = run(capsys, "eval", str(run_dir), "--split", "test")
+    assert status == 0 and json.loads(out)["split"] == "test"
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (["train", "missing.toml", "--out", "x"], ["missing.toml"]),
+        (
+            ["train", str(RECIPES / "copy.toml"), "--out", "x", "--set", "train.max_step=3"],
+            ["unknown TrainConfig field(s): max_step", "valid fields: max_steps"],
+        ),
+        (
+            ["train", str(RECIPES / "copy.toml"), "--out", "x", "--set", "train.lr=-1"],
+            ["lr=-1.0 must be positive"],
+        ),
+        (
+            ["train", str(RECIPES / "copy.toml"), "--out", "x", "--resume"],
+            ["holds no checkpoint to resume"],
+        ),
+        (["eval", "nowhere"], ["nowhere holds no trained model"]),
+    ],
+)
+def test_user_errors_are_one_line(tmp_path: Path, monkeypatch, capsys, args, fragments) -> None:
+    monkeypatch.chdir(tmp_path)
+    status, _, err = run(capsys, *args)
+    assert_one_line_error(status, err, *fragments)
+
+
+def test_malformed_data_names_file_and_line(tmp_path: Path, capsys) -> None:
+    source, target = tmp_path / "train.src", tmp_path / "train.tgt"
+    source.write_text("123\n456\n789\n")
+    target.write_text("123\n456\n")
+    status, _, err = run(
+        capsys,
+        "train",
+        str(RECIPES / "copy.toml"),
+        "--out",
+        str(tmp_path / "run"),
+        "--set",
+        f"data.train=['{source}', '{target}']",
+    )
+    assert_one_line_error(status, err, f"{source}:3:")
+    assert not (tmp_path / "run" / "trainer_state.json").exists()
+
+
+def test_an_existing_run_is_not_overwritten(tmp_path: Path, capsys) -> None:
+    run_dir = tmp_path / "copy"
+    assert run(capsys, "train", str(RECIPES / "copy.toml"), "--out", str(run_dir), *TINY)[0] == 0
+    status, _, err = run(capsys, "train", str(RECIPES / "copy.toml"), "--out", str(run_dir))
+    assert_one_line_error(status, err, "already holds a run", "--resume")
+
+
+def test_debug_shows_the_traceback(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        main(["--debug", "train", str(tmp_path / "missing.toml"), "--out", str(tmp_path)])
+
+
+def test_real_process_exit_status_and_stderr(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "scratchformer", "train", "missing.toml", "--out", "x"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert_one_line_error(result.returncode, result.stderr, "missing.toml")

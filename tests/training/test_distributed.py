@@ -1,0 +1,58 @@
+"""torchrun with 2 CPU processes (gloo): one step with batch b on each rank gives the same
+weights as one step with batch 2b in a single process.
+
+Adam's first step is about ``lr * sign(gradient)``, which magnifies the rounding
+differences of summing a batch in two halves for gradients near zero; lr 1e-4 keeps those
+under 1e-6 while a wrong split of the data would move weights by ~1e-4."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+from helpers import set_options
+
+RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "shakespeare-char.toml"
+SETTINGS = [
+    "model.n_layers=2",
+    "model.d_model=64",
+    "model.d_ff=128",
+    "train.max_steps=1",
+    "train.eval_batches=1",
+    "train.warmup_steps=0",
+    "train.schedule=constant",
+    "train.lr=1e-4",
+]
+
+
+def train(launcher: list[str], out: Path, batch_size: int) -> dict[str, torch.Tensor]:
+    sets = set_options([*SETTINGS, f"train.batch_size={batch_size}"])
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [*launcher, "scratchformer", "--quiet", "train", str(RECIPE), "--out", str(out)]
+    result = subprocess.run([*command, *sets], capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return load_file(out / "checkpoints" / "step-00000001" / "model.safetensors")
+
+
+def test_two_ranks_with_batch_b_equal_one_rank_with_batch_2b(tmp_path: Path, data_dir) -> None:
+    single = train([sys.executable, "-m"], tmp_path / "one", batch_size=8)
+    torchrun = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+    ]
+    double = train(torchrun, tmp_path / "two", batch_size=4)
+    assert single.keys() == double.keys()
+    for name in single:
+        torch.testing.assert_close(double[name], single[name], atol=1e-6, rtol=0, msg=name)
+    half = train([sys.executable, "-m"], tmp_path / "half", batch_size=4)  # the control
+    assert max((half[k] - single[k]).abs().max().item() for k in single) > 1e-5

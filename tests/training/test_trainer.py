@@ -1,0 +1,133 @@
+"""The trainer end to end on the synthetic task (no files needed): exact resume, the best
+checkpoint, early stopping, a NaN loss, and what the run directory holds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from helpers import set_options
+from scratchformer.cli import main
+from scratchformer.config import Recipe
+from scratchformer.models import build_model
+from scratchformer.tasks import build_task
+from scratchformer.training.trainer import Trainer, TrainingError
+
+RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "copy.toml"
+TINY = [
+    "model.d_model=32",
+    "model.d_ff=64",
+    "model.n_heads=2",
+    "model.n_layers=1",
+    "model.dropout=0.1",  # so that resume must restore the random state exactly
+    "data.synthetic_train_size=400",
+    "data.synthetic_val_size=40",
+    "train.batch_size=16",
+    "train.eval_every=10",
+    "train.warmup_steps=5",
+]
+
+
+def train(out: Path, *extra: str) -> int:
+    return main(
+        [
+            "--quiet",
+            "train",
+            str(RECIPE),
+            "--out",
+            str(out),
+            *set_options([*TINY, *extra]),
+        ]
+    )
+
+
+def weights(run: Path, step: int) -> dict[str, torch.Tensor]:
+    return load_file(run / "checkpoints" / f"step-{step:08d}" / "model.safetensors")
+
+
+def test_resume_is_bit_identical_to_a_straight_run(tmp_path: Path, monkeypatch) -> None:
+    assert train(tmp_path / "straight", "train.max_steps=20") == 0
+
+    evaluate_and_checkpoint = Trainer._evaluate_and_checkpoint
+
+    def interrupted_after_step_10(self, *args):
+        result = evaluate_and_checkpoint(self, *args)
+        if self.state["step"] == 10:
+            raise KeyboardInterrupt
+        return result
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Trainer, "_evaluate_and_checkpoint", interrupted_after_step_10)
+        assert train(tmp_path / "halves", "train.max_steps=20") == 130
+    resumed = main(["--quiet", "train", str(RECIPE), "--out", str(tmp_path / "halves"), "--resume"])
+    assert resumed == 0
+    straight, halves = weights(tmp_path / "straight", 20), weights(tmp_path / "halves", 20)
+    assert straight.keys() == halves.keys()
+    assert all(torch.equal(straight[k], halves[k]) for k in straight)
+    lines = (tmp_path / "halves" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines if '"val"' in line] == [10, 20]
+
+
+def test_run_directory_holds_everything_to_use_the_model(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    assert train(run, "train.max_steps=20") == 0
+    for name in (
+        "config.json",
+        "tokenizer.json",
+        "model.safetensors",
+        "trainer_state.json",
+        "metrics.jsonl",
+    ):
+        assert (run / name).is_file(), name
+    recipe = Recipe.load(run / "config.json")
+    assert recipe.model.arch == "seq2seq" and recipe.model.vocab_size == 14  # 10 digits + 4
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    train_records = [r for r in records if r["split"] == "train"]
+    assert {"loss", "lr", "tokens_per_s"} <= train_records[0].keys()
+    state = json.loads((run / "trainer_state.json").read_text())
+    best = max((r for r in records if r["split"] == "val"), key=lambda r: r["exact_match"])
+    assert state["best"] == best["exact_match"]
+
+
+def test_early_stopping_and_best_weights(tmp_path: Path) -> None:
+    recipe = Recipe.load(
+        RECIPE,
+        [
+            *TINY,
+            "train.max_steps=200",
+            "train.eval_every=5",
+            "train.early_stop_patience=2",
+            "train.lr=1e-9",
+            "train.schedule=constant",
+        ],
+    )
+    task = build_task(recipe)
+    task.prepare()
+    recipe.model = task.model_config()
+    trainer = Trainer(task, build_model(recipe.model), tmp_path, quiet=True)
+    result = trainer.fit()
+    assert result["step"] < 200, "a model that cannot learn must stop early"
+    assert trainer.state["bad_evals"] == 2
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path: Path) -> None:
+    recipe = Recipe.load(RECIPE, [*TINY, "train.max_steps=50"])
+    task = build_task(recipe)
+    task.prepare()
+    recipe.model = task.model_config()
+    real_loss = task.loss
+
+    def loss_that_breaks(model, batch):
+        loss = real_loss(model, batch)
+        return loss * float("nan") if trainer.state["step"] >= 13 else loss
+
+    task.loss = loss_that_breaks
+    trainer = Trainer(task, build_model(recipe.model), tmp_path, quiet=True)
+    with pytest.raises(TrainingError, match=r"nan at step 14.*checkpoint \(step 10\) is kept"):
+        trainer.fit()
+    assert json.loads((tmp_path / "trainer_state.json").read_text())["step"] == 10
+    assert torch.isfinite(next(iter(weights(tmp_path, 10).values()))).all()
