@@ -288,6 +288,8 @@ class TrainConfig(ConfigBase):
     """How to train: optimisation, schedule, evaluation, stopping, precision, seeds."""
 
     max_steps: int = 1000
+    max_minutes: float | None = None
+    """Wall-clock budget: stop (with a last evaluation) once training has run this long."""
     batch_size: int = 32
     """Examples per step and per process (ignored when ``max_tokens`` is set)."""
     max_tokens: int | None = None
@@ -320,7 +322,8 @@ class TrainConfig(ConfigBase):
     def __post_init__(self) -> None:
         self._check_types()
         _positive(self, "max_steps", "batch_size", "grad_accum", "lr", "eval_every", "log_every")
-        for name in ("max_tokens", "eval_batches", "early_stop_patience", "threads", "grad_clip"):
+        optional = ("max_minutes", "max_tokens", "eval_batches", "early_stop_patience", "threads")
+        for name in (*optional, "grad_clip"):
             if getattr(self, name) is not None:
                 _positive(self, name)
         _one_of(self, "schedule", SCHEDULES)

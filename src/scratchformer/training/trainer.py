@@ -94,8 +94,13 @@ class Trainer:
         writer = self._tensorboard()
         last_eval: dict[str, Any] = {}
         clock, tokens = time.perf_counter(), 0
+        deadline = None if config.max_minutes is None else clock + 60 * config.max_minutes
+        busy, seen = 0.0, 0  # seconds in training steps, tokens through them
         while self.state["step"] < config.max_steps:
+            started = time.perf_counter()
             loss, step_tokens = self._train_step(network)
+            busy += time.perf_counter() - started
+            seen += step_tokens * self.dist.world_size
             tokens += step_tokens * self.dist.world_size
             step = self.state["step"]
             lr = self.scheduler.get_last_lr()[0]
@@ -114,8 +119,10 @@ class Trainer:
                 )
                 clock, tokens = time.perf_counter(), 0
             bar.update(1)
-            if step % config.eval_every == 0 or step == config.max_steps:
+            out_of_time = deadline is not None and self.dist.any(time.perf_counter() > deadline)
+            if step % config.eval_every == 0 or step == config.max_steps or out_of_time:
                 last_eval = self._evaluate_and_checkpoint(writer, bar)
+                clock, tokens = time.perf_counter(), 0
                 if self._should_stop():
                     self._say(
                         f"early stop at step {step}: no better {self.task.metric} in "
@@ -123,11 +130,18 @@ class Trainer:
                         bar,
                     )
                     break
+            if out_of_time:
+                self._say(
+                    f"stopped at step {step}: train.max_minutes={config.max_minutes} reached", bar
+                )
+                break
         bar.close()
         if writer is not None:
             writer.close()
         return {
             **last_eval,
+            "train_seconds": busy,
+            "tokens_per_s": seen / max(busy, 1e-9),
             "best_step": self.state["best_step"],
             f"best_{self.task.metric}": self.state["best"],
         }
