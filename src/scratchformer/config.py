@@ -291,11 +291,12 @@ class TrainConfig(ConfigBase):
     max_minutes: float | None = None
     """Wall-clock budget: stop (with a last evaluation) once training has run this long."""
     batch_size: int = 32
-    """Examples per step and per process (ignored when ``max_tokens`` is set)."""
+    """Examples per micro-batch and process (ignored when ``max_tokens`` is set)."""
     max_tokens: int | None = None
-    """Token budget per step and per process: batches of similar lengths, padding included."""
+    """Token budget per micro-batch and process: similar lengths together, padding counted."""
     grad_accum: int = 1
-    """Micro-batches accumulated per optimiser step."""
+    """Micro-batches accumulated per optimiser step: a step sees ``batch_size`` (or
+    ``max_tokens``) times ``grad_accum`` times the number of processes."""
     lr: float = 1e-3
     schedule: str = "cosine"
     warmup_steps: int = 100

@@ -34,7 +34,7 @@ def test_recipe_trains_on_a_fixed_batch(path: Path, data_dir: Path) -> None:
         if isinstance(module, torch.nn.Dropout):
             module.p = 0.0
     optimizer = build_optimizer(model, recipe.train)
-    batch = task.train_batch(0)
+    batch = task.global_batch(0, 1)
     losses = []
     for _ in range(12):
         loss = task.loss(model, batch)

@@ -131,3 +131,40 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path: Path) -> No
         trainer.fit()
     assert json.loads((tmp_path / "trainer_state.json").read_text())["step"] == 10
     assert torch.isfinite(next(iter(weights(tmp_path, 10).values()))).all()
+
+
+def one_lm_step(run_dir: Path, *settings: str) -> dict[str, torch.Tensor]:
+    recipe = Recipe.load(
+        RECIPE.with_name("shakespeare-char.toml"),
+        [
+            "model.n_layers=1",
+            "model.d_model=32",
+            "model.d_ff=64",
+            "train.max_steps=1",
+            "train.eval_batches=1",
+            "train.schedule=constant",
+            "train.warmup_steps=0",
+            "train.lr=1e-4",
+            *settings,
+        ],
+    )
+    task = build_task(recipe)
+    task.prepare()
+    recipe.model = task.model_config()
+    torch.manual_seed(0)
+    trainer = Trainer(task, build_model(recipe.model), run_dir, quiet=True)
+    trainer.fit()
+    return {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
+
+
+def test_accumulating_two_halves_equals_one_whole_batch(tmp_path: Path, data_dir) -> None:
+    whole = one_lm_step(tmp_path / "whole", "train.batch_size=8")
+    halves = one_lm_step(tmp_path / "halves", "train.batch_size=4", "train.grad_accum=2")
+    for name in whole:
+        torch.testing.assert_close(halves[name], whole[name], atol=1e-6, rtol=0, msg=name)
+
+
+def test_bf16_autocast_trains(tmp_path: Path) -> None:
+    assert train(tmp_path / "bf16", "train.max_steps=10", "train.precision='bf16'") == 0
+    state = json.loads((tmp_path / "bf16" / "trainer_state.json").read_text())
+    assert state["step"] == 10

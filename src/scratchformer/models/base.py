@@ -8,7 +8,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from ..config import ModelConfig
-from ..nn import Embedding
+from ..nn import Embedding, LayerNorm
 
 
 @dataclass
@@ -48,6 +48,13 @@ def embedding_for(config: ModelConfig, vocab_size: int) -> Embedding:
         scale=config.scale_embedding,
         n_segments=config.type_vocab_size,
     )
+
+
+def final_norm(config: ModelConfig) -> LayerNorm | None:
+    """The LayerNorm after a stack's last layer, if the config asks for one."""
+    if not config.use_final_norm:
+        return None
+    return LayerNorm(config.d_model, config.layer_norm_eps, config.bias)
 
 
 def init_linear_weights(model: nn.Module) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from ..config import ModelConfig
-from ..nn import DecoderLayer, LayerNorm, causal_mask, combine_masks, padding_mask
-from .base import ModelOutput, embedding_for, init_linear_weights, layer_kwargs
+from ..nn import DecoderLayer, causal_mask, combine_masks, padding_mask
+from .base import ModelOutput, embedding_for, final_norm, init_linear_weights, layer_kwargs
 from .heads import LMHead
 
 
@@ -20,11 +20,7 @@ class Decoder(nn.Module):
             DecoderLayer(**layer_kwargs(config), cross_attention=cross_attention)
             for _ in range(n_layers)
         )
-        self.norm = (
-            LayerNorm(config.d_model, config.layer_norm_eps, config.bias)
-            if config.use_final_norm
-            else None
-        )
+        self.norm = final_norm(config)
 
     def forward(
         self,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from ..config import ModelConfig
-from ..nn import EncoderLayer, LayerNorm, padding_mask
-from .base import ModelOutput, embedding_for, init_linear_weights, layer_kwargs
+from ..nn import EncoderLayer, padding_mask
+from .base import ModelOutput, embedding_for, final_norm, init_linear_weights, layer_kwargs
 from .heads import SequenceHead, TokenClassificationHead
 
 
@@ -18,11 +18,7 @@ class Encoder(nn.Module):
         self.layers = nn.ModuleList(
             EncoderLayer(**layer_kwargs(config)) for _ in range(config.n_layers)
         )
-        self.norm = (
-            LayerNorm(config.d_model, config.layer_norm_eps, config.bias)
-            if config.use_final_norm
-            else None
-        )
+        self.norm = final_norm(config)
 
     def forward(
         self,

@@ -3,8 +3,8 @@
 A task owns its data (examples read through the registry or from local files), its
 tokenizer(s), the model configuration it needs, its loss and its metrics. Training batches
 are a pure function of ``(seed, index)``: resuming at step N needs no data-loader state,
-and with several processes every rank cuts its own slice of the same global batch, so that
-2 ranks with batch b compute exactly what 1 rank with batch 2b does.
+and with several processes (or accumulated micro-batches) each cuts its own slice of the
+same batch, so that 2 ranks with batch b compute what 1 rank with batch 2b does.
 """
 
 from __future__ import annotations
@@ -42,10 +42,10 @@ class Batch:
         inputs = {k: v.to(device, non_blocking=True) for k, v in self.inputs.items()}
         return Batch(inputs, self.targets.to(device, non_blocking=True), self.tokens)
 
-    def slice(self, rank: int, world_size: int) -> Batch:
-        """This rank's contiguous share of the rows."""
+    def slice(self, part: int, parts: int) -> Batch:
+        """Slice ``part`` of ``parts`` contiguous shares of the rows."""
         rows = self.targets.shape[0]
-        start, stop = rank * rows // world_size, (rank + 1) * rows // world_size
+        start, stop = part * rows // parts, (part + 1) * rows // parts
         inputs = {k: v[start:stop] for k, v in self.inputs.items()}
         targets = self.targets[start:stop]
         share = self.tokens * (stop - start) // max(rows, 1)
@@ -75,6 +75,13 @@ class Task(ABC):
     def prepare(self) -> None:
         """Read the training data and learn the tokenizer(s) from it; tasks with classes or
         tags also fix ``data.labels`` (saved with the recipe)."""
+
+    def train_tokenizer(self, texts: Sequence[str], specials: Sequence[str]) -> Tokenizer:
+        """A tokenizer of the recipe's kind and size, learnt from ``texts``."""
+        data = self.data
+        return Tokenizer.train(
+            data.tokenizer, texts, data.vocab_size, specials, lowercase=data.lowercase
+        )
 
     def save(self, run_dir: Path) -> None:
         """Write the tokenizers: with the recipe and the weights, all inference needs."""
@@ -119,13 +126,10 @@ class Task(ABC):
 
     # -- batches -----------------------------------------------------------------------
 
-    def train_batch(self, index: int, rank: int = 0, world_size: int = 1) -> Batch:
-        """Micro-batch ``index`` of training (0, 1, 2, ...), this rank's slice."""
-        return self.global_batch(index, world_size).slice(rank, world_size)
-
     @abstractmethod
-    def global_batch(self, index: int, world_size: int) -> Batch:
-        """Micro-batch ``index`` of all ranks together (``world_size`` times one rank's)."""
+    def global_batch(self, index: int, parts: int) -> Batch:
+        """Training batch ``index`` (0, 1, ...): ``parts`` times the configured size, to be
+        cut into ``parts`` slices (processes times accumulated micro-batches)."""
 
     @abstractmethod
     def eval_batches(self, split: str, path: str | None = None) -> Iterator[Batch]:
@@ -225,36 +229,36 @@ class ExampleTask(Task):
             self._encoded[key] = self.encode(self.read(split, path))
         return self._encoded[key]
 
-    def global_batch(self, index: int, world_size: int) -> Batch:
+    def global_batch(self, index: int, parts: int) -> Batch:
         examples = self.examples("train")
         epoch = 0
-        while index >= len(batches := self._epoch_batches(epoch, world_size)):
+        while index >= len(batches := self._epoch_batches(epoch, parts)):
             index -= len(batches)
             epoch += 1
         return self.collate([examples[i] for i in batches[index]])
 
-    def _epoch_batches(self, epoch: int, world_size: int) -> list[list[int]]:
-        key = (epoch, world_size)
+    def _epoch_batches(self, epoch: int, parts: int) -> list[list[int]]:
+        key = (epoch, parts)
         if key not in self._epoch_cache:
-            self._epoch_cache = {key: self.batches(self.examples("train"), epoch, world_size, True)}
+            self._epoch_cache = {key: self.batches(self.examples("train"), epoch, parts, True)}
         return self._epoch_cache[key]
 
     def batches(
-        self, examples: Sequence[Any], epoch: int, world_size: int, shuffle: bool
+        self, examples: Sequence[Any], epoch: int, parts: int, shuffle: bool
     ) -> list[list[int]]:
-        """Example indices per batch, for all ranks together."""
+        """Example indices per batch of ``parts`` times the configured size."""
         train = self.train_config
         if train.max_tokens is not None:
             return token_budget_batches(
                 [self.length(example) for example in examples],
-                train.max_tokens * world_size,
+                train.max_tokens * parts,
                 shuffle=shuffle,
                 seed=train.seed,
                 epoch=epoch,
             )
         return fixed_size_batches(
             len(examples),
-            train.batch_size * world_size,
+            train.batch_size * parts,
             shuffle=shuffle,
             seed=train.seed,
             epoch=epoch,

@@ -14,7 +14,6 @@ from torch import Tensor, nn
 from ..data.batching import pad_batch
 from ..data.readers import LabeledText, read_tsv
 from ..data.registry import sst2_examples, stsb_examples
-from ..data.tokenizer import Tokenizer
 from ..metrics import correlations
 from .base import Batch, ExampleTask, add
 
@@ -67,15 +66,7 @@ class ClassificationTask(ExampleTask):
     def prepare(self) -> None:
         examples = self.read("train")
         texts = [text for example in examples for text in example.texts]
-        self.tokenizers = {
-            "tokenizer": Tokenizer.train(
-                self.data.tokenizer,
-                texts,
-                self.data.vocab_size,
-                SPECIALS,
-                lowercase=self.data.lowercase,
-            )
-        }
+        self.tokenizers = {"tokenizer": self.train_tokenizer(texts, SPECIALS)}
         if not self.regression and self.data.labels is None:
             self.data.labels = sorted({str(example.label) for example in examples})
 

@@ -11,7 +11,6 @@ import torch
 from ..data.batching import TokenStream, lm_batch, lm_eval_blocks
 from ..data.readers import read_text
 from ..data.registry import shakespeare_text
-from ..data.tokenizer import Tokenizer
 from .base import Batch, Task
 
 
@@ -41,13 +40,9 @@ class LanguageModelTask(Task):
 
     def prepare(self) -> None:
         specials = ("unk",) if self.data.tokenizer == "char" else ("unk", "eos")
-        self.tokenizers["tokenizer"] = Tokenizer.train(
-            self.data.tokenizer,
-            self._pieces(self.text("train")),
-            self.data.vocab_size,
-            specials,
-            lowercase=self.data.lowercase,
-        )
+        self.tokenizers = {
+            "tokenizer": self.train_tokenizer(self._pieces(self.text("train")), specials)
+        }
 
     def model_sizes(self) -> dict[str, Any]:
         return {"vocab_size": self.tokenizer().vocab_size}
@@ -63,11 +58,11 @@ class LanguageModelTask(Task):
             self._streams[key] = TokenStream(np.asarray(ids, dtype=dtype))
         return self._streams[key]
 
-    def global_batch(self, index: int, world_size: int) -> Batch:
+    def global_batch(self, index: int, parts: int) -> Batch:
         generator = torch.Generator().manual_seed(self.train_config.seed * 1_000_003 + index)
         x, y = lm_batch(
             self.stream("train"),
-            self.train_config.batch_size * world_size,
+            self.train_config.batch_size * parts,
             self.data.block_size,
             generator,
         )

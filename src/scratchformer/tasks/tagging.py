@@ -11,7 +11,6 @@ from torch import Tensor
 from ..data.batching import pad_batch
 from ..data.readers import DataError, TaggedSentence, read_conll
 from ..data.registry import conll_examples
-from ..data.tokenizer import Tokenizer
 from ..metrics import entity_scores
 from .base import IGNORE, Batch, ExampleTask
 from .classification import DEV_SPLIT
@@ -60,15 +59,7 @@ class TaggingTask(ExampleTask):
     def prepare(self) -> None:
         sentences = self.read("train")
         texts = [" ".join(sentence.tokens) for sentence in sentences]
-        self.tokenizers = {
-            "tokenizer": Tokenizer.train(
-                self.data.tokenizer,
-                texts,
-                self.data.vocab_size,
-                SPECIALS,
-                lowercase=self.data.lowercase,
-            )
-        }
+        self.tokenizers = {"tokenizer": self.train_tokenizer(texts, SPECIALS)}
         if self.data.labels is None:
             self.data.labels = sorted({tag for s in sentences for tag in s.tags})
 

@@ -46,18 +46,13 @@ class TranslationTask(ExampleTask):
 
     def prepare(self) -> None:
         pairs = self.read("train")
-        kind, size, lower = self.data.tokenizer, self.data.vocab_size, self.data.lowercase
         sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
         if self.data.shared_vocab:
-            self.tokenizers = {
-                "tokenizer": Tokenizer.train(
-                    kind, sources + targets, size, SPECIALS, lowercase=lower
-                )
-            }
+            self.tokenizers = {"tokenizer": self.train_tokenizer(sources + targets, SPECIALS)}
         else:
             self.tokenizers = {
-                "tokenizer-src": Tokenizer.train(kind, sources, size, SPECIALS, lowercase=lower),
-                "tokenizer-tgt": Tokenizer.train(kind, targets, size, SPECIALS, lowercase=lower),
+                "tokenizer-src": self.train_tokenizer(sources, SPECIALS),
+                "tokenizer-tgt": self.train_tokenizer(targets, SPECIALS),
             }
 
     def source_tokenizer(self) -> Tokenizer:

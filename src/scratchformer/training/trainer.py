@@ -67,7 +67,7 @@ class Trainer:
             self.optimizer,
             warmup_steps=min(self.config.warmup_steps, self.config.max_steps),  # smoke runs
             max_steps=self.config.max_steps,
-            d_model=getattr(getattr(model, "config", None), "d_model", None),
+            d_model=task.recipe.model.d_model,
             min_lr_ratio=self.config.min_lr_ratio,
         )
         self.state: dict[str, Any] = {"step": 0, "best": None, "best_step": None, "bad_evals": 0}
@@ -77,6 +77,8 @@ class Trainer:
     def fit(self, resume: bool = False) -> dict[str, Any]:
         """Train to ``max_steps`` (or an early stop); returns the last evaluation."""
         config = self.config
+        if self.dist.is_main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
         if resume:
             self.state = load_checkpoint(
                 self.run_dir, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler
@@ -147,15 +149,20 @@ class Trainer:
         }
 
     def _train_step(self, network: nn.Module) -> tuple[float, int]:
-        """One optimiser step over ``grad_accum`` micro-batches; the mean loss and tokens."""
+        """One optimiser step; the mean loss and the tokens seen by this rank.
+
+        The step's batch is cut into ``world_size * grad_accum`` slices: this rank's
+        ``grad_accum`` micro-batches. So any split of the same batch over processes and
+        accumulation computes the same update (exactly, when slices hold equal tokens)."""
         config, dist = self.config, self.dist
         autocast = torch.autocast(
             dist.device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16"
         )
+        parts = dist.world_size * config.grad_accum
+        step_batch = self.task.global_batch(self.state["step"], parts)
         total, tokens = 0.0, 0
         for micro in range(config.grad_accum):
-            index = self.state["step"] * config.grad_accum + micro
-            batch = self.task.train_batch(index, dist.rank, dist.world_size).to(dist.device)
+            batch = step_batch.slice(dist.rank * config.grad_accum + micro, parts).to(dist.device)
             last = micro == config.grad_accum - 1
             sync = contextlib.nullcontext() if last or not dist.enabled else network.no_sync()
             with sync:
