@@ -1,0 +1,108 @@
+"""Tasks on small local files: what they read, encode and batch, and their errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from scratchformer.config import Recipe
+from scratchformer.data.readers import DataError
+from scratchformer.tasks import build_task
+from scratchformer.tasks.base import IGNORE
+
+
+def recipe(task: str, **sections: dict) -> Recipe:
+    return Recipe.from_dict({"task": task, **sections})
+
+
+def test_classification_from_a_local_tsv(tmp_path: Path) -> None:
+    train, val = tmp_path / "train.tsv", tmp_path / "val.tsv"
+    train.write_text("text\tlabel\ngood fun film\tpos\ndull and slow\tneg\nfun\tpos\n")
+    val.write_text("text\tlabel\nslow film\tneg\nbad\tmeh\n")
+    data = {
+        "train": str(train),
+        "val": str(val),
+        "text_columns": ["text"],
+        "label_column": "label",
+        "tokenizer": "wordpiece",
+        "vocab_size": 60,
+    }
+    task = build_task(recipe("classification", data=data, train={"batch_size": 2}))
+    task.prepare()
+    assert task.labels() == ["neg", "pos"]
+    config = task.model_config()
+    assert (config.arch, config.head, config.num_labels) == ("encoder", "classification", 2)
+    batch = task.global_batch(0, 1)
+    tokenizer = task.tokenizer()
+    assert batch.inputs["input_ids"][:, 0].eq(tokenizer.cls_id).all()
+    assert sorted(batch.targets.tolist()) in ([0, 1], [1, 1])
+    with pytest.raises(DataError, match=rf"^{val}:3: label 'meh' is not one of"):
+        task.examples("val")
+
+
+def test_tagging_labels_first_subwords_and_checks_tags(tmp_path: Path) -> None:
+    train, val = tmp_path / "train.txt", tmp_path / "val.txt"
+    train.write_text("Peter B-PER\nBlackburnshire I-PER\nwent O\n\nParis B-LOC\n")
+    val.write_text("Paris B-LOC\nrocks B-ROCK\n")
+    data = {"train": str(train), "val": str(val), "tokenizer": "wordpiece", "vocab_size": 40}
+    task = build_task(recipe("tagging", data=data))
+    task.prepare()
+    assert task.labels() == ["B-LOC", "B-PER", "I-PER", "O"]
+    ids, targets = task.examples("train")[0]
+    words = [t for t in targets if t != IGNORE]
+    assert [task.labels()[t] for t in words] == ["B-PER", "I-PER", "O"]
+    assert len(ids) == len(targets) > 3  # a long word became several pieces
+    with pytest.raises(DataError, match=rf"^{val}:2: tag 'B-ROCK' is not one of"):
+        task.examples("val")
+
+
+def test_translation_shifts_targets_and_masks_padding(tmp_path: Path) -> None:
+    source, target = tmp_path / "src.txt", tmp_path / "tgt.txt"
+    source.write_text("ein Haus\nzwei kleine Katzen\n")
+    target.write_text("a house\ntwo small cats\n")
+    data = {"train": [str(source), str(target)], "tokenizer": "char", "vocab_size": 40}
+    task = build_task(recipe("translation", data=data, train={"batch_size": 2}))
+    task.prepare()
+    tokenizer = task.target_tokenizer()
+    batch = task.collate(task.examples("train"))
+    tgt_in, targets, mask = batch.inputs["tgt_ids"], batch.targets, batch.inputs["tgt_mask"]
+    assert tgt_in[:, 0].eq(tokenizer.bos_id).all()
+    assert torch.equal(tgt_in[:, 1:][mask[:, 1:]], targets[:, :-1][mask[:, 1:]])
+    assert (targets == IGNORE).sum() == (~mask).sum()
+    lengths = mask.sum(1)
+    assert targets[torch.arange(2), lengths - 1].eq(tokenizer.eos_id).all()
+    with pytest.raises(ValueError, match=r"data\.val must list two files"):
+        build_task(recipe("translation", data={"val": "one.txt"})).read("val")
+
+
+def test_synthetic_validation_is_held_out_and_reversal_is_right() -> None:
+    data = {
+        "dataset": "reverse",
+        "tokenizer": "char",
+        "vocab_size": 20,
+        "synthetic_train_size": 300,
+        "synthetic_val_size": 100,
+        "synthetic_min_digits": 2,
+        "synthetic_max_digits": 3,
+    }
+    task = build_task(recipe("synthetic", data=data))
+    train, val = task.read("train"), task.read("val")
+    assert all(target == source[::-1] for source, target in train)
+    assert not {s for s, _ in val} & {s for s, _ in train}
+
+
+def test_language_model_blocks_predict_the_next_token(tmp_path: Path) -> None:
+    text = tmp_path / "corpus.txt"
+    text.write_text("to be or not to be\n" * 50)
+    data = {"train": str(text), "val": str(text), "tokenizer": "char", "block_size": 8}
+    task = build_task(recipe("lm", data=data, train={"batch_size": 3}))
+    task.prepare()
+    batch = task.global_batch(5, 2)
+    x, y = batch.inputs["input_ids"], batch.targets
+    assert x.shape == y.shape == (6, 8)
+    assert torch.equal(x[:, 1:], y[:, :-1])
+    assert torch.equal(task.global_batch(5, 2).targets, y), "batches are a function of the index"
+    with pytest.raises(ValueError, match=r"set data\.dataset = .tinyshakespeare. or data\.test"):
+        task.text("test")
