@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
+import torch
 from torch import Tensor, nn
 
 from ..config import ModelConfig
 from ..nn import Embedding, LayerNorm
+from ..nn.attention import CrossAttentionCache, SelfAttentionCache
 
 
 @dataclass
@@ -48,6 +51,28 @@ def embedding_for(config: ModelConfig, vocab_size: int) -> Embedding:
         scale=config.scale_embedding,
         n_segments=config.type_vocab_size,
     )
+
+
+class DecoderCache(Protocol):
+    """What a decoder stack needs of a cache (``scratchformer.inference.DecoderCache``):
+    per layer a self-attention cache and a cross-attention cache (or ``None``)."""
+
+    self_attn: Sequence[SelfAttentionCache]
+    cross_attn: Sequence[CrossAttentionCache | None]
+
+    @property
+    def length(self) -> int:
+        """Positions processed so far."""
+        ...
+
+
+def cache_positions(
+    ids: Tensor, cache: DecoderCache | None, positions: Tensor | None
+) -> Tensor | None:
+    """Position ids of new tokens: the given ones, else counting on from the cache."""
+    if positions is not None or cache is None:
+        return positions
+    return torch.arange(cache.length, cache.length + ids.shape[1], device=ids.device)
 
 
 def final_norm(config: ModelConfig) -> LayerNorm | None:

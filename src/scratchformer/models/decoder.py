@@ -6,7 +6,15 @@ from torch import Tensor, nn
 
 from ..config import ModelConfig
 from ..nn import DecoderLayer, causal_mask, combine_masks, padding_mask
-from .base import ModelOutput, embedding_for, final_norm, init_linear_weights, layer_kwargs
+from .base import (
+    DecoderCache,
+    ModelOutput,
+    cache_positions,
+    embedding_for,
+    final_norm,
+    init_linear_weights,
+    layer_kwargs,
+)
 from .heads import LMHead
 
 
@@ -29,21 +37,26 @@ class Decoder(nn.Module):
         attention_mask: Tensor | None = None,
         memory_attention_mask: Tensor | None = None,
         need_weights: bool = False,
+        cache: DecoderCache | None = None,
     ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
         """``x``: embedded target ``(batch, tgt_len, d_model)``; ``memory``: encoder output;
-        the two attention masks are ``(batch, len)``, 1/True at real tokens. Returns the
-        hidden states and the per-layer self- and cross-attention weights (empty lists
-        unless ``need_weights``)."""
+        the two attention masks are ``(batch, len)``, 1/True at real tokens. With a
+        ``cache`` (``scratchformer.inference.DecoderCache``), ``x`` holds only the new
+        positions and ``attention_mask`` covers all positions so far, the new ones included.
+        Returns the hidden states and the per-layer self- and cross-attention weights
+        (empty lists unless ``need_weights``)."""
+        new = x.shape[1]
+        seen = new if cache is None else cache.length + new
         self_mask = None
         if attention_mask is not None:  # padding and causality combined once for all layers
             self_mask = combine_masks(
-                padding_mask(attention_mask), causal_mask(x.shape[1], device=x.device)
+                padding_mask(attention_mask), causal_mask(new, seen, device=x.device)
             )
         memory_mask = None
         if memory_attention_mask is not None:
             memory_mask = padding_mask(memory_attention_mask)
         self_weights, cross_weights = [], []
-        for layer in self.layers:
+        for i, layer in enumerate(self.layers):
             x, sw, cw = layer(
                 x,
                 memory,
@@ -51,6 +64,8 @@ class Decoder(nn.Module):
                 memory_mask=memory_mask,
                 is_causal=self_mask is None,
                 need_weights=need_weights,
+                self_cache=None if cache is None else cache.self_attn[i],
+                cross_cache=None if cache is None else cache.cross_attn[i],
             )
             if sw is not None:
                 self_weights.append(sw)
@@ -83,11 +98,17 @@ class DecoderLM(nn.Module):
         input_ids: Tensor,
         attention_mask: Tensor | None = None,
         need_weights: bool = False,
+        cache: DecoderCache | None = None,
+        positions: Tensor | None = None,
     ) -> ModelOutput:
         """``input_ids``: ``(batch, seq)``; ``attention_mask``: 1/True at real tokens.
-        ``logits[:, t]`` predicts token ``t + 1``."""
+        ``logits[:, t]`` predicts token ``t + 1``. With a ``cache``, ``input_ids`` are the
+        new tokens only and ``attention_mask`` covers all tokens so far. ``positions``:
+        position ids ``(batch, seq)`` (default: counting on from the cache's length; left-
+        padded prompts pass their own so that every row starts at position 0)."""
+        x = self.embedding(input_ids, positions=cache_positions(input_ids, cache, positions))
         hidden, weights, _ = self.decoder(
-            self.embedding(input_ids), attention_mask=attention_mask, need_weights=need_weights
+            x, attention_mask=attention_mask, need_weights=need_weights, cache=cache
         )
         return ModelOutput(
             self.lm_head(hidden), hidden, {"decoder": weights} if need_weights else None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from ..config import ModelConfig
-from .base import ModelOutput, embedding_for, init_linear_weights
+from .base import DecoderCache, ModelOutput, cache_positions, embedding_for, init_linear_weights
 from .decoder import Decoder
 from .encoder import Encoder
 from .heads import LMHead
@@ -50,11 +50,14 @@ class Transformer(nn.Module):
         src_mask: Tensor | None = None,
         tgt_mask: Tensor | None = None,
         need_weights: bool = False,
+        cache: DecoderCache | None = None,
     ) -> tuple[Tensor, Tensor, list[Tensor], list[Tensor]]:
         """Logits ``(batch, tgt_len, tgt_vocab)``, the decoder's hidden states, and its self-
-        and cross-attention weights."""
+        and cross-attention weights. With a ``cache``, ``tgt_ids`` are the new tokens only
+        (and ``tgt_mask``, if given, covers all target tokens so far)."""
+        x = self.tgt_embedding(tgt_ids, positions=cache_positions(tgt_ids, cache, None))
         hidden, self_weights, cross_weights = self.decoder(
-            self.tgt_embedding(tgt_ids), memory, tgt_mask, src_mask, need_weights
+            x, memory, tgt_mask, src_mask, need_weights, cache
         )
         return self.lm_head(hidden), hidden, self_weights, cross_weights
 

@@ -3,11 +3,29 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Protocol
 
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .masks import causal_mask, combine_masks
+
+
+class SelfAttentionCache(Protocol):
+    """Where self-attention keeps the keys and values of earlier positions."""
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Store the new positions' keys and values; return those of all positions."""
+        ...
+
+
+class CrossAttentionCache(Protocol):
+    """Where cross-attention keeps the keys and values of the encoder output."""
+
+    def get(self, compute: Callable[[], tuple[Tensor, Tensor]]) -> tuple[Tensor, Tensor]:
+        """The stored keys and values, computed by ``compute`` on first use."""
+        ...
 
 
 def scaled_dot_product_attention(
@@ -71,24 +89,42 @@ class MultiHeadAttention(nn.Module):
         mask: Tensor | None = None,
         is_causal: bool = False,
         need_weights: bool = False,
+        cache: SelfAttentionCache | CrossAttentionCache | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """``x``: ``(batch, q_len, d_model)``; ``source``: the encoder output for
-        cross-attention. ``is_causal`` adds a causal mask to ``mask``. Returns the output and,
-        if ``need_weights``, the per-head weights ``(batch, heads, q_len, k_len)``."""
-        q, k, v = self.project(x, source)
+        cross-attention. ``is_causal`` adds a causal mask to ``mask`` (aligned to the last
+        keys when a cache makes keys outnumber queries). Returns the output and, if
+        ``need_weights``, the per-head weights ``(batch, heads, q_len, k_len)``."""
+        q, k, v = self.project(x, source, cache)
         out, weights = self.attend(q, k, v, mask, is_causal, need_weights)
         return self.out_proj(self.merge_heads(out)), weights
 
-    def project(self, x: Tensor, source: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
-        """Queries, keys and values, each ``(batch, heads, len, d_head)``."""
+    def project(
+        self,
+        x: Tensor,
+        source: Tensor | None = None,
+        cache: SelfAttentionCache | CrossAttentionCache | None = None,
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries, keys and values, each ``(batch, heads, len, d_head)``. With a cache,
+        self-attention appends the new keys and values to it and attends to all of them;
+        cross-attention projects the source once and reuses it."""
         if self.cross:
-            if source is None:
-                raise ValueError("cross-attention needs a source (the encoder output)")
-            return self.split_heads(self.q_proj(x), 1)[0], *self.project_kv(source)
+            q = self.split_heads(self.q_proj(x), 1)[0]
+            if cache is not None:
+                return q, *cache.get(lambda: self.project_kv(self._source(source)))  # type: ignore[union-attr]
+            return q, *self.project_kv(self._source(source))
         if source is not None:
             raise ValueError("self-attention takes no source; build with cross=True")
         q, k, v = self.split_heads(self.qkv_proj(x), 3)
+        if cache is not None:
+            k, v = cache.append(k, v)  # type: ignore[union-attr]
         return q, k, v
+
+    @staticmethod
+    def _source(source: Tensor | None) -> Tensor:
+        if source is None:
+            raise ValueError("cross-attention needs a source (the encoder output)")
+        return source
 
     def project_kv(self, source: Tensor) -> tuple[Tensor, Tensor]:
         """Cross-attention keys and values of the encoder output (computed once per sequence

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from .attention import MultiHeadAttention
+from .attention import CrossAttentionCache, MultiHeadAttention, SelfAttentionCache
 from .feedforward import FeedForward
 from .norm import LayerNorm
 
@@ -58,13 +58,19 @@ class EncoderLayer(nn.Module):
         return x if self.norm_first else norm(x)
 
     def _self_attention(
-        self, x: Tensor, mask: Tensor | None, is_causal: bool, need_weights: bool
+        self,
+        x: Tensor,
+        mask: Tensor | None,
+        is_causal: bool,
+        need_weights: bool,
+        cache: SelfAttentionCache | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         h, weights = self.self_attn(
             self._sublayer_input(self.self_attn_norm, x),
             mask=mask,
             is_causal=is_causal,
             need_weights=need_weights,
+            cache=cache,
         )
         return self._residual(self.self_attn_norm, x, h), weights
 
@@ -110,11 +116,14 @@ class DecoderLayer(EncoderLayer):
         memory_mask: Tensor | None = None,
         is_causal: bool = True,
         need_weights: bool = False,
+        self_cache: SelfAttentionCache | None = None,
+        cross_cache: CrossAttentionCache | None = None,
     ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """``memory``: the encoder output ``(batch, src_len, d_model)``; ``self_mask`` and
-        ``memory_mask`` mask target and source keys. Returns the new ``x`` and, if asked,
-        the self- and cross-attention weights."""
-        x, self_weights = self._self_attention(x, self_mask, is_causal, need_weights)
+        ``memory_mask`` mask target and source keys; the caches keep keys and values for
+        incremental decoding. Returns the new ``x`` and, if asked, the self- and
+        cross-attention weights."""
+        x, self_weights = self._self_attention(x, self_mask, is_causal, need_weights, self_cache)
         cross_weights = None
         if self.cross_attn is not None and self.cross_attn_norm is not None:
             if memory is None:
@@ -124,6 +133,7 @@ class DecoderLayer(EncoderLayer):
                 memory,
                 mask=memory_mask,
                 need_weights=need_weights,
+                cache=cross_cache,
             )
             x = self._residual(self.cross_attn_norm, x, h)
         return self._feed_forward(x), self_weights, cross_weights

@@ -1,0 +1,76 @@
+"""Decoding with the cache gives, at every step, the logits of a full recomputation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from scratchformer import ModelConfig, build_model
+from scratchformer.inference import DecoderCache
+
+TOL = 1e-5
+SMALL = dict(vocab_size=29, d_model=32, n_heads=4, n_layers=2, d_ff=64)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("positional", ["sinusoidal", "learned"])
+def test_lm_step_by_step_equals_full_recomputation(norm_first, positional) -> None:
+    model = build_model(
+        ModelConfig(arch="decoder", norm_first=norm_first, positional=positional, **SMALL)
+    ).eval()
+    ids = torch.randint(0, 29, (3, 9))
+    full = model(ids).logits
+    cache = DecoderCache(model.decoder, batch=3, max_len=9)
+    prompt = model(ids[:, :4], cache=cache).logits  # the prompt in one go, then one by one
+    steps = [prompt] + [model(ids[:, t : t + 1], cache=cache).logits for t in range(4, 9)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=TOL, rtol=0)
+    assert cache.length == 9
+
+
+def test_left_padded_prompts_match_each_prompt_alone() -> None:
+    model = build_model(ModelConfig(arch="decoder", positional="learned", **SMALL)).eval()
+    short, long = torch.randint(1, 29, (1, 3)), torch.randint(1, 29, (1, 6))
+    ids = torch.cat([torch.cat([torch.zeros(1, 3, dtype=torch.long), short], 1), long])
+    mask = ids != 0
+    mask[1] = True
+    positions = (mask.cumsum(1) - 1).clamp(min=0)
+    cache = DecoderCache(model.decoder, batch=2, max_len=8)
+    logits = model(ids, mask, cache=cache, positions=positions).logits
+    torch.testing.assert_close(logits[0, -1], model(short).logits[0, -1], atol=TOL, rtol=0)
+    torch.testing.assert_close(logits[1, -1], model(long).logits[0, -1], atol=TOL, rtol=0)
+    nxt = torch.randint(1, 29, (2, 1))
+    mask = torch.cat([mask, torch.ones(2, 1, dtype=torch.bool)], 1)
+    step = model(nxt, mask, cache=cache, positions=positions[:, -1:] + 1).logits
+    expected = model(torch.cat([short, nxt[:1]], 1)).logits[0, -1]
+    torch.testing.assert_close(step[0, -1], expected, atol=TOL, rtol=0)
+
+
+def test_seq2seq_cached_decoding_equals_full_decoding() -> None:
+    model = build_model(ModelConfig(arch="seq2seq", tgt_vocab_size=31, **SMALL)).eval()
+    src, tgt = torch.randint(1, 29, (2, 7)), torch.randint(1, 31, (2, 6))
+    src_mask = torch.tensor([[True] * 7, [True] * 4 + [False] * 3])
+    memory, _ = model.encode(src, src_mask)
+    full, *_ = model.decode(tgt, memory, src_mask)
+    cache = DecoderCache(model.decoder, batch=2, max_len=6)
+    steps = [model.decode(tgt[:, t : t + 1], memory, src_mask, cache=cache)[0] for t in range(6)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=TOL, rtol=0)
+    assert all(c.kv is not None for c in cache.cross_attn)
+
+
+def test_reorder_keeps_the_chosen_rows() -> None:
+    model = build_model(ModelConfig(arch="decoder", **SMALL)).eval()
+    ids = torch.randint(0, 29, (3, 5))
+    cache = DecoderCache(model.decoder, batch=3, max_len=6)
+    model(ids, cache=cache)
+    cache.reorder(torch.tensor([2, 2, 0]))
+    nxt = torch.randint(0, 29, (3, 1))
+    step = model(nxt, cache=cache).logits[:, -1]
+    expected = model(torch.cat([ids[[2, 2, 0]], nxt], 1)).logits[:, -1]
+    torch.testing.assert_close(step, expected, atol=TOL, rtol=0)
+
+
+def test_overflowing_the_cache_is_a_clear_error() -> None:
+    model = build_model(ModelConfig(arch="decoder", **SMALL)).eval()
+    cache = DecoderCache(model.decoder, batch=1, max_len=4)
+    with pytest.raises(ValueError, match="the cache holds 4 positions; 5 needed"):
+        model(torch.randint(0, 29, (1, 5)), cache=cache)
