@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -16,8 +17,18 @@ import torch
 
 from . import __version__
 from .config import Recipe
+from .demo import run_demo
+from .inference.generate import stream
+from .inference.translate import translate
 from .models import build_model
-from .tasks import Task, build_task
+from .tasks import (
+    ClassificationTask,
+    LanguageModelTask,
+    TaggingTask,
+    Task,
+    TranslationTask,
+    build_task,
+)
 from .training.checkpoint import TRAINER_STATE, atomic_write_text, load_weights
 from .training.distributed import Distributed, default_device, setup
 from .training.trainer import Trainer, TrainingError
@@ -96,6 +107,109 @@ def evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_of(args: argparse.Namespace, kinds: tuple[type[Task], ...], command: str):
+    """The task and model of ``args.run``, which must be of one of the task ``kinds``."""
+    task, model = load_run(Path(args.run))
+    if not isinstance(task, kinds):
+        wanted = " or ".join(kind.name for kind in kinds)
+        raise UsageError(f"{args.run} is a {task.name!r} run; {command} needs a {wanted} run")
+    return task, model.to(default_device())
+
+
+def _input_lines() -> list[str]:
+    return [line.rstrip("\r\n") for line in sys.stdin]
+
+
+def generate(args: argparse.Namespace) -> int:
+    """``scratchformer generate DIR --prompt TEXT``: stream a continuation to stdout."""
+    task, model = _run_of(args, (LanguageModelTask,), "generate")
+    tokenizer = task.tokenizer()
+    prompt = tokenizer.encode(args.prompt)
+    if not prompt:
+        raise UsageError("the prompt is empty: give --prompt some text")
+    stops = list(args.stop)
+    new: list[int] = []
+    shown = ""
+    sys.stdout.write(args.prompt)
+    for step in stream(
+        model,
+        [prompt],
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        repetition_penalty=args.repetition_penalty,
+        no_repeat_ngram_size=args.no_repeat_ngram,
+        greedy=args.greedy,
+        eos_id=tokenizer.eos_id,
+        stop=(lambda ids: any(s in tokenizer.decode(ids) for s in stops)) if stops else None,
+        seed=args.seed,
+    ):
+        if step[0] is None:
+            break
+        new.append(step[0])
+        text = tokenizer.decode(new)
+        if not text.endswith("\ufffd"):  # print once a multi-byte character is whole
+            sys.stdout.write(text[len(shown) :])
+            sys.stdout.flush()
+            shown = text
+    sys.stdout.write(tokenizer.decode(new)[len(shown) :] + "\n")
+    return 0
+
+
+def translate_lines(args: argparse.Namespace) -> int:
+    """``scratchformer translate DIR < source > hypotheses``: one line out per line in."""
+    task, model = _run_of(args, (TranslationTask,), "translate")
+    lines = _input_lines()
+    hypotheses = translate(
+        task,
+        model,
+        lines,
+        beam_size=args.beam,
+        length_penalty=args.length_penalty,
+        batch_size=args.batch_size,
+        progress=not args.quiet and sys.stderr.isatty(),
+    )
+    sys.stdout.writelines(hypothesis + "\n" for hypothesis in hypotheses)
+    return 0
+
+
+def classify(args: argparse.Namespace) -> int:
+    """``scratchformer classify DIR < sentences``: label and probability (or value) a line."""
+    task, model = _run_of(args, (ClassificationTask,), "classify")
+    for prediction in task.predict(model, _input_lines()):
+        if isinstance(prediction, tuple):
+            label, probability = prediction
+            print(f"{label}\t{probability:.4f}")
+        else:
+            print(f"{prediction:.4f}")
+    return 0
+
+
+def tag(args: argparse.Namespace) -> int:
+    """``scratchformer tag DIR < sentences``: ``token tag`` lines, a blank line after each
+    sentence (CoNLL style); words are split on whitespace."""
+    task, model = _run_of(args, (TaggingTask,), "tag")
+    sentences = [line.split() for line in _input_lines()]
+    cut = sum(len(task.encode_words(words)[0]) >= task.data.max_len for words in sentences)
+    if cut:
+        warnings.warn(
+            f"{cut} sentence(s) longer than {task.data.max_len} sub-words: "
+            "their last words are tagged O",
+            stacklevel=1,
+        )
+    for words, tags in zip(sentences, task.predict(model, sentences), strict=True):
+        sys.stdout.writelines(f"{word} {label}\n" for word, label in zip(words, tags, strict=True))
+        sys.stdout.write("\n")
+    return 0
+
+
+def demo(args: argparse.Namespace) -> int:
+    """``scratchformer demo [--out DIR]``: the synthetic task end to end."""
+    run_demo(Path(args.out), quiet=args.quiet)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="scratchformer",
@@ -127,12 +241,57 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--split", default="val", help="val (default) or test")
     group.add_argument("--data", help="a file in the task's format (translation: SRC,TGT)")
     p.set_defaults(handler=evaluate)
+
+    p = commands.add_parser("generate", help="continue a prompt with a language model")
+    p.add_argument("run", help="run directory of a language model")
+    p.add_argument("--prompt", required=True)
+    p.add_argument("--max-new-tokens", type=int, default=200)
+    p.add_argument("--temperature", type=float, default=0.8)
+    p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--repetition-penalty", type=float, default=1.0)
+    p.add_argument("--no-repeat-ngram", type=int, default=0, metavar="N")
+    p.add_argument("--greedy", action="store_true", help="always take the most likely token")
+    p.add_argument(
+        "--stop",
+        action="append",
+        default=[],
+        metavar="TEXT",
+        help="stop once the output contains TEXT (repeatable)",
+    )
+    p.add_argument("--seed", type=int, default=None, help="for reproducible sampling")
+    p.set_defaults(handler=generate)
+
+    p = commands.add_parser("translate", help="translate stdin to stdout, line by line")
+    p.add_argument("run", help="run directory of a translation model")
+    p.add_argument("--beam", type=int, default=5, help="beam size (1: greedy)")
+    p.add_argument("--length-penalty", type=float, default=0.6)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.set_defaults(handler=translate_lines)
+
+    p = commands.add_parser("classify", help="label each line of stdin")
+    p.add_argument("run", help="run directory of a classification or regression model")
+    p.set_defaults(handler=classify)
+
+    p = commands.add_parser("tag", help="tag the words of each line of stdin")
+    p.add_argument("run", help="run directory of a tagging model")
+    p.set_defaults(handler=tag)
+
+    p = commands.add_parser("demo", help="train a tiny model on a synthetic task, no data needed")
+    p.add_argument("--out", default="runs/demo", help="run directory (default: runs/demo)")
+    p.set_defaults(handler=demo)
     return parser
+
+
+def _warn(message: Warning | str, *_: object, **__: object) -> None:
+    """Warnings as one line on stderr, like errors."""
+    print(f"scratchformer: warning: {message}", file=sys.stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    warnings.showwarning = _warn
     if getattr(args, "handler", None) is None:
         parser.print_help()
         return 0

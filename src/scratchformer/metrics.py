@@ -1,10 +1,18 @@
-"""Task metrics, shared by training-time evaluation and ``scratchformer eval``."""
+"""Task metrics, shared by training-time evaluation and ``scratchformer eval``.
+
+Translation metrics take one reference per hypothesis, as plain (detokenized) strings, and
+return scores on sacreBLEU's 0-100 scale. Label metrics take one label per item, of any
+hashable type.
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Hashable, Sequence
 
+from sacrebleu.metrics import BLEU, CHRF
+from sacrebleu.metrics.base import Metric
 from scipy import stats
 from seqeval.metrics import f1_score, precision_score, recall_score
 
@@ -34,3 +42,72 @@ def entity_scores(
         "entity_recall": float(recall_score(gold, predicted, zero_division=0)),
         "entity_f1": float(f1_score(gold, predicted, zero_division=0)),
     }
+
+
+def _check_pairs(first: Sequence[object], second: Sequence[object], what: str) -> None:
+    """Raise ``ValueError`` unless the two sequences are non-empty and of equal length
+    (sacreBLEU would silently score the shorter prefix)."""
+    if len(first) != len(second):
+        raise ValueError(f"{what} differ in length: {len(first)} and {len(second)}")
+    if not first:
+        raise ValueError(f"nothing to score: no {what}")
+
+
+def _corpus_score(metric: Metric, hypotheses: Sequence[str], references: Sequence[str]) -> float:
+    """``metric``'s corpus score of ``hypotheses`` against one reference each."""
+    _check_pairs(hypotheses, references, "hypotheses and references")
+    return metric.corpus_score(list(hypotheses), [list(references)]).score
+
+
+def bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:
+    """Standard corpus BLEU of sacreBLEU on detokenized text: cased, 13a tokenization,
+    exponential smoothing (signature ``nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp``).
+    This is the number comparable with published WMT results."""
+    return _corpus_score(BLEU(), hypotheses, references)
+
+
+def tokenized_bleu(
+    hypotheses: Sequence[str], references: Sequence[str], lowercase: bool = True
+) -> float:
+    """Case-insensitive corpus BLEU over 13a tokens: sacreBLEU with ``tokenize="13a"`` and
+    ``lowercase=True`` (signature ``case:lc|tok:13a``). This is close to what Multi30k
+    tutorials and ``multi-bleu.perl -lc`` on tokenized text report: 13a splits off
+    punctuation much as the Moses tokenizer does (it keeps ``don't`` whole, Moses splits
+    it), so the texts may be tokenized or not. It forgives case errors, so it is never below
+    :func:`bleu` and is not comparable with cased sacreBLEU scores: label it "BLEU
+    (tokenized, lower-cased)". With ``lowercase=False`` it equals :func:`bleu`."""
+    metric = BLEU(tokenize="13a", lowercase=lowercase, force=True)  # no "tokenized?" warning
+    return _corpus_score(metric, hypotheses, references)
+
+
+def chrf(hypotheses: Sequence[str], references: Sequence[str]) -> float:
+    """Corpus chrF of sacreBLEU (character 6-grams, beta 2, no word n-grams: chrF, not
+    chrF++), cased."""
+    return _corpus_score(CHRF(), hypotheses, references)
+
+
+def translation_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
+    """All translation metrics: cased sacreBLEU, tokenized lower-cased BLEU, chrF."""
+    return {
+        "bleu": bleu(hypotheses, references),
+        "bleu_tokenized_lc": tokenized_bleu(hypotheses, references),
+        "chrf": chrf(hypotheses, references),
+    }
+
+
+def accuracy(predicted: Sequence[Hashable], gold: Sequence[Hashable]) -> float:
+    """Fraction of items whose predicted label equals the gold label."""
+    _check_pairs(predicted, gold, "predicted and gold labels")
+    return sum(p == g for p, g in zip(predicted, gold, strict=True)) / len(gold)
+
+
+def macro_f1(predicted: Sequence[Hashable], gold: Sequence[Hashable]) -> float:
+    """Unweighted mean over the labels seen in either sequence of each label's F1
+    (``2 tp / (2 tp + fp + fn)``, 0 for a label never predicted correctly), as
+    ``sklearn.metrics.f1_score(average="macro")``. Rare classes weigh as much as common
+    ones."""
+    _check_pairs(predicted, gold, "predicted and gold labels")
+    hits = Counter(g for p, g in zip(predicted, gold, strict=True) if p == g)
+    n_predicted, n_gold = Counter(predicted), Counter(gold)
+    labels = n_predicted.keys() | n_gold.keys()
+    return sum(2 * hits[c] / (n_predicted[c] + n_gold[c]) for c in labels) / len(labels)

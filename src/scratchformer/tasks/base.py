@@ -268,3 +268,13 @@ class ExampleTask(Task):
         examples = self.examples(split, path)
         for indices in self.batches(examples, 0, 1, shuffle=False):
             yield self.collate([examples[i] for i in indices])
+
+    @torch.no_grad()
+    def forward_in_order(
+        self, model: nn.Module, examples: Sequence[Any], batch_size: int = 64
+    ) -> Iterator[Tensor]:
+        """The model's logits for encoded examples, batch by batch, in their order."""
+        device = next(model.parameters()).device
+        for start in range(0, len(examples), batch_size):
+            batch = self.collate(examples[start : start + batch_size]).to(device)
+            yield self.logits(model, batch).float().cpu()

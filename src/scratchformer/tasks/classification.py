@@ -25,6 +25,8 @@ DEV_SPLIT = {"val": "dev"}
 
 @dataclass(frozen=True)
 class Encoded:
+    """Token ids, segment ids, and the class index or value to predict (0 when unknown)."""
+
     ids: list[int]
     segments: list[int]
     target: int | float
@@ -83,22 +85,45 @@ class ClassificationTask(ExampleTask):
         return self.data.dataset == "stsb" or (columns is not None and len(columns) == 2)
 
     def encode(self, raw: Sequence[LabeledText]) -> list[Encoded]:
-        tokenizer, limit = self.tokenizer(), self.data.max_len
         index = None if self.regression else {label: i for i, label in enumerate(self.labels())}
-        encoded = []
-        for example in raw:
-            if len(example.texts) == 2:
-                ids, segments = tokenizer.encode_pair(*example.texts, max_len=limit)
-            else:
-                ids = [
-                    tokenizer.cls_id,
-                    *tokenizer.encode(example.texts[0])[: limit - 2],
-                    tokenizer.sep_id,
-                ]
-                segments = [0] * len(ids)
-            target = float(example.label) if index is None else index[str(example.label)]
-            encoded.append(Encoded(ids, segments, target))
-        return encoded
+        return [
+            self.encode_texts(
+                example.texts, float(example.label) if index is None else index[str(example.label)]
+            )
+            for example in raw
+        ]
+
+    def encode_texts(self, texts: Sequence[str], target: int | float = 0) -> Encoded:
+        """``[CLS] text [SEP]``, or ``[CLS] a [SEP] b [SEP]`` with segments 0 and 1."""
+        tokenizer, limit = self.tokenizer(), self.data.max_len
+        if len(texts) == 2:
+            ids, segments = tokenizer.encode_pair(*texts, max_len=limit)
+        else:
+            ids = [tokenizer.cls_id, *tokenizer.encode(texts[0])[: limit - 2], tokenizer.sep_id]
+            segments = [0] * len(ids)
+        return Encoded(ids, segments, target)
+
+    def predict(self, model: nn.Module, lines: Sequence[str]) -> list[tuple[str, float]]:
+        """For each line (a sentence, or two tab-separated sentences for pair tasks): the
+        most probable label and its probability."""
+        encoded = [self.encode_texts(self.split_line(line)) for line in lines]
+        labels = self.labels()
+        predictions = []
+        for logits in self.forward_in_order(model, encoded):
+            probabilities, best = logits.softmax(-1).max(-1)
+            predictions += [
+                (labels[i], p) for i, p in zip(best.tolist(), probabilities.tolist(), strict=True)
+            ]
+        return predictions
+
+    def split_line(self, line: str) -> tuple[str, ...]:
+        """A line of input: one sentence, or for pair tasks two separated by a tab."""
+        if not self._has_pairs():
+            return (line,)
+        first, tab, second = line.partition("\t")
+        if not tab:
+            raise ValueError(f"this model reads sentence pairs: 'first<TAB>second', got {line!r}")
+        return first, second
 
     def length(self, example: Encoded) -> int:
         return len(example.ids)
@@ -129,6 +154,13 @@ class RegressionTask(ClassificationTask):
 
     def loss(self, model: nn.Module, batch: Batch) -> Tensor:
         return F.mse_loss(self.logits(model, batch).squeeze(-1).float(), batch.targets)
+
+    def predict(self, model: nn.Module, lines: Sequence[str]) -> list[float]:  # type: ignore[override]
+        """The predicted value of each line (two tab-separated sentences for pair tasks)."""
+        encoded = [self.encode_texts(self.split_line(line)) for line in lines]
+        return [
+            v for logits in self.forward_in_order(model, encoded) for v in logits[:, 0].tolist()
+        ]
 
     def accumulate(self, totals: dict[str, Any], logits: Tensor, targets: Tensor) -> None:
         predictions = logits.squeeze(-1)

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from torch import Tensor
+import torch
+from torch import Tensor, nn
 
 from ..data.batching import pad_batch
 from ..data.readers import DataError, TaggedSentence, read_conll
@@ -67,17 +68,30 @@ class TaggingTask(ExampleTask):
         return {"vocab_size": self.tokenizer().vocab_size, "num_labels": len(self.labels())}
 
     def encode(self, raw: Sequence[TaggedSentence]) -> list[Tagged]:
-        tokenizer, limit = self.tokenizer(), self.data.max_len
         index = {tag: i for i, tag in enumerate(self.labels())}
-        encoded = []
-        for sentence in raw:
-            ids, words = tokenizer.encode_words(sentence.tokens)
-            targets = [
-                index[sentence.tags[word]] if i == 0 or words[i - 1] != word else IGNORE
-                for i, word in enumerate(words)
-            ]
-            encoded.append((ids[:limit], targets[:limit]))
-        return encoded
+        return [self.encode_words(s.tokens, [index[tag] for tag in s.tags]) for s in raw]
+
+    def encode_words(self, words: Sequence[str], tags: Sequence[int] | None = None) -> Tagged:
+        """Sub-word ids of the words, and targets: a word's tag id (or 0 when ``tags`` is
+        not given) on its first sub-word, IGNORE elsewhere; at most ``data.max_len``."""
+        ids, word_of = self.tokenizer().encode_words(words)
+        targets = [
+            (0 if tags is None else tags[word]) if i == 0 or word_of[i - 1] != word else IGNORE
+            for i, word in enumerate(word_of)
+        ]
+        return ids[: self.data.max_len], targets[: self.data.max_len]
+
+    def predict(self, model: nn.Module, sentences: Sequence[Sequence[str]]) -> list[list[str]]:
+        """The tag of every word of every sentence. Words cut off by ``data.max_len`` get
+        ``O`` (the caller can warn: see :meth:`encode_words`)."""
+        encoded = [self.encode_words(words) for words in sentences]
+        names, tags = self.labels(), []
+        logits_rows = (row for logits in self.forward_in_order(model, encoded) for row in logits)
+        for words, (_, targets), logits in zip(sentences, encoded, logits_rows, strict=True):
+            first = torch.tensor(targets, dtype=torch.long) != IGNORE
+            predicted = [names[i] for i in logits[: len(targets)][first].argmax(-1).tolist()]
+            tags.append(predicted + ["O"] * (len(words) - len(predicted)))
+        return tags
 
     def length(self, example: Tagged) -> int:
         return len(example[0])

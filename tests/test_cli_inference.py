@@ -1,0 +1,129 @@
+"""The commands that use a trained run: one line out per line in, whatever the input."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from helpers import set_options
+from scratchformer import demo as demo_module
+from scratchformer.cli import main
+
+RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+TINY = [
+    "model.d_model=32",
+    "model.d_ff=64",
+    "model.n_layers=1",
+    "train.max_steps=6",
+    "train.eval_every=3",
+    "train.batch_size=4",
+]
+
+
+def train(run_dir: Path, recipe: str, *settings: str) -> None:
+    args = ["--quiet", "train", str(RECIPES / recipe), "--out", str(run_dir)]
+    assert main([*args, *set_options([*TINY, *settings])]) == 0
+
+
+def run(capsys, monkeypatch, stdin: str, *args: str) -> tuple[int, list[str], str]:
+    monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
+    capsys.readouterr()
+    status = main(["--quiet", *args])
+    out, err = capsys.readouterr()
+    return status, out.splitlines(), err
+
+
+@pytest.fixture(scope="module")
+def copy_run(tmp_path_factory) -> Path:
+    run_dir = tmp_path_factory.mktemp("runs") / "copy"
+    train(run_dir, "copy.toml", "data.synthetic_train_size=200", "data.synthetic_val_size=20")
+    return run_dir
+
+
+def test_translate_keeps_line_alignment(copy_run, capsys, monkeypatch) -> None:
+    lines = "123\n\n4567\n99x9\n" + "1" * 300 + "\n"
+    for beam in ("1", "3"):
+        status, out, err = run(
+            capsys, monkeypatch, lines, "translate", str(copy_run), "--beam", beam
+        )
+        assert status == 0 and len(out) == 5 and out[1] == ""
+        assert "1 line(s) longer than 128 tokens were cut (line 5)" in err
+
+
+def test_commands_refuse_runs_of_another_task(copy_run, capsys, monkeypatch) -> None:
+    status, _, err = run(capsys, monkeypatch, "x\n", "classify", str(copy_run))
+    assert status == 2 and "is a 'synthetic' run; classify needs a classification" in err
+
+
+def test_classify_prints_a_label_and_probability_per_line(tmp_path, capsys, monkeypatch) -> None:
+    data = tmp_path / "train.tsv"
+    data.write_text("text\tlabel\n" + "good fun\tpos\nbad dull\tneg\n" * 10)
+    run_dir = tmp_path / "cls"
+    train(
+        run_dir,
+        "sst2.toml",
+        f"data.train='{data}'",
+        f"data.val='{data}'",
+        "data.text_columns=['text']",
+        "data.label_column='label'",
+        "data.dataset=none",
+        "data.vocab_size=50",
+    )
+    status, out, _ = run(capsys, monkeypatch, "good fun\n\nbad\n", "classify", str(run_dir))
+    assert status == 0 and len(out) == 3
+    for line in out:
+        label, probability = line.split("\t")
+        assert label in ("neg", "pos") and 0.5 <= float(probability) <= 1.0
+
+
+def test_tag_prints_conll_with_blank_lines(tmp_path, capsys, monkeypatch) -> None:
+    data = tmp_path / "train.txt"
+    data.write_text("Peter B-PER\nwent O\nto O\nParis B-LOC\n\n" * 5)
+    run_dir = tmp_path / "ner"
+    train(
+        run_dir,
+        "conll2003.toml",
+        f"data.train='{data}'",
+        f"data.val='{data}'",
+        "data.dataset=none",
+        "data.vocab_size=60",
+    )
+    status, out, _ = run(capsys, monkeypatch, "Peter went home\n\nParis\n", "tag", str(run_dir))
+    assert status == 0
+    assert [line.split(" ")[0] for line in out] == ["Peter", "went", "home", "", "", "Paris", ""]
+
+
+def test_generate_is_reproducible_with_a_seed(tmp_path, capsys, monkeypatch) -> None:
+    data = tmp_path / "text.txt"
+    data.write_text("to be or not to be, that is the question.\n" * 40)
+    run_dir = tmp_path / "lm"
+    train(
+        run_dir,
+        "shakespeare-char.toml",
+        f"data.train='{data}'",
+        f"data.val='{data}'",
+        "data.dataset=none",
+        "data.block_size=16",
+        "model.max_len=64",
+    )
+    args = ["generate", str(run_dir), "--prompt", "to be", "--max-new-tokens", "20", "--seed", "3"]
+    first = run(capsys, monkeypatch, "", *args)
+    second = run(capsys, monkeypatch, "", *args)
+    assert first[0] == 0 and first[1] == second[1]
+    assert first[1][0].startswith("to be")
+
+
+def test_demo_trains_decodes_and_draws(tmp_path, capsys, monkeypatch) -> None:
+    recipe = {
+        **demo_module.DEMO_RECIPE,
+        "train": {**demo_module.DEMO_RECIPE["train"], "max_steps": 20, "eval_every": 10},
+    }
+    monkeypatch.setattr(demo_module, "DEMO_RECIPE", recipe)
+    status = main(["demo", "--out", str(tmp_path / "demo")])
+    out = capsys.readouterr().out
+    assert status == 0
+    assert "Exact match on" in out and "greedy" in out and "beam 4" in out
+    picture = tmp_path / "demo" / "attention.png"
+    assert picture.stat().st_size > 1000
