@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export SCRATCHFORMER_DATA ?= $(abspath ../shared/data)
 
-.PHONY: test lint format bench install
+.PHONY: demo test lint format bench install
 
 install: $(STAMP)
 
@@ -13,6 +13,9 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/scratchformer demo --out runs/demo
 
 # pytest exits 5 when it collects no tests; that is not a failure of the code.
 test: $(STAMP)
@@ -29,3 +32,4 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/layers.py
+	$(BIN)/python benchmarks/generate.py

@@ -283,20 +283,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _warn(message: Warning | str, *_: object, **__: object) -> None:
-    """Warnings as one line on stderr, like errors."""
-    print(f"scratchformer: warning: {message}", file=sys.stderr)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    warnings.showwarning = _warn
     if getattr(args, "handler", None) is None:
         parser.print_help()
         return 0
     try:
-        return int(args.handler(args) or 0)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            status = int(args.handler(args) or 0)
+        for warning in caught:  # one line each on stderr, like errors
+            print(f"scratchformer: warning: {warning.message}", file=sys.stderr)
+        return status
     except (ValueError, OSError) as error:
         if args.debug:
             raise

@@ -68,7 +68,7 @@ def run_demo(out: Path, quiet: bool = False) -> dict[str, Any]:
     shown = sources[:5]
     beam = translate(task, model, shown, beam_size=4)
     say(f"{'input':<14} {'greedy':<14} {'beam 4':<14}")
-    for source, g, b in zip(shown, greedy, beam, strict=True):
+    for source, g, b in zip(shown, greedy[: len(shown)], beam, strict=True):
         say(f"{source:<14} {g:<14} {b:<14}")
 
     picture = out / "attention.png"

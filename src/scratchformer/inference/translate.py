@@ -25,12 +25,11 @@ def translate(
     beam_size: int = 5,
     length_penalty: float = 0.6,
     batch_size: int = 64,
-    extra_length: int = 50,
     progress: bool = False,
 ) -> list[str]:
     """The translation of every line. An empty line gives an empty line; a line longer than
     the model's ``data.max_len`` tokens is cut to it, with a warning. Hypotheses may run to
-    the source length plus ``extra_length`` tokens."""
+    50 tokens more than their source (the decoders' default), whatever the batch."""
     source, target = task.source_tokenizer(), task.target_tokenizer()
     limit = task.data.max_len
     encoded = source.encode_batch(list(lines), add_eos=True)
@@ -52,7 +51,6 @@ def translate(
         rows = todo[start : start + batch_size]
         src_ids, src_mask = pad_batch([encoded[i] for i in rows], source.pad_id)
         src_ids, src_mask = src_ids.to(device), src_mask.to(device)
-        max_len = src_ids.shape[1] + extra_length
         if beam_size > 1:
             best = [
                 hypotheses[0].tokens
@@ -63,7 +61,6 @@ def translate(
                     bos_id=target.bos_id,
                     eos_id=target.eos_id,
                     beam_size=beam_size,
-                    max_len=max_len,
                     length_penalty=length_penalty,
                 )
             ]
@@ -74,7 +71,6 @@ def translate(
                 src_mask,
                 bos_id=target.bos_id,
                 eos_id=target.eos_id,
-                max_len=max_len,
             )
         for i, tokens in zip(rows, best, strict=True):
             results[i] = target.decode(tokens)

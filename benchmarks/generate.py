@@ -1,0 +1,321 @@
+"""Generation speed: our decoder-only LM with and without the KV cache, and Hugging Face GPT-2.
+
+What: new tokens per second of greedy decoding, 256 new tokens after 16-token prompts, at
+batch 1 and batch 8, fp32 on the CPU, for three candidates of the same shape (GPT-2 small
+scaled down: 6 layers, d_model 384, 6 heads, d_ff 1536, vocab 8192, learned positions,
+pre-LN, GELU with tanh, head tied to the embedding) with random weights, on the same prompts:
+``scratchformer.inference.generate`` with the KV cache; the same without it (the whole
+sequence recomputed every step); ``transformers``' ``GPT2LMHeadModel.generate`` with its
+cache. Nothing stops early: ours gets ``eos_id=None``, Hugging Face ``min_new_tokens``,
+and every run is checked to have produced all its tokens.
+
+Why: the cache is what makes generation usable, and a from-scratch loop should not be
+slower than the library everyone uses: the goal is ours with the cache faster than Hugging
+Face at both batch sizes.
+
+How: all candidates live in one process. Each is warmed up with a short generation; then
+repetitions alternate the candidates (cached, Hugging Face, uncached, cached, ...) so that
+drift in machine speed hits them alike, and the median time of each is reported. Uncached
+decoding at 256 tokens is slow, so it runs fewer repetitions (``--uncached-repeats``).
+
+    .venv/bin/python benchmarks/generate.py [--repeats 3] [--uncached-repeats 1]
+        [--threads 2] [--new-tokens 256] [--json results.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import transformers
+from torch import Tensor, nn
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from scratchformer import ModelConfig, build_model, count_parameters
+from scratchformer.inference import generate
+
+N_LAYERS = 6
+D_MODEL = 384
+N_HEADS = 6
+D_FF = 1536
+VOCAB = 8192
+MAX_LEN = 512
+PROMPT_LEN = 16
+BATCHES = (1, 8)
+WARMUP_TOKENS = 16
+CACHED, HF, UNCACHED = "ours, KV cache", "Hugging Face", "ours, no cache"
+
+Run = Callable[[int], list[list[int]]]
+"""Generate that many new tokens after every prompt of the batch; return them."""
+
+
+@dataclass(frozen=True)
+class Config:
+    new_tokens: int
+    repeats: int
+    uncached_repeats: int
+    threads: int
+    prompt_len: int = PROMPT_LEN
+    batches: tuple[int, ...] = BATCHES
+
+
+@dataclass(frozen=True)
+class Candidate:
+    name: str
+    run: Run
+    repeats: int
+
+
+@dataclass
+class Result:
+    """Timed runs of one candidate at one batch size, and the tokens of its last run."""
+
+    candidate: str
+    batch: int
+    new_tokens: int
+    samples_s: list[float]
+    tokens: list[list[int]]
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.samples_s)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.batch * self.new_tokens / self.median_s
+
+    @property
+    def spread(self) -> float:
+        """Range of the samples relative to their median: how noisy they are."""
+        return (max(self.samples_s) - min(self.samples_s)) / self.median_s
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "candidate": self.candidate,
+            "batch": self.batch,
+            "median_s": self.median_s,
+            "tokens_per_s": self.tokens_per_s,
+            "samples_s": self.samples_s,
+        }
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs: cached and HF")
+    parser.add_argument(
+        "--uncached-repeats", type=int, default=1, help="timed runs of ours without the cache"
+    )
+    parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
+    parser.add_argument("--new-tokens", type=int, default=256, help="tokens generated a prompt")
+    parser.add_argument("--json", type=Path, default=None, help="also write results here")
+    args = parser.parse_args()
+    if args.repeats < 1 or args.uncached_repeats < 0 or args.threads < 1:
+        parser.error("need --repeats >= 1, --uncached-repeats >= 0 and --threads >= 1")
+    if not 1 <= args.new_tokens <= MAX_LEN - PROMPT_LEN:
+        parser.error(f"--new-tokens must be in 1..{MAX_LEN - PROMPT_LEN} (positions: {MAX_LEN})")
+    return args
+
+
+def our_model() -> nn.Module:
+    """Our decoder-only LM in the GPT-2 layout (no sqrt(d_model) embedding scale)."""
+    config = ModelConfig(
+        arch="decoder",
+        vocab_size=VOCAB,
+        d_model=D_MODEL,
+        n_heads=N_HEADS,
+        n_layers=N_LAYERS,
+        d_ff=D_FF,
+        activation="gelu_tanh",
+        norm_first=True,
+        positional="learned",
+        max_len=MAX_LEN,
+        scale_embedding=False,
+        tie_output=True,
+    )
+    return build_model(config).eval()
+
+
+def hf_model() -> GPT2LMHeadModel:
+    """Hugging Face GPT-2 of the same shape (its defaults: GELU tanh, tied head, pre-LN)."""
+    config = GPT2Config(
+        n_layer=N_LAYERS,
+        n_embd=D_MODEL,
+        n_head=N_HEADS,
+        n_inner=D_FF,
+        vocab_size=VOCAB,
+        n_positions=MAX_LEN,
+    )
+    return GPT2LMHeadModel(config).eval()
+
+
+def ours(model: nn.Module, prompts: Tensor, use_cache: bool) -> Run:
+    as_lists = prompts.tolist()
+
+    def run(new_tokens: int) -> list[list[int]]:
+        return generate(
+            model,
+            as_lists,
+            max_new_tokens=new_tokens,
+            greedy=True,
+            eos_id=None,
+            use_cache=use_cache,
+        )
+
+    return run
+
+
+def hugging_face(model: GPT2LMHeadModel, prompts: Tensor) -> Run:
+    mask = torch.ones_like(prompts)
+
+    def run(new_tokens: int) -> list[list[int]]:
+        out = model.generate(
+            prompts,
+            attention_mask=mask,
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            do_sample=False,
+            use_cache=True,
+            pad_token_id=0,
+        )
+        return out[:, prompts.shape[1] :].tolist()
+
+    return run
+
+
+def checked_run(candidate: Candidate, new_tokens: int, batch: int) -> list[list[int]]:
+    """Run ``candidate``; raise unless every row got all ``new_tokens`` (an early stop would
+    make the timing meaningless)."""
+    tokens = candidate.run(new_tokens)
+    if len(tokens) != batch or any(len(row) != new_tokens for row in tokens):
+        lengths = [len(row) for row in tokens]
+        raise RuntimeError(f"{candidate.name}: expected {new_tokens} new tokens, got {lengths}")
+    return tokens
+
+
+def interleaved_results(candidates: list[Candidate], cfg: Config, batch: int) -> list[Result]:
+    """Per-candidate timings: a short warm-up of each, then runs in turn, each candidate
+    until it has its own number of repetitions."""
+    for candidate in candidates:
+        checked_run(candidate, WARMUP_TOKENS, batch)
+    gc.collect()
+    results = [Result(c.name, batch, cfg.new_tokens, [], []) for c in candidates]
+    for repeat in range(max(c.repeats for c in candidates)):
+        for candidate, result in zip(candidates, results, strict=True):
+            if repeat < candidate.repeats:
+                start = time.perf_counter()
+                result.tokens = checked_run(candidate, cfg.new_tokens, batch)
+                result.samples_s.append(time.perf_counter() - start)
+    return results
+
+
+def run_batch(cfg: Config, batch: int, mine: nn.Module, theirs: GPT2LMHeadModel) -> list[Result]:
+    """The results of every candidate at ``batch``, all on the same random prompts."""
+    seeded = torch.Generator().manual_seed(batch)
+    prompts = torch.randint(1, VOCAB, (batch, cfg.prompt_len), generator=seeded)
+    candidates = [
+        Candidate(CACHED, ours(mine, prompts, use_cache=True), cfg.repeats),
+        Candidate(HF, hugging_face(theirs, prompts), cfg.repeats),
+        Candidate(UNCACHED, ours(mine, prompts, use_cache=False), cfg.uncached_repeats),
+    ]
+    return interleaved_results([c for c in candidates if c.repeats], cfg, batch)
+
+
+def comparison(results: list[Result]) -> dict[str, object]:
+    """Speed-ups of ours with the cache (other's time / ours), whether it beats Hugging
+    Face, and how many rows greedy decoding gave the same tokens with and without cache."""
+    by_name = {r.candidate: r for r in results}
+    cached = by_name[CACHED]
+    summary: dict[str, object] = {"speedup_vs_hf": by_name[HF].median_s / cached.median_s}
+    summary["beats_hf"] = summary["speedup_vs_hf"] > 1
+    if UNCACHED in by_name:
+        uncached = by_name[UNCACHED]
+        summary["speedup_vs_uncached"] = uncached.median_s / cached.median_s
+        summary["rows_same_as_uncached"] = sum(
+            a == b for a, b in zip(cached.tokens, uncached.tokens, strict=True)
+        )
+    return summary
+
+
+def print_header(cfg: Config, mine: nn.Module, theirs: GPT2LMHeadModel) -> None:
+    print(
+        f"torch {torch.__version__}, transformers {transformers.__version__}, "
+        f"{torch.get_num_threads()} threads, fp32 CPU, eval mode, greedy"
+    )
+    print(
+        f"model: {N_LAYERS} layers, d_model {D_MODEL}, {N_HEADS} heads, d_ff {D_FF}, "
+        f"vocab {VOCAB}, learned positions ({MAX_LEN}), pre-LN, GELU tanh, tied head, "
+        f"random weights; parameters: ours {count_parameters(mine):,}, "
+        f"HF {count_parameters(theirs):,} (attention: {theirs.config._attn_implementation})"
+    )
+    print(
+        f"prompt {cfg.prompt_len} tokens, {cfg.new_tokens} new tokens a row, never stopped "
+        f"early (ours eos_id=None, HF min_new_tokens); warm-up {WARMUP_TOKENS} tokens each; "
+        f"median of {cfg.repeats} interleaved runs, ours without cache {cfg.uncached_repeats}"
+    )
+    load = os.getloadavg()[0]
+    if load > 0.5:
+        print(f"warning: load average {load:.2f} before the start; other work competes for the CPU")
+    print()
+    columns = f"{'candidate':<15} {'runs':>4} {'median s':>9} {'new tok/s':>10} {'spread':>7}"
+    print(f"{'batch':>5}  {columns}")
+
+
+def print_batch(results: list[Result], summary: dict[str, object]) -> None:
+    for r in results:
+        spread = f"{r.spread:>7.1%}" if len(r.samples_s) > 1 else f"{'-':>7}"
+        print(
+            f"{r.batch:>5}  {r.candidate:<15} {len(r.samples_s):>4} {r.median_s:>9.3f} "
+            f"{r.tokens_per_s:>10.1f} {spread}"
+        )
+    verdict = "ok" if summary["beats_hf"] else "MISSED"
+    line = f"{'':>5}  ours with cache vs HF: {summary['speedup_vs_hf']:.2f}x (goal > 1: {verdict})"
+    if "speedup_vs_uncached" in summary:
+        line += (
+            f"; vs ours without cache: {summary['speedup_vs_uncached']:.1f}x, same tokens in "
+            f"{summary['rows_same_as_uncached']}/{results[0].batch} rows"
+        )
+    print(line)
+
+
+def write_json(path: Path, cfg: Config, batches: list[tuple[list[Result], dict]]) -> None:
+    result = {
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "threads": torch.get_num_threads(),
+        "config": asdict(cfg),
+        "batches": [
+            {"results": [r.to_json() for r in results], **summary} for results, summary in batches
+        ],
+    }
+    path.write_text(json.dumps(result, indent=2) + "\n")
+
+
+def main() -> None:
+    args = parse_args()
+    torch.set_num_threads(args.threads)
+    transformers.logging.set_verbosity_error()  # GPT-2's default eos id lies outside VOCAB
+    cfg = Config(args.new_tokens, args.repeats, args.uncached_repeats, args.threads)
+    torch.manual_seed(0)
+    mine, theirs = our_model(), hf_model()
+    print_header(cfg, mine, theirs)
+    batches = []
+    for batch in cfg.batches:
+        results = run_batch(cfg, batch, mine, theirs)
+        batches.append((results, comparison(results)))
+        print_batch(*batches[-1])
+    if not all(summary["beats_hf"] for _, summary in batches):
+        print("goal missed: ours with the cache is not faster than Hugging Face at every batch")
+    if args.json is not None:
+        write_json(args.json, cfg, batches)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,200 @@
+"""Decoding for the encoder-decoder Transformer: greedy decoding and beam search.
+
+Both encode the batch once, then run one cached decoder step per target position for all
+rows at once. Lengths count generated target tokens, the eos token included (BOS is fed,
+not generated). ``max_len`` caps them; its default is, per sentence, the source length
+(real tokens) + 50, capped at the model's ``max_len``, so a sentence decodes the same
+whichever batch it is in.
+
+Beam search scores a hypothesis as in GNMT (Wu et al., 2016):
+``score = log_prob / lp(length)`` with ``lp(length) = ((5 + length) / 6) ** alpha``, where
+``log_prob`` is the summed log-probability of its tokens (eos included, if it ends in one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from .cache import DecoderCache
+from .generate import decoding_device
+
+EXTRA_LENGTH = 50  # default max_len: source length + this
+
+
+@dataclass
+class Hypothesis:
+    """A finished beam: ``tokens`` without BOS and eos; ``score = log_prob / lp(length)``."""
+
+    tokens: list[int]
+    score: float
+    log_prob: float
+
+
+def gnmt_penalty(length: int, alpha: float) -> float:
+    """GNMT's ``((5 + length) / 6) ** alpha``; ``alpha = 0`` ranks by log-probability."""
+    return ((5 + length) / 6) ** alpha
+
+
+class Finished:
+    """The best ``size`` finished hypotheses of one sentence, best first."""
+
+    def __init__(self, size: int, alpha: float) -> None:
+        self.size = size
+        self.alpha = alpha
+        self.hypotheses: list[Hypothesis] = []
+
+    def add(self, tokens: list[int], log_prob: float, length: int) -> None:
+        score = log_prob / gnmt_penalty(length, self.alpha)
+        self.hypotheses.append(Hypothesis(tokens, score, log_prob))
+        self.hypotheses.sort(key=lambda h: h.score, reverse=True)
+        del self.hypotheses[self.size :]
+
+    def is_done(self, best_live: float, length: int, max_len: int, early_stopping: bool) -> bool:
+        """Whether the search of this sentence can stop, its live beams having ``length``
+        tokens and the best of them the log-probability ``best_live``. It needs ``size``
+        finished hypotheses; then ``early_stopping`` stops at once (as fairseq and Hugging
+        Face do), and otherwise the search goes on while a live beam could still beat the
+        worst finished one: log-probabilities only fall, so the best a live beam can reach
+        is ``best_live / lp(L)`` for the most favourable length ``L`` still possible (the
+        largest ``lp`` of ``length + 1`` and ``max_len``, as ``lp`` is monotonic)."""
+        if len(self.hypotheses) < self.size:
+            return False
+        if early_stopping:
+            return True
+        best_lp = max(gnmt_penalty(length + 1, self.alpha), gnmt_penalty(max_len, self.alpha))
+        return self.hypotheses[-1].score >= best_live / best_lp
+
+
+def length_limits(model: nn.Module, src_mask: Tensor, max_len: int | None) -> list[int]:
+    """The most target tokens each sentence may generate (see the module docstring)."""
+    if max_len is not None:
+        return [max_len] * src_mask.shape[0]
+    lengths = src_mask.sum(dim=1) + EXTRA_LENGTH
+    return lengths.clamp(max=model.config.max_len).tolist()
+
+
+def encode_source(
+    model: nn.Module, src_ids: Tensor, src_mask: Tensor | None
+) -> tuple[Tensor, Tensor]:
+    """The encoder output and the source mask (all True if None), on the model's device."""
+    device = decoding_device(model)
+    src_ids = src_ids.to(device)
+    src_mask = torch.ones_like(src_ids, dtype=torch.bool) if src_mask is None else src_mask
+    src_mask = src_mask.to(device).bool()
+    memory, _ = model.encode(src_ids, src_mask)
+    return memory, src_mask
+
+
+@torch.no_grad()
+def greedy_decode(
+    model: nn.Module,
+    src_ids: Tensor,
+    src_mask: Tensor | None = None,
+    *,
+    bos_id: int,
+    eos_id: int,
+    max_len: int | None = None,
+) -> list[list[int]]:
+    """The most likely next token at each step, for every sentence of the batch
+    ``src_ids`` ``(batch, src_len)``; returns the tokens without BOS and eos."""
+    memory, src_mask = encode_source(model, src_ids, src_mask)
+    limits = length_limits(model, src_mask, max_len)
+    cache = DecoderCache(model.decoder, len(limits), max(limits))
+    outputs: list[list[int]] = [[] for _ in limits]
+    done = [False] * len(limits)
+    tokens = torch.full((len(limits), 1), bos_id, device=memory.device)
+    for step in range(1, max(limits) + 1):
+        logits = model.decode(tokens, memory, src_mask, cache=cache)[0][:, -1]
+        tokens = logits.argmax(dim=-1, keepdim=True)
+        for row, token in enumerate(tokens[:, 0].tolist()):
+            if done[row]:
+                continue
+            if token != eos_id:
+                outputs[row].append(token)
+            done[row] = token == eos_id or step == limits[row]
+        if all(done):
+            break
+    return outputs
+
+
+@torch.no_grad()
+def beam_search(
+    model: nn.Module,
+    src_ids: Tensor,
+    src_mask: Tensor | None = None,
+    *,
+    bos_id: int,
+    eos_id: int,
+    beam_size: int = 5,
+    max_len: int | None = None,
+    length_penalty: float = 0.6,
+    early_stopping: bool = True,
+    n_best: int = 1,
+) -> list[list[Hypothesis]]:
+    """The ``n_best`` best hypotheses of each sentence of ``src_ids`` ``(batch, src_len)``,
+    best first, by beam search with GNMT's length penalty (``alpha = length_penalty``).
+
+    Every sentence keeps ``beam_size`` live beams (rows of one decoder batch). Each step
+    ranks the ``2 * beam_size`` best extensions of a sentence's beams by log-probability;
+    in that order, an extension by eos becomes a finished hypothesis if it ranks among the
+    first ``beam_size`` (it would have held a beam), and the others fill the beams until
+    there are ``beam_size``. A sentence is done when :meth:`Finished.is_done` says so (see
+    there for ``early_stopping``); at its max length its live beams are finished as they
+    are. Done sentences leave the batch.
+    """
+    if not 1 <= n_best <= beam_size:
+        raise ValueError(f"n_best={n_best} must be between 1 and beam_size={beam_size}")
+    memory, src_mask = encode_source(model, src_ids, src_mask)
+    limits = length_limits(model, src_mask, max_len)
+    k = beam_size
+    beam_rows = torch.arange(len(limits), device=memory.device).repeat_interleave(k)
+    memory, src_mask = memory[beam_rows], src_mask[beam_rows]
+    cache = DecoderCache(model.decoder, len(beam_rows), max(limits))
+    finished = [Finished(k, length_penalty) for _ in limits]
+    active = list(range(len(limits)))  # sentences still searching; beams i*k .. i*k+k-1
+    history: list[list[int]] = [[] for _ in beam_rows]  # tokens of each beam
+    scores = torch.full((len(active), k), float("-inf"), device=memory.device)
+    scores[:, 0] = 0.0  # all beams start as BOS: keep one, or each hypothesis comes k times
+    tokens = torch.full((len(beam_rows), 1), bos_id, device=memory.device)
+    for step in range(1, max(limits) + 1):
+        logits = model.decode(tokens, memory, src_mask, cache=cache)[0][:, -1]
+        total = scores.view(-1, 1) + logits.float().log_softmax(dim=-1)
+        vocab = total.shape[-1]
+        top, index = total.view(len(active), k * vocab).topk(min(2 * k, k * vocab), dim=1)
+        keep: list[tuple[int, int, float]] = []  # (row, token, log_prob) of the next beams
+        still_active = []
+        for i, sentence in enumerate(active):
+            beams: list[tuple[int, int, float]] = []
+            for rank, (log_prob, j) in enumerate(
+                zip(top[i].tolist(), index[i].tolist(), strict=True)
+            ):
+                if log_prob == float("-inf") or len(beams) == k:
+                    break
+                row, token = i * k + j // vocab, j % vocab
+                if token != eos_id:
+                    beams.append((row, token, log_prob))
+                elif rank < k:
+                    finished[sentence].add(history[row], log_prob, step)
+            if step == limits[sentence]:
+                for row, token, log_prob in beams:
+                    finished[sentence].add([*history[row], token], log_prob, step)
+            elif beams and not finished[sentence].is_done(
+                beams[0][2], step, limits[sentence], early_stopping
+            ):
+                # fewer than k live beams (early steps, tiny vocabularies): fill with dead ones
+                dead = [(beams[0][0], eos_id, float("-inf"))] * (k - len(beams))
+                keep.extend(beams + dead)
+                still_active.append(sentence)
+        if not still_active:
+            break
+        chosen = torch.tensor([row for row, _, _ in keep], device=memory.device)
+        cache.reorder(chosen)
+        memory, src_mask = memory[chosen], src_mask[chosen]
+        history = [[*history[row], token] for row, token, _ in keep]
+        tokens = torch.tensor([[token] for _, token, _ in keep], device=memory.device)
+        scores = torch.tensor([s for _, _, s in keep], device=memory.device).view(-1, k)
+        active = still_active
+    return [f.hypotheses[:n_best] for f in finished]

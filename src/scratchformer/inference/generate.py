@@ -1,0 +1,257 @@
+"""Decoder-only generation: greedy decoding and sampling, one token a step with a KV cache.
+
+Each step turns the logits of the last position into the next token: first the penalties
+that also apply to greedy decoding (repetition penalty, n-gram ban), then temperature,
+top-k and top-p, then the argmax or a draw. Each logits processor is a small function on
+``(batch, vocab)`` logits.
+
+Prompts of different lengths run as one batch: left-padded, with an attention mask and
+per-row positions, so that every row computes what it would compute alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from .cache import DecoderCache
+
+
+def scale_temperature(logits: Tensor, temperature: float) -> Tensor:
+    """Divide by ``temperature``: below 1 sharpens the distribution, above 1 flattens it."""
+    return logits / temperature
+
+
+def filter_top_k(logits: Tensor, k: int) -> Tensor:
+    """Keep the ``k`` largest logits of each row; the others become -inf."""
+    values, index = logits.topk(min(k, logits.shape[-1]), dim=-1)
+    return torch.full_like(logits, float("-inf")).scatter(-1, index, values)
+
+
+def filter_top_p(logits: Tensor, p: float) -> Tensor:
+    """Nucleus filtering: keep the smallest set of most likely tokens whose probability
+    reaches ``p`` (always at least the most likely one); the others become -inf."""
+    ordered, order = logits.sort(dim=-1, descending=True)
+    probs = ordered.softmax(dim=-1)
+    before = probs.cumsum(dim=-1) - probs  # mass of the more likely tokens
+    ordered = ordered.masked_fill(before >= p, float("-inf"))
+    return torch.empty_like(logits).scatter(-1, order, ordered)
+
+
+def token_set(ids: Tensor, where: Tensor | None, vocab_size: int) -> Tensor:
+    """``(batch, vocab)``, True at every token ``ids[b, i]`` with ``where[b, i]`` (all if
+    ``where`` is None)."""
+    hits = torch.zeros(ids.shape[0], vocab_size, device=ids.device)
+    weights = torch.ones_like(ids, dtype=hits.dtype) if where is None else where.to(hits.dtype)
+    return hits.scatter_add_(1, ids, weights) > 0
+
+
+def penalize_repetition(
+    logits: Tensor, ids: Tensor, penalty: float, mask: Tensor | None = None
+) -> Tensor:
+    """CTRL's repetition penalty: the logit of every token already in the row ``ids``
+    (prompt included; ``mask`` marks real tokens) is divided by ``penalty`` if positive and
+    multiplied by it if negative, so ``penalty > 1`` makes repeats less likely."""
+    seen = token_set(ids, mask, logits.shape[-1])
+    penalized = torch.where(logits > 0, logits / penalty, logits * penalty)
+    return torch.where(seen, penalized, logits)
+
+
+def ban_repeated_ngrams(logits: Tensor, ids: Tensor, n: int, mask: Tensor | None = None) -> Tensor:
+    """-inf for every token that would complete an ``n``-gram already in the row ``ids``:
+    the rows' last ``n - 1`` tokens are compared with every earlier window. ``mask`` marks
+    real tokens (padding on the left, so a row's last tokens are real)."""
+    if ids.shape[1] < n:
+        return logits
+    windows = ids.unfold(1, n, 1)  # (batch, windows, n)
+    suffix = ids[:, ids.shape[1] - n + 1 :]
+    match = (windows[..., :-1] == suffix[:, None, :]).all(dim=-1)
+    if mask is not None:
+        match &= mask.unfold(1, n, 1).all(dim=-1)
+    return logits.masked_fill(token_set(windows[..., -1], match, logits.shape[-1]), float("-inf"))
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How the next token is chosen from the logits of the last position."""
+
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+    repetition_penalty: float = 1.0
+    no_repeat_ngram_size: int = 0
+    greedy: bool = False
+
+    def __post_init__(self) -> None:
+        checks = {
+            "temperature": self.temperature >= 0,
+            "top_k": self.top_k is None or self.top_k >= 1,
+            "top_p": self.top_p is None or 0 < self.top_p <= 1,
+            "repetition_penalty": self.repetition_penalty > 0,
+            "no_repeat_ngram_size": self.no_repeat_ngram_size >= 0,
+        }
+        for name, ok in checks.items():
+            if not ok:
+                raise ValueError(f"{name}={getattr(self, name)!r} is out of range")
+
+    def __call__(
+        self, logits: Tensor, ids: Tensor, mask: Tensor, generator: torch.Generator
+    ) -> Tensor:
+        """The next token of every row, ``(batch,)``, given the rows so far ``ids``."""
+        if self.repetition_penalty != 1.0:
+            logits = penalize_repetition(logits, ids, self.repetition_penalty, mask)
+        if self.no_repeat_ngram_size:
+            logits = ban_repeated_ngrams(logits, ids, self.no_repeat_ngram_size, mask)
+        if self.greedy or self.temperature == 0:
+            return logits.argmax(dim=-1)
+        logits = scale_temperature(logits, self.temperature)
+        if self.top_k is not None:
+            logits = filter_top_k(logits, self.top_k)
+        if self.top_p is not None:
+            logits = filter_top_p(logits, self.top_p)
+        return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(-1)
+
+
+def decoding_device(model: nn.Module) -> torch.device:
+    """The device of the model's weights, where decoding runs. Decoding with dropout on
+    would be random and would break the cache's exactness, so training mode is an error."""
+    if model.training:
+        raise ValueError("the model is in training mode (dropout on); call model.eval() first")
+    return next(model.parameters()).device
+
+
+def left_pad(
+    prompts: Sequence[Sequence[int]], pad_id: int, device: torch.device
+) -> tuple[Tensor, Tensor]:
+    """The prompts as one ``(batch, longest)`` tensor padded on the left, and its mask."""
+    if not prompts or not all(prompts):
+        raise ValueError("every prompt needs at least one token (e.g. a BOS token)")
+    width = max(len(prompt) for prompt in prompts)
+    ids = torch.tensor([[pad_id] * (width - len(p)) + list(p) for p in prompts], device=device)
+    mask = torch.tensor([[False] * (width - len(p)) + [True] * len(p) for p in prompts])
+    return ids, mask.to(device)
+
+
+@torch.no_grad()
+def stream(
+    model: nn.Module,
+    prompts: Sequence[Sequence[int]],
+    *,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    repetition_penalty: float = 1.0,
+    no_repeat_ngram_size: int = 0,
+    greedy: bool = False,
+    eos_id: int | None = None,
+    pad_id: int = 0,
+    stop: Callable[[list[int]], bool] | None = None,
+    seed: int | None = None,
+    use_cache: bool = True,
+) -> Iterator[list[int | None]]:
+    """Generate from a decoder-only ``model`` (in eval mode) after each of the ``prompts``
+    (lists of token ids); yield per step one entry a prompt: its new token, or None once
+    the row is finished.
+
+    A row finishes at ``eos_id`` (which is not yielded) or after a token for which
+    ``stop(new_ids_so_far)`` is true (that token is yielded). Finished rows are fed
+    ``pad_id`` until every row is done, which ends the stream early; at most
+    ``max_new_tokens`` steps run. ``greedy=True`` or ``temperature=0`` takes the argmax;
+    otherwise a draw from a ``torch.Generator`` seeded with ``seed`` (same seed, same
+    samples; None: a fresh random seed). Repetition penalty and n-gram ban apply to greedy
+    decoding too. With learned positions, the longest prompt plus ``max_new_tokens`` must
+    fit in ``model.config.max_len``, else ValueError (prompts are never silently cut).
+    ``use_cache=False`` recomputes the whole sequence every step (for tests and benchmarks).
+    """
+    device = decoding_device(model)
+    choose = Sampling(temperature, top_k, top_p, repetition_penalty, no_repeat_ngram_size, greedy)
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens={max_new_tokens} must be >= 0")
+    ids, mask = left_pad(prompts, pad_id, device)
+    config = model.config
+    if config.positional == "learned" and ids.shape[1] + max_new_tokens > config.max_len:
+        raise ValueError(
+            f"the longest prompt ({ids.shape[1]} tokens) + max_new_tokens={max_new_tokens} "
+            f"exceeds the model's max_len={config.max_len}"
+        )
+    positions = (mask.cumsum(1) - 1).clamp(min=0)  # every row starts at position 0
+    generator = torch.Generator(device)
+    if seed is None:
+        generator.seed()
+    else:
+        generator.manual_seed(seed)
+    cache = None
+    if use_cache:
+        cache = DecoderCache(model.decoder, len(prompts), ids.shape[1] + max_new_tokens)
+    new: list[list[int]] = [[] for _ in prompts]
+    done = [False] * len(prompts)
+    fed, fed_positions = ids, positions  # the whole prompt batch first
+    for _ in range(max_new_tokens):
+        logits = model(fed, mask, cache=cache, positions=fed_positions).logits[:, -1].float()
+        step: list[int | None] = []
+        for row, token in enumerate(choose(logits, ids, mask, generator).tolist()):
+            if done[row] or token == eos_id:
+                done[row] = True
+                step.append(None)
+                continue
+            new[row].append(token)
+            step.append(token)
+            done[row] = stop is not None and stop(new[row])
+        yield step
+        if all(done):
+            return
+        tokens = torch.tensor([[pad_id if t is None else t] for t in step], device=device)
+        ids = torch.cat([ids, tokens], dim=1)
+        mask = torch.cat([mask, torch.ones_like(tokens, dtype=torch.bool)], dim=1)
+        positions = torch.cat([positions, positions[:, -1:] + 1], dim=1)
+        if cache is None:
+            fed, fed_positions = ids, positions
+        else:
+            fed, fed_positions = tokens, positions[:, -1:]
+
+
+def generate(
+    model: nn.Module,
+    prompts: Sequence[Sequence[int]],
+    *,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    repetition_penalty: float = 1.0,
+    no_repeat_ngram_size: int = 0,
+    greedy: bool = False,
+    eos_id: int | None = None,
+    pad_id: int = 0,
+    stop: Callable[[list[int]], bool] | None = None,
+    seed: int | None = None,
+    use_cache: bool = True,
+) -> list[list[int]]:
+    """For each prompt, its new token ids (without the prompt, without the eos token and
+    without anything after eos or a stop): :func:`stream` run to the end."""
+    outputs: list[list[int]] = [[] for _ in prompts]
+    steps = stream(
+        model,
+        prompts,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        repetition_penalty=repetition_penalty,
+        no_repeat_ngram_size=no_repeat_ngram_size,
+        greedy=greedy,
+        eos_id=eos_id,
+        pad_id=pad_id,
+        stop=stop,
+        seed=seed,
+        use_cache=use_cache,
+    )
+    for step in steps:
+        for output, token in zip(outputs, step, strict=True):
+            if token is not None:
+                output.append(token)
+    return outputs
