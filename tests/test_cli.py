@@ -47,8 +47,10 @@ def test_train_then_eval_prints_json(tmp_path: Path, capsys) -> None:
     status, out, _ = run(capsys, "eval", str(run_dir))
     metrics = json.loads(out)
     assert status == 0 and metrics["split"] == "val" and 0 <= metrics["exact_match"] <= 1
-    status, out, _ = run(capsys, "eval", str(run_dir), "--split", "test")
-    assert status == 0 and json.loads(out)["split"] == "test"
+    status, out, _ = run(capsys, "eval", str(run_dir), "--split", "test", "--beam", "2")
+    metrics = json.loads(out)
+    assert status == 0 and metrics["split"] == "test" and metrics["beam"] == 2
+    assert {"bleu", "bleu_tokenized_lc", "chrf"} <= metrics.keys()
 
 
 @pytest.mark.parametrize(

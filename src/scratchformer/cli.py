@@ -20,6 +20,7 @@ from .config import Recipe
 from .demo import run_demo
 from .inference.generate import stream
 from .inference.translate import translate
+from .metrics import translation_scores
 from .models import build_model
 from .tasks import (
     ClassificationTask,
@@ -101,6 +102,16 @@ def evaluate(args: argparse.Namespace) -> int:
     task, model = load_run(Path(args.run))
     device = default_device()
     metrics = task.evaluate(model.to(device), args.split, args.data, device=device)
+    if isinstance(task, TranslationTask):  # scores of real decoding, not teacher forcing
+        pairs = task.read(args.split, args.data)
+        hypotheses = translate(
+            task,
+            model,
+            [s for s, _ in pairs],
+            beam_size=args.beam,
+            progress=not args.quiet and sys.stderr.isatty(),
+        )
+        metrics.update(translation_scores(hypotheses, [t for _, t in pairs]), beam=args.beam)
     print(
         json.dumps({"split": args.split if args.data is None else args.data, **metrics}, indent=2)
     )
@@ -240,6 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
     group = p.add_mutually_exclusive_group()
     group.add_argument("--split", default="val", help="val (default) or test")
     group.add_argument("--data", help="a file in the task's format (translation: SRC,TGT)")
+    p.add_argument("--beam", type=int, default=5, help="translation: beam size for BLEU")
     p.set_defaults(handler=evaluate)
 
     p = commands.add_parser("generate", help="continue a prompt with a language model")

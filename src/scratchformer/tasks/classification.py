@@ -14,7 +14,7 @@ from torch import Tensor, nn
 from ..data.batching import pad_batch
 from ..data.readers import LabeledText, read_tsv
 from ..data.registry import sst2_examples, stsb_examples
-from ..metrics import correlations
+from ..metrics import correlations, macro_f1
 from .base import Batch, ExampleTask, add
 
 SPECIALS = ("pad", "unk", "cls", "sep")
@@ -139,8 +139,21 @@ class ClassificationTask(ExampleTask):
 
     def accumulate(self, totals: dict[str, Any], logits: Tensor, targets: Tensor) -> None:
         loss = F.cross_entropy(logits, targets, reduction="sum")
-        correct = (logits.argmax(-1) == targets).sum()
-        add(totals, loss_sum=loss.item(), targets=len(targets), correct=correct.item())
+        predicted = logits.argmax(-1)
+        add(
+            totals,
+            loss_sum=loss.item(),
+            targets=len(targets),
+            correct=(predicted == targets).sum().item(),
+        )
+        totals.setdefault("predicted", []).extend(predicted.tolist())
+        totals.setdefault("gold", []).extend(targets.tolist())
+
+    def summarize(self, totals: dict[str, Any]) -> dict[str, float]:
+        return {
+            **super().summarize(totals),
+            "macro_f1": macro_f1(totals["predicted"], totals["gold"]),
+        }
 
 
 class RegressionTask(ClassificationTask):
