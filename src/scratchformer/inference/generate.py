@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -214,43 +215,12 @@ def stream(
             fed, fed_positions = tokens, positions[:, -1:]
 
 
-def generate(
-    model: nn.Module,
-    prompts: Sequence[Sequence[int]],
-    *,
-    max_new_tokens: int,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    repetition_penalty: float = 1.0,
-    no_repeat_ngram_size: int = 0,
-    greedy: bool = False,
-    eos_id: int | None = None,
-    pad_id: int = 0,
-    stop: Callable[[list[int]], bool] | None = None,
-    seed: int | None = None,
-    use_cache: bool = True,
-) -> list[list[int]]:
+def generate(model: nn.Module, prompts: Sequence[Sequence[int]], **options: Any) -> list[list[int]]:
     """For each prompt, its new token ids (without the prompt, without the eos token and
-    without anything after eos or a stop): :func:`stream` run to the end."""
+    without anything after eos or a stop): :func:`stream`, with the same options, run to
+    the end."""
     outputs: list[list[int]] = [[] for _ in prompts]
-    steps = stream(
-        model,
-        prompts,
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        repetition_penalty=repetition_penalty,
-        no_repeat_ngram_size=no_repeat_ngram_size,
-        greedy=greedy,
-        eos_id=eos_id,
-        pad_id=pad_id,
-        stop=stop,
-        seed=seed,
-        use_cache=use_cache,
-    )
-    for step in steps:
+    for step in stream(model, prompts, **options):
         for output, token in zip(outputs, step, strict=True):
             if token is not None:
                 output.append(token)
