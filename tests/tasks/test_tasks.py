@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import gc
+import gzip
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -105,4 +108,21 @@ def test_language_model_blocks_predict_the_next_token(tmp_path: Path) -> None:
     assert torch.equal(x[:, 1:], y[:, :-1])
     assert torch.equal(task.global_batch(5, 2).targets, y), "batches are a function of the index"
     with pytest.raises(ValueError, match=r"set data\.dataset = .tinyshakespeare. or data\.test"):
-        task.text("test")
+        task.lines("test")
+
+
+def test_language_model_streams_are_memory_mapped_token_files(tmp_path: Path) -> None:
+    text = tmp_path / "corpus.txt.gz"
+    with gzip.open(text, "wt", encoding="utf-8") as f:
+        f.write("line one\r\nline two\r\n" * 30_000)  # more lines than one encoding chunk
+    data = {"train": str(text), "tokenizer": "char"}
+    task = build_task(recipe("lm", data=data))
+    task.prepare()
+    stream = task.stream("train")
+    assert isinstance(stream.ids, np.memmap)
+    assert task.tokenizer().decode(stream.ids[:18].tolist()) == "line one\nline two\n"
+    assert len(stream) == 30_000 * len("line one\nline two\n")
+    folder = Path(stream.ids.filename).parent
+    del task, stream
+    gc.collect()
+    assert not folder.exists(), "token files are removed with the task"

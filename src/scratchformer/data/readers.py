@@ -12,7 +12,7 @@ import gzip
 import math
 import re
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,17 +50,33 @@ class TaggedSentence:
 
 def read_text(path: str | Path) -> str:
     """The whole file, newlines kept (CRLF becomes LF): a language-modelling corpus."""
+    return "".join(iter_lines(path))
+
+
+def iter_lines(path: str | Path) -> Iterator[str]:
+    """The file's lines, newline kept (CRLF becomes LF), read as a stream: a corpus larger
+    than memory goes through line by line. Errors name the file and line."""
     path = Path(path)
-    data = _read_bytes(path).removeprefix(codecs.BOM_UTF8)
+    opener = gzip.open if path.suffix == ".gz" else open
+    has_text = False
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = data.count(b"\n", 0, err.start) + 1
-        byte = data[err.start]
-        raise DataError.at(path, line, f"not valid UTF-8 (byte 0x{byte:02x})") from None
-    if not text.strip():
+        with opener(path, "rb") as file:
+            for number, raw in enumerate(file, start=1):
+                if number == 1:
+                    raw = raw.removeprefix(codecs.BOM_UTF8)
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as err:
+                    byte = raw[err.start]
+                    raise DataError.at(
+                        path, number, f"not valid UTF-8 (byte 0x{byte:02x})"
+                    ) from None
+                has_text = has_text or not line.isspace()
+                yield line[:-2] + "\n" if line.endswith("\r\n") else line
+    except (EOFError, zlib.error, gzip.BadGzipFile) as err:
+        raise DataError.at(path, None, f"not a valid gzip file ({err})") from None
+    if not has_text:
         raise DataError.at(path, None, "empty file")
-    return text.replace("\r\n", "\n")
 
 
 def read_lines(path: str | Path) -> list[str]:
@@ -162,17 +178,6 @@ def read_conll(path: str | Path) -> list[TaggedSentence]:
     if not sentences:
         raise DataError.at(path, None, "no sentences")
     return sentences
-
-
-def _read_bytes(path: Path) -> bytes:
-    """The file's bytes, decompressed when its name ends in ``.gz``."""
-    data = path.read_bytes()
-    if path.suffix != ".gz":
-        return data
-    try:
-        return gzip.decompress(data)
-    except (OSError, EOFError, zlib.error) as err:
-        raise DataError.at(path, None, f"not a valid gzip file ({err})") from None
 
 
 def _column(path: Path, line: int, column: str | int, names: list[str] | None, width: int) -> int:

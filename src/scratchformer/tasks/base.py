@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -76,7 +76,7 @@ class Task(ABC):
         """Read the training data and learn the tokenizer(s) from it; tasks with classes or
         tags also fix ``data.labels`` (saved with the recipe)."""
 
-    def train_tokenizer(self, texts: Sequence[str], specials: Sequence[str]) -> Tokenizer:
+    def train_tokenizer(self, texts: Iterable[str], specials: Sequence[str]) -> Tokenizer:
         """A tokenizer of the recipe's kind and size, learnt from ``texts``."""
         data = self.data
         return Tokenizer.train(

@@ -2,21 +2,33 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import itertools
+import shutil
+import tempfile
+import weakref
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from ..data.batching import TokenStream, lm_batch, lm_eval_blocks
-from ..data.readers import read_text
-from ..data.registry import shakespeare_text
+from ..data.batching import TokenStream, lm_batch, lm_eval_blocks, token_dtype
+from ..data.readers import iter_lines
+from ..data.registry import cache_dir, shakespeare_text
 from .base import Batch, Task
+
+ENCODE_LINES = 10_000
+"""Lines encoded at a time on the way to a token file."""
 
 
 class LanguageModelTask(Task):
     """A corpus becomes one token stream; training samples random ``block_size`` windows
-    (as nanoGPT does), evaluation walks the validation stream in consecutive blocks."""
+    (as nanoGPT does), evaluation walks the validation stream in consecutive blocks.
+
+    Streams are written to token files (in a temporary folder of the user cache) and
+    memory-mapped: text files are read line by line, so corpora larger than memory work.
+    """
 
     name = "lm"
     arch = "decoder"
@@ -26,37 +38,49 @@ class LanguageModelTask(Task):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._streams: dict[tuple[str, str | None], TokenStream] = {}
+        self._token_dir: Path | None = None
 
-    def text(self, split: str, path: str | None = None) -> str:
-        """The raw text of a split: a named corpus, the recipe's file, or ``path``."""
+    def lines(self, split: str, path: str | None = None) -> Iterable[str]:
+        """The text of a split, line by line with newlines: a named corpus, the recipe's
+        file, or ``path`` (files are streamed, not read whole)."""
         path = path or getattr(self.data, split, None)
         if path is not None:
-            return read_text(path)
+            return iter_lines(path)
         if self.data.dataset == "tinyshakespeare":
-            return shakespeare_text(split, root=self.data.root)
+            return shakespeare_text(split, root=self.data.root).splitlines(keepends=True)
         raise ValueError(
             f"no {split} text: set data.dataset = 'tinyshakespeare' or data.{split} = FILE"
         )
 
     def prepare(self) -> None:
         specials = ("unk",) if self.data.tokenizer == "char" else ("unk", "eos")
-        self.tokenizers = {
-            "tokenizer": self.train_tokenizer(self._pieces(self.text("train")), specials)
-        }
+        self.tokenizers = {"tokenizer": self.train_tokenizer(self.lines("train"), specials)}
 
     def model_sizes(self) -> dict[str, Any]:
         return {"vocab_size": self.tokenizer().vocab_size}
 
     def stream(self, split: str, path: str | None = None) -> TokenStream:
-        """The token ids of a split, encoded once."""
+        """The token ids of a split: encoded once, in chunks of lines, into a token file."""
         key = (split, path)
         if key not in self._streams:
             tokenizer = self.tokenizer()
-            pieces = self._pieces(self.text(split, path))
-            ids = [i for piece in tokenizer.encode_batch(pieces) for i in piece]
-            dtype = np.uint16 if tokenizer.vocab_size < 2**16 else np.uint32
-            self._streams[key] = TokenStream(np.asarray(ids, dtype=dtype))
+            dtype = token_dtype(tokenizer.vocab_size)
+            file = self._directory() / f"{split}-{len(self._streams)}.bin"
+            with open(file, "wb") as out:
+                lines = iter(self.lines(split, path))
+                while chunk := list(itertools.islice(lines, ENCODE_LINES)):
+                    ids = tokenizer.encode_batch(chunk)
+                    np.fromiter(itertools.chain.from_iterable(ids), dtype=dtype).tofile(out)
+            self._streams[key] = TokenStream.open(file, dtype)
         return self._streams[key]
+
+    def _directory(self) -> Path:
+        """A private folder for token files, removed with the task (or at exit)."""
+        if self._token_dir is None:
+            cache_dir().mkdir(parents=True, exist_ok=True)
+            self._token_dir = Path(tempfile.mkdtemp(prefix="tokens-", dir=cache_dir()))
+            weakref.finalize(self, shutil.rmtree, self._token_dir, ignore_errors=True)
+        return self._token_dir
 
     def global_batch(self, index: int, parts: int) -> Batch:
         generator = torch.Generator().manual_seed(self.train_config.seed * 1_000_003 + index)
@@ -73,8 +97,3 @@ class LanguageModelTask(Task):
             self.stream(split, path), self.train_config.batch_size, self.data.block_size
         ):
             yield Batch({"input_ids": x}, y, x.numel())
-
-    def _pieces(self, text: str) -> list[str]:
-        """The text cut into lines (newlines kept) for sub-word tokenizers, which then
-        encode in parallel; a char tokenizer takes it whole."""
-        return [text] if self.data.tokenizer == "char" else text.splitlines(keepends=True)
