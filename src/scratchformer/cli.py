@@ -274,18 +274,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None, help="for reproducible sampling")
     p.set_defaults(handler=generate)
 
-    p = commands.add_parser("translate", help="translate stdin to stdout, line by line")
+    p = commands.add_parser(
+        "translate",
+        help="translate stdin to stdout, line by line",
+        description="One line out per line in, in order; an empty line gives an empty line. "
+        "A line longer than the model's data.max_len tokens is truncated to it, with a "
+        "warning on stderr; unknown characters become the unknown token.",
+    )
     p.add_argument("run", help="run directory of a translation model")
     p.add_argument("--beam", type=int, default=5, help="beam size (1: greedy)")
     p.add_argument("--length-penalty", type=float, default=0.6)
     p.add_argument("--batch-size", type=int, default=64)
     p.set_defaults(handler=translate_lines)
 
-    p = commands.add_parser("classify", help="label each line of stdin")
+    p = commands.add_parser(
+        "classify",
+        help="label each line of stdin",
+        description="One line out per line in: label<TAB>probability, or the value of a "
+        "regression model. Sentence pairs are given as first<TAB>second. Inputs longer than "
+        "the model's data.max_len tokens are truncated.",
+    )
     p.add_argument("run", help="run directory of a classification or regression model")
     p.set_defaults(handler=classify)
 
-    p = commands.add_parser("tag", help="tag the words of each line of stdin")
+    p = commands.add_parser(
+        "tag",
+        help="tag the words of each line of stdin",
+        description="Words are split on whitespace; each comes out as 'word tag', with a "
+        "blank line after each sentence (an empty line gives just the blank line). Words "
+        "beyond the model's data.max_len sub-words are tagged O, with a warning on stderr.",
+    )
     p.add_argument("run", help="run directory of a tagging model")
     p.set_defaults(handler=tag)
 
