@@ -22,20 +22,17 @@ from .inference.generate import stream
 from .inference.translate import translate
 from .metrics import translation_scores
 from .models import build_model
+from .run import load_run, open_task, start_run
 from .tasks import (
     ClassificationTask,
     LanguageModelTask,
     TaggingTask,
     Task,
     TranslationTask,
-    build_task,
 )
-from .training.checkpoint import TRAINER_STATE, atomic_write_text, load_weights
+from .training.checkpoint import TRAINER_STATE
 from .training.distributed import Distributed, default_device, setup
 from .training.trainer import Trainer, TrainingError
-
-CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "model.safetensors"
 
 
 class UsageError(ValueError):
@@ -70,31 +67,11 @@ def _prepare_run(args: argparse.Namespace, run_dir: Path, dist: Distributed) -> 
     by rank 0 and written to ``run_dir``, or read back from it (resume, other ranks)."""
     if not args.resume and dist.is_main:
         recipe = Recipe.load(args.recipe, args.set)
-        task = build_task(recipe)
-        task.prepare()
-        recipe.model = task.model_config()
-        run_dir.mkdir(parents=True, exist_ok=True)
-        task.save(run_dir)
-        atomic_write_text(run_dir / CONFIG_FILE, recipe.to_json())
+        task = start_run(recipe, run_dir)
     dist.barrier()
     if args.resume or not dist.is_main:
-        overrides = list(args.set) if args.resume else []
-        recipe = Recipe.load(run_dir / CONFIG_FILE, overrides)
-        task = build_task(recipe)
-        task.load(run_dir)
+        task, recipe = open_task(run_dir, list(args.set) if args.resume else [])
     return task, recipe
-
-
-def load_run(run_dir: Path) -> tuple[Task, torch.nn.Module]:
-    """The task (with its tokenizers) and the best trained model of a run directory."""
-    if not (run_dir / WEIGHTS_FILE).exists():
-        raise UsageError(f"{run_dir} holds no trained model ({WEIGHTS_FILE}); train it first")
-    recipe = Recipe.load(run_dir / CONFIG_FILE)
-    task = build_task(recipe)
-    task.load(run_dir)
-    model = build_model(recipe.model)
-    load_weights(run_dir / WEIGHTS_FILE, model)
-    return task, model.eval()
 
 
 def evaluate(args: argparse.Namespace) -> int:

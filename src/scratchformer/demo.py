@@ -11,8 +11,9 @@ import torch
 from .config import Recipe
 from .inference.translate import translate
 from .models import build_model
+from .run import start_run
 from .tasks.synthetic import SyntheticTask
-from .training.checkpoint import atomic_write_text, load_weights
+from .training.checkpoint import MODEL_FILE, load_weights
 from .training.trainer import Trainer
 from .viz import attention_heatmap
 
@@ -42,12 +43,7 @@ def run_demo(out: Path, quiet: bool = False) -> dict[str, Any]:
     """Train, evaluate with real decoding on held-out strings, print examples, draw the
     cross-attention of one example. Returns the numbers it printed."""
     recipe = Recipe.from_dict(DEMO_RECIPE)
-    task = SyntheticTask(recipe)
-    task.prepare()
-    recipe.model = task.model_config()
-    out.mkdir(parents=True, exist_ok=True)
-    task.save(out)
-    atomic_write_text(out / "config.json", recipe.to_json())
+    task = start_run(recipe, out)
     torch.manual_seed(recipe.train.seed)
     model = build_model(recipe.model)
     say = (lambda _: None) if quiet else print
@@ -56,7 +52,7 @@ def run_demo(out: Path, quiet: bool = False) -> dict[str, Any]:
         "to reverse strings of 3 to 12 digits ..."
     )
     Trainer(task, model, out, quiet=quiet).fit()
-    load_weights(out / "model.safetensors", model)
+    load_weights(out / MODEL_FILE, model)
     model.eval()
 
     held_out = task.read("test")

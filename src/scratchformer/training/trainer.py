@@ -17,7 +17,7 @@ from torch import nn
 from tqdm import tqdm
 
 from ..tasks.base import Task
-from .checkpoint import load_checkpoint, save_checkpoint, save_weights
+from .checkpoint import MODEL_FILE, load_checkpoint, save_checkpoint, save_weights
 from .distributed import Distributed
 from .schedule import build_schedule
 
@@ -213,7 +213,7 @@ class Trainer:
         )
         if self.dist.is_main:
             if improved:
-                save_weights(self.run_dir / "model.safetensors", self.model)
+                save_weights(self.run_dir / MODEL_FILE, self.model)
             self.state["checkpoint_step"] = step
             save_checkpoint(
                 self.run_dir,
