@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
 import statistics
 import time
 from collections.abc import Callable
@@ -206,9 +205,6 @@ def print_header(cfg: Config) -> None:
         f"forward+backward per step; warm-up {cfg.warmup}, median of {cfg.repeats} interleaved; "
         "spread = interquartile range / median of the noisier candidate"
     )
-    load = os.getloadavg()[0]
-    if load > 0.5:
-        print(f"warning: load average {load:.2f} before the start; other work competes for the CPU")
     print()
     print(
         f"{'layer':<8} {'norm':<8} {'ours ms':>9} {'torch ms':>9} {'ours/torch':>11}  "
