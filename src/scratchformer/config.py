@@ -169,6 +169,8 @@ class ModelConfig(ConfigBase):
     """Segment (token-type) embeddings for sentence pairs; 0: none."""
     scale_embedding: bool = True
     """Multiply token embeddings by sqrt(d_model), as in the paper."""
+    embedding_norm: bool = False
+    """LayerNorm on the summed embeddings, before their dropout (BERT)."""
     share_embeddings: bool = False
     """``seq2seq``: one embedding table for source and target (needs equal vocabularies)."""
     tie_output: bool = True
@@ -179,6 +181,8 @@ class ModelConfig(ConfigBase):
     """Classes, tags, or regression outputs (``output_dim``) of the head."""
     pooling: str = "mean"
     """Sentence vector of sequence heads: ``mean`` over real tokens or the ``first`` token."""
+    pooler: bool = False
+    """``encoder`` only: BERT's pooler (dense + tanh on the first token), ``pooler_output``."""
 
     def __post_init__(self) -> None:
         self._check_types()
@@ -201,6 +205,8 @@ class ModelConfig(ConfigBase):
             _one_of(self, "head", HEADS)
             _require(self.arch == "encoder", f"head={self.head!r} needs arch='encoder'")
             _positive(self, "num_labels")
+        if self.pooler:
+            _require(self.arch == "encoder", "pooler=True needs arch='encoder'")
         if self.share_embeddings:
             _require(self.arch == "seq2seq", "share_embeddings=True needs arch='seq2seq'")
             _require(

@@ -1,18 +1,20 @@
 """Char, byte-level BPE and WordPiece tokenizers on Hugging Face ``tokenizers``.
 
 A :class:`Tokenizer` wraps a ``tokenizers.Tokenizer`` and knows the roles of its special
-tokens (pad, unk, bos, eos, cls, sep, mask). Roles are the fixed strings of
+tokens (pad, unk, bos, eos, cls, sep, mask). Trained tokenizers use the fixed strings of
 :data:`SPECIAL_TOKENS`, so a saved ``tokenizer.json`` is the library's own format and
-loading it recovers the roles. Specials are only ever inserted by this class
-(``add_bos``, :meth:`Tokenizer.encode_pair`): the text ``"<s>"`` in the input is encoded
-as ordinary text, never as the bos token.
+loading it recovers the roles; BERT's (``[PAD]``, ``[UNK]``) and GPT-2's
+(``<|endoftext|>``) strings are recognised too (:data:`RECOGNISED`), and roles can be
+given explicitly. Specials are only ever inserted by this class (``add_bos``,
+:meth:`Tokenizer.encode_pair`): the text ``"<s>"`` in the input is encoded as ordinary
+text, never as the bos token.
 """
 
 from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from tokenizers import Tokenizer as _Backend
@@ -29,6 +31,18 @@ SPECIAL_TOKENS = {
 }
 """Role -> token string. Trained tokenizers give specials the first ids, in this order."""
 
+_OTHER_CONVENTIONS = {
+    "pad": ("[PAD]",),  # BERT
+    "unk": ("[UNK]", "<|endoftext|>"),  # BERT, GPT-2 (one token for unk, bos and eos)
+    "bos": ("<|endoftext|>",),
+    "eos": ("<|endoftext|>",),
+}
+RECOGNISED = {
+    role: (token, *_OTHER_CONVENTIONS.get(role, ())) for role, token in SPECIAL_TOKENS.items()
+}
+"""Role -> the special-token strings that take it when no roles are given, first found wins:
+ours, then BERT's and GPT-2's."""
+
 KINDS = ("char", "bpe", "wordpiece")
 _PREFIX = "##"  # WordPiece's mark of a sub-word that continues a word
 
@@ -39,18 +53,25 @@ class Tokenizer:
     """Text <-> token ids, with named special tokens.
 
     Build one with :meth:`train` or :meth:`load`; wrapping any ``tokenizers.Tokenizer``
-    also works, and its specials whose strings are in :data:`SPECIAL_TOKENS` get roles.
+    also works. ``roles`` (role -> token string, e.g. ``{"pad": "[PAD]"}``) names the
+    special tokens; without it, the backend's specials whose strings are in
+    :data:`RECOGNISED` get roles. The backend's own padding and truncation are switched
+    off: lengths are the caller's business (``max_len`` arguments, batching).
     """
 
-    def __init__(self, backend: _Backend) -> None:
+    def __init__(self, backend: _Backend, roles: Mapping[str, str] | None = None) -> None:
         backend.encode_special_tokens = True  # specials in raw text are plain text
+        backend.no_padding()
+        backend.no_truncation()
         self._backend = backend
-        specials = {t.content for t in backend.get_added_tokens_decoder().values() if t.special}
-        self._ids = {
-            role: backend.token_to_id(token)
-            for role, token in SPECIAL_TOKENS.items()
-            if token in specials
-        }
+        self._roles = recognise_roles(backend) if roles is None else dict(roles)
+        _check_roles(self._roles)
+        self._ids: dict[str, int] = {}
+        for role, token in self._roles.items():
+            token_id = backend.token_to_id(token)
+            if token_id is None:
+                raise ValueError(f"the {role} token {token!r} is not in the vocabulary")
+            self._ids[role] = token_id
 
     # Construction ------------------------------------------------------------------------
 
@@ -83,12 +104,7 @@ class Tokenizer:
         case). Accents are kept.
         """
         roles = set(specials)
-        unknown = sorted(roles - set(SPECIAL_TOKENS))
-        if unknown:
-            raise ValueError(
-                f"unknown special token role(s) {', '.join(unknown)}; "
-                f"choose from {', '.join(SPECIAL_TOKENS)}"
-            )
+        _check_roles(roles)
         if kind not in KINDS:
             raise ValueError(f"kind={kind!r} must be one of {', '.join(KINDS)}")
         tokens = [token for role, token in SPECIAL_TOKENS.items() if role in roles]
@@ -106,8 +122,9 @@ class Tokenizer:
         return cls(backend)
 
     @classmethod
-    def load(cls, path: str | Path) -> Tokenizer:
-        """Load a ``tokenizer.json`` written by :meth:`save` (or by ``tokenizers``)."""
+    def load(cls, path: str | Path, roles: Mapping[str, str] | None = None) -> Tokenizer:
+        """Load a ``tokenizer.json`` written by :meth:`save` (or by ``tokenizers``); ``roles``
+        as in the constructor."""
         path = Path(path)
         try:
             text = path.read_text(encoding="utf-8")
@@ -117,7 +134,7 @@ class Tokenizer:
             backend = _Backend.from_str(text)
         except Exception as error:  # the library raises a bare Exception
             raise ValueError(f"{path} is not a valid tokenizer.json: {error}") from None
-        return cls(backend)
+        return cls(backend, roles)
 
     def save(self, path: str | Path) -> None:
         """Write the library's ``tokenizer.json`` (byte-identical for identical training)."""
@@ -126,11 +143,12 @@ class Tokenizer:
     # Pickling (DataLoader workers under spawn) goes through the JSON, which does not keep
     # ``encode_special_tokens``: rebuilding through __init__ sets it again.
 
-    def __getstate__(self) -> str:
-        return self._backend.to_str()
+    def __getstate__(self) -> tuple[str, dict[str, str]]:
+        return self._backend.to_str(), self._roles
 
-    def __setstate__(self, state: str) -> None:
-        self.__init__(_Backend.from_str(state))  # type: ignore[misc]
+    def __setstate__(self, state: tuple[str, dict[str, str]]) -> None:
+        text, roles = state
+        self.__init__(_Backend.from_str(text), roles)  # type: ignore[misc]
 
     # Vocabulary -------------------------------------------------------------------------
 
@@ -149,8 +167,13 @@ class Tokenizer:
         return dict(self._ids)
 
     @property
+    def special_tokens(self) -> dict[str, str]:
+        """Role -> token string of the special tokens this tokenizer has."""
+        return dict(self._roles)
+
+    @property
     def special_ids(self) -> tuple[int, ...]:
-        return tuple(sorted(self._ids.values()))
+        return tuple(sorted(set(self._ids.values())))
 
     @property
     def pad_id(self) -> int | None:
@@ -266,6 +289,22 @@ class Tokenizer:
                 "has no unk token; train on text that contains them or add 'unk'"
             )
         return ValueError(f"cannot encode: {error}")
+
+
+def recognise_roles(backend: _Backend) -> dict[str, str]:
+    """Role -> token for the backend's special tokens whose strings :data:`RECOGNISED` knows."""
+    specials = {t.content for t in backend.get_added_tokens_decoder().values() if t.special}
+    found = {role: [t for t in tokens if t in specials] for role, tokens in RECOGNISED.items()}
+    return {role: tokens[0] for role, tokens in found.items() if tokens}
+
+
+def _check_roles(roles: Iterable[str]) -> None:
+    unknown = sorted(set(roles) - set(SPECIAL_TOKENS))
+    if unknown:
+        raise ValueError(
+            f"unknown special token role(s) {', '.join(unknown)}; "
+            f"choose from {', '.join(SPECIAL_TOKENS)}"
+        )
 
 
 # Training ---------------------------------------------------------------------------------

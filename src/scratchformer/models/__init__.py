@@ -8,7 +8,7 @@ from ..config import ModelConfig
 from .base import ModelOutput, count_parameters
 from .decoder import Decoder, DecoderLM
 from .encoder import Encoder, EncoderModel
-from .heads import LMHead, SequenceHead, TokenClassificationHead, pool
+from .heads import LMHead, Pooler, SequenceHead, TokenClassificationHead, pool
 from .seq2seq import Transformer
 
 MODELS: dict[str, type[nn.Module]] = {
@@ -31,6 +31,7 @@ __all__ = [
     "EncoderModel",
     "LMHead",
     "ModelOutput",
+    "Pooler",
     "SequenceHead",
     "TokenClassificationHead",
     "Transformer",

@@ -18,12 +18,14 @@ from ..nn.attention import CrossAttentionCache, SelfAttentionCache
 class ModelOutput:
     """``logits``: the head's output (``None`` for a bare encoder); ``last_hidden_state``:
     ``(batch, seq, d_model)`` of the last stack; ``attentions``: when requested, per kind
-    (``encoder``, ``decoder``, ``cross``) one ``(batch, heads, q_len, k_len)`` tensor a layer.
+    (``encoder``, ``decoder``, ``cross``) one ``(batch, heads, q_len, k_len)`` tensor a layer;
+    ``pooler_output``: ``(batch, d_model)`` of an encoder with a pooler (BERT).
     """
 
     logits: Tensor | None
     last_hidden_state: Tensor
     attentions: dict[str, list[Tensor]] | None = None
+    pooler_output: Tensor | None = None
 
 
 def layer_kwargs(config: ModelConfig) -> dict[str, Any]:
@@ -50,6 +52,7 @@ def embedding_for(config: ModelConfig, vocab_size: int) -> Embedding:
         positional=config.positional,
         scale=config.scale_embedding,
         n_segments=config.type_vocab_size,
+        norm=norm_for(config) if config.embedding_norm else None,
     )
 
 
@@ -75,11 +78,14 @@ def cache_positions(
     return torch.arange(cache.length, cache.length + ids.shape[1], device=ids.device)
 
 
+def norm_for(config: ModelConfig) -> LayerNorm:
+    """A LayerNorm of the config's width, eps and bias."""
+    return LayerNorm(config.d_model, config.layer_norm_eps, config.bias)
+
+
 def final_norm(config: ModelConfig) -> LayerNorm | None:
     """The LayerNorm after a stack's last layer, if the config asks for one."""
-    if not config.use_final_norm:
-        return None
-    return LayerNorm(config.d_model, config.layer_norm_eps, config.bias)
+    return norm_for(config) if config.use_final_norm else None
 
 
 def init_linear_weights(model: nn.Module) -> None:

@@ -7,7 +7,7 @@ from torch import Tensor, nn
 from ..config import ModelConfig
 from ..nn import EncoderLayer, padding_mask
 from .base import ModelOutput, embedding_for, final_norm, init_linear_weights, layer_kwargs
-from .heads import SequenceHead, TokenClassificationHead
+from .heads import Pooler, SequenceHead, TokenClassificationHead
 
 
 class Encoder(nn.Module):
@@ -42,7 +42,8 @@ class Encoder(nn.Module):
 
 class EncoderModel(nn.Module):
     """Encoder-only model (BERT-style): token and position embeddings, the encoder, and the
-    head named by ``config.head`` (none: the output is the hidden states)."""
+    head named by ``config.head`` (none: the output is the hidden states); with
+    ``config.pooler``, BERT's pooler gives ``pooler_output`` too."""
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -51,6 +52,7 @@ class EncoderModel(nn.Module):
         self.config = config
         self.embedding = embedding_for(config, config.vocab_size)
         self.encoder = Encoder(config)
+        self.pooler = Pooler(config.d_model) if config.pooler else None
         self.head: nn.Module | None = None
         if config.head in ("classification", "regression"):
             self.head = SequenceHead(
@@ -72,4 +74,9 @@ class EncoderModel(nn.Module):
         x = self.embedding(input_ids, segments=token_type_ids)
         hidden, weights = self.encoder(x, attention_mask, need_weights)
         logits = None if self.head is None else self.head(hidden, attention_mask)
-        return ModelOutput(logits, hidden, {"encoder": weights} if need_weights else None)
+        return ModelOutput(
+            logits,
+            hidden,
+            {"encoder": weights} if need_weights else None,
+            None if self.pooler is None else self.pooler(hidden),
+        )

@@ -38,6 +38,18 @@ class SequenceHead(nn.Module):
         return self.proj(self.dropout(pool(hidden, attention_mask, self.pooling)))
 
 
+class Pooler(nn.Module):
+    """BERT's pooler: a dense layer and tanh on the first token's hidden state, the sentence
+    vector that BERT's next-sentence objective trained."""
+
+    def __init__(self, d_model: int) -> None:
+        super().__init__()
+        self.dense = nn.Linear(d_model, d_model)
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        return torch.tanh(self.dense(hidden[:, 0]))
+
+
 class TokenClassificationHead(nn.Module):
     """Dropout and a linear map to tag logits at every position (NER)."""
 

@@ -7,6 +7,8 @@ import math
 import torch
 from torch import Tensor, nn
 
+from .norm import LayerNorm
+
 
 class TokenEmbedding(nn.Module):
     """Lookup table of token vectors, multiplied by sqrt(d_model) as in the paper (sec. 3.4).
@@ -94,7 +96,8 @@ class Embedding(nn.Module):
     """Token embedding plus positional encoding, with dropout on the sum (paper sec. 5.4).
 
     With ``n_segments > 0`` a learned segment embedding is added too (BERT's token types:
-    which sentence of a pair a token belongs to).
+    which sentence of a pair a token belongs to). A ``norm`` (BERT's LayerNorm) applies to
+    the sum before the dropout.
     """
 
     def __init__(
@@ -106,16 +109,19 @@ class Embedding(nn.Module):
         positional: str = "sinusoidal",
         scale: bool = True,
         n_segments: int = 0,
+        norm: LayerNorm | None = None,
     ) -> None:
         super().__init__()
         self.tokens = TokenEmbedding(vocab_size, d_model, scale=scale)
         self.segments = TokenEmbedding(n_segments, d_model, scale=False) if n_segments else None
         if positional == "sinusoidal":
-            self.positions: nn.Module = SinusoidalPositionalEncoding(d_model, max_len, dropout)
+            self.positions: nn.Module = SinusoidalPositionalEncoding(d_model, max_len)
         elif positional == "learned":
-            self.positions = LearnedPositionalEmbedding(d_model, max_len, dropout)
+            self.positions = LearnedPositionalEmbedding(d_model, max_len)
         else:
             raise ValueError(f"positional={positional!r} must be sinusoidal or learned")
+        self.norm = norm
+        self.dropout = nn.Dropout(dropout)
 
     def forward(
         self, ids: Tensor, positions: Tensor | None = None, segments: Tensor | None = None
@@ -126,4 +132,5 @@ class Embedding(nn.Module):
             x = x + (self.segments.weight[0] if segments is None else self.segments(segments))
         elif segments is not None:
             raise ValueError("segment ids given to an embedding without segments")
-        return self.positions(x, positions)
+        x = self.positions(x, positions)
+        return self.dropout(x if self.norm is None else self.norm(x))

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
-from torch import nn
+from torch import Tensor, nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
@@ -136,7 +136,8 @@ def save_weights(path: str | Path, model: nn.Module) -> None:
     atomic_write(path, lambda temp: _write_weights(temp, model))
 
 
-def _listing(names: list[str], limit: int = 8) -> str:
+def listing(names: list[str], limit: int = 8) -> str:
+    """``a, b, c and 5 more``: names for an error message."""
     more = f" and {len(names) - limit} more" if len(names) > limit else ""
     return ", ".join(names[:limit]) + more
 
@@ -156,6 +157,13 @@ def load_weights(
         tensors = load_file(path)
     except SafetensorError as error:
         raise ValueError(f"{path} is not a safetensors file: {error}") from error
+    return load_tensors(tensors, model, str(path), strict)
+
+
+def load_tensors(
+    tensors: dict[str, Tensor], model: nn.Module, origin: str, strict: bool = True
+) -> tuple[list[str], list[str]]:
+    """:func:`load_weights` of tensors already in memory; ``origin`` names them in errors."""
     expected = model.state_dict()
     chosen: list[str] = []
     missing: list[str] = []
@@ -174,11 +182,11 @@ def load_weights(
         if tensors[name].shape != expected[name].shape
     ]
     if strict and missing:
-        problems.append(f"missing: {_listing(missing)}")
+        problems.append(f"missing: {listing(missing)}")
     if strict and unexpected:
-        problems.append(f"unexpected: {_listing(unexpected)}")
+        problems.append(f"unexpected: {listing(unexpected)}")
     if problems:
-        raise ValueError(f"{path} does not fit {type(model).__name__}: {'; '.join(problems)}")
+        raise ValueError(f"{origin} does not fit {type(model).__name__}: {'; '.join(problems)}")
     model.load_state_dict({name: tensors[name] for name in chosen}, strict=False)
     return missing, unexpected
 
@@ -333,8 +341,9 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
     return complete[-1] if complete else None
 
 
-def _torch_load(path: Path) -> Any:
-    """The only ``torch.load`` here: tensors and plain containers, never pickled code."""
+def safe_torch_load(path: Path) -> Any:
+    """The only ``torch.load`` of the library: tensors and plain containers, never pickled
+    code."""
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
@@ -358,9 +367,9 @@ def load_checkpoint(
         )
     load_weights(path / MODEL_FILE, model)
     if optimizer is not None:
-        optimizer.load_state_dict(_torch_load(path / OPTIMIZER_FILE))
+        optimizer.load_state_dict(safe_torch_load(path / OPTIMIZER_FILE))
     if scheduler is not None:
-        scheduler.load_state_dict(_torch_load(path / SCHEDULER_FILE))
+        scheduler.load_state_dict(safe_torch_load(path / SCHEDULER_FILE))
     if restore_rng:
-        _restore_rng(_torch_load(path / RNG_FILE))
+        _restore_rng(safe_torch_load(path / RNG_FILE))
     return json.loads((path / STATE_FILE).read_text(encoding="utf-8"))
