@@ -25,6 +25,7 @@ from scratchformer.models import build_model, count_parameters
         (dict(norm_first="yes"), "norm_first='yes' must be of type bool"),
         (dict(tgt_vocab_size="10"), "tgt_vocab_size='10' must be of type int or None"),
         (dict(layer_norm_eps=0), "layer_norm_eps=0.0 must be > 0"),
+        (dict(arch="decoder", pooler=True), "pooler=True needs arch='encoder'"),
     ],
 )
 def test_bad_values_name_the_field(overrides, message) -> None:

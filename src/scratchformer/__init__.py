@@ -1,6 +1,7 @@
 """scratchformer: a Transformer toolkit written from scratch in PyTorch."""
 
 from .config import ModelConfig
+from .interop import from_pretrained, save_pretrained
 from .models import (
     DecoderLM,
     EncoderModel,
@@ -21,4 +22,6 @@ __all__ = [
     "__version__",
     "build_model",
     "count_parameters",
+    "from_pretrained",
+    "save_pretrained",
 ]

@@ -22,7 +22,7 @@ from .inference.generate import stream
 from .inference.translate import translate
 from .metrics import translation_scores
 from .models import build_model
-from .run import load_run, open_task, start_run
+from .run import export_hf, import_hf, load_run, open_task, start_run
 from .tasks import (
     ClassificationTask,
     LanguageModelTask,
@@ -192,6 +192,20 @@ def tag(args: argparse.Namespace) -> int:
     return 0
 
 
+def import_checkpoint(args: argparse.Namespace) -> int:
+    """``scratchformer import-hf HF_DIR --out DIR``: a run directory from a checkpoint."""
+    recipe = import_hf(Path(args.hf_dir), Path(args.out))
+    print(f"imported {args.hf_dir} into {args.out} (task={recipe.task}, arch={recipe.model.arch})")
+    return 0
+
+
+def export_checkpoint(args: argparse.Namespace) -> int:
+    """``scratchformer export-hf DIR --out HF_DIR``: a Hugging Face checkpoint of a run."""
+    export_hf(Path(args.run), Path(args.out))
+    print(f"{args.out}: a Hugging Face checkpoint of {args.run}")
+    return 0
+
+
 def demo(args: argparse.Namespace) -> int:
     """``scratchformer demo [--out DIR]``: the synthetic task end to end."""
     run_demo(Path(args.out), quiet=args.quiet)
@@ -283,6 +297,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("run", help="run directory of a tagging model")
     p.set_defaults(handler=tag)
+
+    p = commands.add_parser(
+        "import-hf",
+        help="make a run directory from a Hugging Face BERT or GPT-2 checkpoint",
+        description="HF_DIR holds config.json, model.safetensors (or pytorch_model.bin) and "
+        "tokenizer.json. A GPT-2 becomes a language-model run (ready for generate and "
+        "eval); a BERT-family encoder a classification run awaiting a fine-tune.",
+    )
+    p.add_argument("hf_dir", help="Hugging Face checkpoint directory")
+    p.add_argument("--out", required=True, help="run directory to write, e.g. runs/NAME")
+    p.set_defaults(handler=import_checkpoint)
+
+    p = commands.add_parser(
+        "export-hf",
+        help="write a run's model as a Hugging Face BERT or GPT-2 checkpoint",
+        description="For encoders configured like BERT (post-LN, learned positions, "
+        "embedding LayerNorm, segments, no head) and decoders like GPT-2 (pre-LN, learned "
+        "positions, final LayerNorm, tied LM head); others fail naming what differs. "
+        "transformers.AutoModel.from_pretrained(HF_DIR) loads the result.",
+    )
+    p.add_argument("run", help="run directory")
+    p.add_argument("--out", required=True, help="Hugging Face checkpoint directory to write")
+    p.set_defaults(handler=export_checkpoint)
 
     p = commands.add_parser("demo", help="train a tiny model on a synthetic task, no data needed")
     p.add_argument("--out", default="runs/demo", help="run directory (default: runs/demo)")

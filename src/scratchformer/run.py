@@ -1,17 +1,25 @@
-"""Run directories: starting one from a recipe, and opening a trained one."""
+"""Run directories: starting one from a recipe or from a Hugging Face checkpoint, opening a
+trained one, and exporting it."""
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 from torch import nn
 
-from .config import Recipe
+from .config import DataConfig, Recipe, TrainConfig
+from .data.tokenizer import recognise_roles
+from .interop.hf import TOKENIZER_FILE, from_pretrained, save_pretrained
 from .models import build_model
 from .tasks import Task, build_task
-from .training.checkpoint import MODEL_FILE, atomic_write_text, load_weights
+from .training.checkpoint import MODEL_FILE, atomic_write_text, load_weights, save_weights
 
 CONFIG_FILE = "config.json"
+IMPORTED_TASKS = {"encoder": "classification", "decoder": "lm"}
+"""The task of an imported model's run: a language model generates right away; a
+pretrained encoder waits for a fine-tune (``--set task=...`` picks another task)."""
+TOKENIZER_KINDS = {"encoder": "wordpiece", "decoder": "bpe"}
 
 
 def start_run(recipe: Recipe, run_dir: Path) -> Task:
@@ -34,11 +42,56 @@ def open_task(run_dir: Path, overrides: list[str] | None = None) -> tuple[Task, 
     return task, recipe
 
 
-def load_run(run_dir: Path) -> tuple[Task, nn.Module]:
-    """The task and the best trained model (in eval mode) of a run directory."""
+def load_run(run_dir: Path, need_head: bool = True) -> tuple[Task, nn.Module]:
+    """The task and the best trained model (in eval mode) of a run directory. With
+    ``need_head``, a model without the task's head (an imported encoder) is an error."""
     if not (run_dir / MODEL_FILE).exists():
         raise FileNotFoundError(f"{run_dir} holds no trained model ({MODEL_FILE}); train it first")
     task, recipe = open_task(run_dir)
+    if need_head and recipe.model.head != task.head:
+        raise ValueError(
+            f"{run_dir} holds a model without the {task.head} head of a {task.name} run "
+            "(an imported checkpoint?); fine-tune it first"
+        )
     model = build_model(recipe.model)
     load_weights(run_dir / MODEL_FILE, model)
     return task, model.eval()
+
+
+def import_hf(hf_dir: Path, run_dir: Path) -> Recipe:
+    """A run directory from a Hugging Face BERT or GPT-2 checkpoint: the recipe (its model
+    section describes the architecture), the tokenizer and the weights, so that later
+    commands start from it. Returns the recipe."""
+    if (run_dir / CONFIG_FILE).exists():
+        raise ValueError(f"{run_dir} already holds a run; choose another --out")
+    if not (hf_dir / TOKENIZER_FILE).is_file():
+        raise FileNotFoundError(f"{hf_dir} has no {TOKENIZER_FILE}, which a run directory needs")
+    model, tokenizer = from_pretrained(hf_dir)
+    assert tokenizer is not None
+    lost = sorted(tokenizer.special_tokens.items() - recognise_roles(tokenizer.backend).items())
+    if lost:
+        warnings.warn(
+            f"special tokens {lost} are declared by the checkpoint but not recognisable by "
+            "their strings: the run directory's tokenizer loses these roles",
+            stacklevel=2,
+        )
+    config = model.config
+    data = DataConfig(
+        tokenizer=TOKENIZER_KINDS[config.arch],
+        vocab_size=tokenizer.vocab_size,
+        max_len=min(DataConfig.max_len, config.max_len),
+        block_size=min(DataConfig.block_size, config.max_len),
+    )
+    recipe = Recipe(IMPORTED_TASKS[config.arch], config, data, TrainConfig())
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(run_dir / TOKENIZER_FILE)
+    save_weights(run_dir / MODEL_FILE, model)
+    atomic_write_text(run_dir / CONFIG_FILE, recipe.to_json())
+    return recipe
+
+
+def export_hf(run_dir: Path, hf_dir: Path) -> None:
+    """A Hugging Face checkpoint directory of a run's model and tokenizer (for models that
+    BERT or GPT-2 can express)."""
+    task, model = load_run(run_dir, need_head=False)
+    save_pretrained(model, hf_dir, task.tokenizers.get("tokenizer"))  # type: ignore[arg-type]

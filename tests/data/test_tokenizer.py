@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tokenizers import Tokenizer as Backend
+from tokenizers import models, pre_tokenizers
 
 from scratchformer.data.tokenizer import SPECIAL_TOKENS, Tokenizer
 
@@ -224,3 +226,41 @@ def test_tokenizers_work_in_forked_workers_even_with_parallelism_forced_on() -> 
     )
     assert result.returncode == 0, result.stderr
     assert "huggingface/tokenizers" not in result.stdout + result.stderr
+
+
+def _backend_with(specials: list[str]):
+    """A word-level ``tokenizers.Tokenizer`` with these special tokens and two words."""
+    vocab = {token: i for i, token in enumerate([*specials, "hello", "world"])}
+    backend = Backend(models.WordLevel(vocab, unk_token=specials[0]))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    backend.add_special_tokens(specials)
+    return backend
+
+
+def test_bert_and_gpt2_special_strings_are_recognised() -> None:
+    bert = Tokenizer(_backend_with(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]))
+    assert bert.specials == {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}
+    gpt2 = Tokenizer(_backend_with(["<|endoftext|>"]))
+    assert gpt2.specials == {"unk": 0, "bos": 0, "eos": 0} and gpt2.special_ids == (0,)
+    ours = Tokenizer(_backend_with(["<unk>", "[UNK]", "<|endoftext|>", "</s>"]))
+    assert ours.specials == {"unk": 0, "bos": 2, "eos": 3}  # our strings first
+
+
+def test_explicit_roles_replace_recognition_and_survive_pickling() -> None:
+    tokenizer = Tokenizer(
+        _backend_with(["[PAD]", "<sep>", "[MASK]"]), {"pad": "[PAD]", "sep": "<sep>"}
+    )
+    assert tokenizer.specials == {"pad": 0, "sep": 1} and tokenizer.mask_id is None
+    assert tokenizer.special_tokens == {"pad": "[PAD]", "sep": "<sep>"}
+    assert pickle.loads(pickle.dumps(tokenizer)).specials == tokenizer.specials
+    with pytest.raises(ValueError, match="unknown special token role"):
+        Tokenizer(_backend_with(["[PAD]"]), {"padding": "[PAD]"})
+    with pytest.raises(ValueError, match="the eos token '</s>' is not in the vocabulary"):
+        Tokenizer(_backend_with(["[PAD]"]), {"eos": "</s>"})
+
+
+def test_a_backends_own_padding_and_truncation_are_switched_off() -> None:
+    backend = _backend_with(["[PAD]"])
+    backend.enable_padding(length=8)
+    backend.enable_truncation(max_length=1)
+    assert Tokenizer(backend).encode("hello world hello") == [1, 2, 1]

@@ -43,3 +43,11 @@ def test_classifier_logits_ignore_padding_content() -> None:
     other = ids.clone()
     other[0, 4:] = torch.randint(1, 30, (2,))
     torch.testing.assert_close(model(ids, mask).logits, model(other, mask).logits)
+
+
+def test_pooler_is_dense_and_tanh_on_the_first_token() -> None:
+    model = EncoderModel(config(pooler=True)).eval()
+    out = model(torch.randint(0, 30, (2, 5)))
+    dense = model.pooler.dense
+    torch.testing.assert_close(out.pooler_output, torch.tanh(dense(out.last_hidden_state[:, 0])))
+    assert EncoderModel(config()).eval()(torch.randint(0, 30, (2, 5))).pooler_output is None

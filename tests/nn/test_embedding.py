@@ -5,6 +5,7 @@ import torch
 
 from scratchformer.nn import (
     Embedding,
+    LayerNorm,
     LearnedPositionalEmbedding,
     SinusoidalPositionalEncoding,
     TokenEmbedding,
@@ -87,3 +88,18 @@ def test_segment_embeddings_are_added_per_token() -> None:
     torch.testing.assert_close(embedding(ids), embedding(ids, segments=torch.zeros_like(ids)))
     with pytest.raises(ValueError, match="without segments"):
         Embedding(30, 8)(ids, segments=segments)
+
+
+def test_embedding_norm_comes_before_dropout() -> None:
+    """BERT: LayerNorm(tokens + segments + positions), then dropout."""
+    embedding = Embedding(
+        30, 8, dropout=0.5, positional="learned", scale=False, n_segments=2, norm=LayerNorm(8)
+    )
+    ids, segments = torch.tensor([[4, 2, 9, 1]]), torch.tensor([[0, 0, 1, 1]])
+    summed = embedding.tokens.weight[ids] + embedding.segments.weight[segments]
+    normed = torch.nn.functional.layer_norm(summed + embedding.positions.weight[:4], (8,))
+    torch.testing.assert_close(embedding.eval()(ids, segments=segments), normed)
+    dropped = embedding.train()(ids, segments=segments)
+    kept = dropped != 0
+    assert 0 < kept.sum() < kept.numel()
+    torch.testing.assert_close(dropped[kept], 2 * normed[kept])

@@ -19,7 +19,8 @@ def attention_heatmap(
             f"{len(keys)} key labels"
         )
     size = 0.35
-    figure = Figure(figsize=(max(3.0, 1.5 + size * len(keys)), max(2.5, 1.2 + size * len(queries))))
+    width, height = max(4.5, 1.5 + size * len(keys)), max(3.0, 1.2 + size * len(queries))
+    figure = Figure(figsize=(width, height))
     axes = figure.add_subplot()
     image = axes.imshow(
         weights.detach().float().cpu().numpy(), cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto"
@@ -29,7 +30,7 @@ def attention_heatmap(
     axes.set_xlabel("attends to (keys)")
     axes.set_ylabel("queries")
     if title:
-        axes.set_title(title)
+        axes.set_title(title, fontsize=10)
     figure.colorbar(image, ax=axes, fraction=0.05)
     figure.tight_layout()
     return figure

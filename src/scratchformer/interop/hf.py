@@ -1,0 +1,172 @@
+"""Hugging Face BERT / GPT-2 checkpoints in and out.
+
+:func:`from_pretrained` reads a checkpoint directory (``config.json``, the weights in
+``model.safetensors`` or ``pytorch_model.bin``, ``tokenizer.json``) into our own modules:
+a BERT-family model (BERT, MiniLM, ...) becomes an :class:`EncoderModel` with BERT's
+embedding LayerNorm and pooler, GPT-2 a :class:`DecoderLM`. :func:`save_pretrained` writes
+a directory that ``transformers.AutoModel.from_pretrained`` loads. ``transformers`` itself
+is never imported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pickle
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from torch import Tensor
+
+from ..data.tokenizer import SPECIAL_TOKENS, Tokenizer
+from ..models import DecoderLM, EncoderModel, build_model
+from ..training.checkpoint import atomic_write, atomic_write_json, load_tensors, safe_torch_load
+from .hf_config import hf_config, model_config
+from .hf_weights import NAMINGS, check, checkpoint_tensors, from_hf, to_hf
+
+CONFIG_FILE = "config.json"
+SAFETENSORS_FILE = "model.safetensors"
+PICKLE_FILE = "pytorch_model.bin"
+TOKENIZER_FILE = "tokenizer.json"
+SPECIAL_TOKENS_FILE = "special_tokens_map.json"
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+
+Model = EncoderModel | DecoderLM
+
+
+def from_pretrained(path: str | Path) -> tuple[Model, Tokenizer | None]:
+    """Our model (in eval mode) and tokenizer of a Hugging Face checkpoint directory.
+
+    ``model(input_ids, attention_mask=..., token_type_ids=...)`` of a BERT gives
+    ``last_hidden_state`` and ``pooler_output`` (when the checkpoint has a pooler);
+    ``model(input_ids).logits`` of a GPT-2 works with ``scratchformer.inference.generate``.
+    An unsupported ``model_type`` or setting, or weights that do not fit the config
+    (missing, unexpected or misshapen tensors, all named), raise ``ValueError``. Without
+    ``tokenizer.json`` the tokenizer is ``None``, with a warning.
+    """
+    directory = Path(path)
+    hf = read_json(directory / CONFIG_FILE)
+    try:
+        config = model_config(hf)
+    except ValueError as error:
+        raise ValueError(f"{directory / CONFIG_FILE}: {error}") from None
+    naming = NAMINGS[hf["model_type"]]
+    origin, tensors = read_weights(directory)
+    tensors = checkpoint_tensors(tensors, hf["model_type"])
+    if config.pooler and not any(name.startswith("pooler.") for name in tensors):
+        config = dataclasses.replace(config, pooler=False)  # saved without its pooler
+    model: Model = build_model(config)  # type: ignore[assignment]
+    table = naming.table(config)
+    check(tensors, to_hf(model.state_dict(), table), origin)
+    load_tensors(from_hf(tensors, table), model, origin)
+    tokenizer = load_tokenizer(directory)
+    if tokenizer is not None and tokenizer.vocab_size > config.vocab_size:
+        raise ValueError(
+            f"{directory / TOKENIZER_FILE} has {tokenizer.vocab_size} tokens, more than "
+            f"the model's vocab_size={config.vocab_size}"
+        )
+    return model.eval(), tokenizer
+
+
+def save_pretrained(model: Model, path: str | Path, tokenizer: Tokenizer | None = None) -> None:
+    """Write ``model`` (and its tokenizer) as a Hugging Face checkpoint directory:
+    ``config.json``, ``model.safetensors`` and, with a tokenizer, ``tokenizer.json`` with
+    its special tokens. Models that BERT or GPT-2 cannot express raise ``ValueError``
+    naming the fields that differ, before anything is written."""
+    config = model.config
+    hf = hf_config(config, tokenizer)
+    table = NAMINGS[hf["model_type"]].table(config)
+    tensors = {
+        name: tensor.detach().clone(memory_format=torch.contiguous_format)
+        for name, tensor in to_hf(model.state_dict(), table).items()
+    }
+    directory = Path(path)
+    directory.mkdir(parents=True, exist_ok=True)
+    atomic_write(
+        directory / SAFETENSORS_FILE,
+        lambda temp: save_file(tensors, temp, metadata={"format": "pt"}),
+    )
+    if tokenizer is not None:
+        tokenizer.save(directory / TOKENIZER_FILE)
+        tokens = {f"{role}_token": token for role, token in tokenizer.special_tokens.items()}
+        atomic_write_json(directory / SPECIAL_TOKENS_FILE, tokens)
+        inputs = ["input_ids", "attention_mask"]
+        if config.type_vocab_size:  # BERT's tokenizer gives segment ids too
+            inputs.insert(1, "token_type_ids")
+        settings = {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "model_max_length": config.max_len,
+            "model_input_names": inputs,
+        }
+        atomic_write_json(directory / TOKENIZER_CONFIG_FILE, settings | tokens)
+    atomic_write_json(directory / CONFIG_FILE, hf)
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    try:
+        values = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path} not found: not a Hugging Face checkpoint") from None
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}: {error}") from None
+    if not isinstance(values, dict):
+        raise ValueError(f"{path} holds no JSON object")
+    return values
+
+
+def read_weights(directory: Path) -> tuple[str, dict[str, Tensor]]:
+    """The checkpoint's tensors by name, and the file they come from; a pickled
+    ``pytorch_model.bin`` is loaded with ``weights_only=True``, so it cannot run code."""
+    path = directory / SAFETENSORS_FILE
+    if path.is_file():
+        try:
+            return str(path), load_file(path)
+        except SafetensorError as error:
+            raise ValueError(f"{path} is not a safetensors file: {error}") from None
+    path = directory / PICKLE_FILE
+    if path.is_file():
+        try:
+            tensors = safe_torch_load(path)
+        except (pickle.UnpicklingError, RuntimeError, EOFError) as error:
+            reason = str(error).strip().splitlines()[0]
+            raise ValueError(f"{path} cannot be read as plain tensors: {reason}") from None
+        if not isinstance(tensors, dict) or not all(
+            isinstance(t, Tensor) for t in tensors.values()
+        ):
+            raise ValueError(f"{path} holds no state dict of tensors")
+        return str(path), tensors
+    sharded = (
+        " (sharded checkpoints are not supported)" if any(directory.glob("*.index.json")) else ""
+    )
+    raise FileNotFoundError(f"{directory} holds no {SAFETENSORS_FILE} or {PICKLE_FILE}{sharded}")
+
+
+def load_tokenizer(directory: Path) -> Tokenizer | None:
+    """The checkpoint's ``tokenizer.json`` with the special-token roles it declares."""
+    path = directory / TOKENIZER_FILE
+    if not path.is_file():
+        warnings.warn(f"{directory} has no {TOKENIZER_FILE}: the tokenizer is None", stacklevel=3)
+        return None
+    return Tokenizer.load(path, declared_roles(directory))
+
+
+def declared_roles(directory: Path) -> dict[str, str] | None:
+    """Role -> token as ``tokenizer_config.json`` and ``special_tokens_map.json`` declare
+    them (``pad_token``, ``cls_token``, ...; the latter file wins); ``None`` when neither
+    declares any, so that the tokens are recognised by their strings."""
+    roles = {}
+    for name in (TOKENIZER_CONFIG_FILE, SPECIAL_TOKENS_FILE):
+        if not (directory / name).is_file():
+            continue
+        values = read_json(directory / name)
+        for role in SPECIAL_TOKENS:
+            token = values.get(f"{role}_token")
+            if isinstance(token, dict):  # an AddedToken written out
+                token = token.get("content")
+            if isinstance(token, str):
+                roles[role] = token
+    return roles or None

@@ -1,0 +1,152 @@
+"""Tensor names of Hugging Face BERT and GPT-2 checkpoints <-> ours.
+
+A table maps each of our tensors to its source in the checkpoint: one tensor, or BERT's
+separate query, key and value concatenated into our fused projection. GPT-2 stores its
+linear maps as ``Conv1D`` weights, ``(in, out)``: the transpose of ``nn.Linear``'s. The
+same table converts both ways, and tells which names and shapes a checkpoint must have.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ..config import ModelConfig
+from ..training.checkpoint import listing
+
+
+@dataclass(frozen=True)
+class Source:
+    """The checkpoint tensors that make one of ours: concatenated along the first
+    dimension, each transposed first if ``transposed``."""
+
+    names: tuple[str, ...]
+    transposed: bool = False
+
+
+Table = dict[str, Source]
+
+
+def _linear(ours: str, theirs: str, transposed: bool = False) -> Table:
+    """A linear map or a LayerNorm: weight and bias."""
+    return {
+        f"{ours}.weight": Source((f"{theirs}.weight",), transposed),
+        f"{ours}.bias": Source((f"{theirs}.bias",)),
+    }
+
+
+def bert_table(config: ModelConfig) -> Table:
+    table = {
+        "embedding.tokens.weight": Source(("embeddings.word_embeddings.weight",)),
+        "embedding.positions.weight": Source(("embeddings.position_embeddings.weight",)),
+        **_linear("embedding.norm", "embeddings.LayerNorm"),
+    }
+    if config.type_vocab_size:
+        table["embedding.segments.weight"] = Source(("embeddings.token_type_embeddings.weight",))
+    for i in range(config.n_layers):
+        ours, theirs = f"encoder.layers.{i}", f"encoder.layer.{i}"
+        qkv = [f"{theirs}.attention.self.{part}" for part in ("query", "key", "value")]
+        table |= {
+            f"{ours}.self_attn.qkv_proj.weight": Source(tuple(f"{n}.weight" for n in qkv)),
+            f"{ours}.self_attn.qkv_proj.bias": Source(tuple(f"{n}.bias" for n in qkv)),
+            **_linear(f"{ours}.self_attn.out_proj", f"{theirs}.attention.output.dense"),
+            **_linear(f"{ours}.self_attn_norm", f"{theirs}.attention.output.LayerNorm"),
+            **_linear(f"{ours}.feed_forward.w1", f"{theirs}.intermediate.dense"),
+            **_linear(f"{ours}.feed_forward.w2", f"{theirs}.output.dense"),
+            **_linear(f"{ours}.feed_forward_norm", f"{theirs}.output.LayerNorm"),
+        }
+    if config.pooler:
+        table |= _linear("pooler.dense", "pooler.dense")
+    return table
+
+
+def gpt2_table(config: ModelConfig) -> Table:
+    """The LM head is tied to ``wte``: not a tensor of its own."""
+    table = {
+        "embedding.tokens.weight": Source(("wte.weight",)),
+        "embedding.positions.weight": Source(("wpe.weight",)),
+        **_linear("decoder.norm", "ln_f"),
+    }
+    for i in range(config.n_layers):
+        ours, theirs = f"decoder.layers.{i}", f"h.{i}"
+        table |= {
+            **_linear(f"{ours}.self_attn_norm", f"{theirs}.ln_1"),
+            **_linear(f"{ours}.self_attn.qkv_proj", f"{theirs}.attn.c_attn", transposed=True),
+            **_linear(f"{ours}.self_attn.out_proj", f"{theirs}.attn.c_proj", transposed=True),
+            **_linear(f"{ours}.feed_forward_norm", f"{theirs}.ln_2"),
+            **_linear(f"{ours}.feed_forward.w1", f"{theirs}.mlp.c_fc", transposed=True),
+            **_linear(f"{ours}.feed_forward.w2", f"{theirs}.mlp.c_proj", transposed=True),
+        }
+    return table
+
+
+@dataclass(frozen=True)
+class Naming:
+    """A family's tensor names: its table, the prefix of models with a task head
+    (``bert.``, ``transformer.``), and the entries we drop: buffers, tied copies and
+    pre-training heads."""
+
+    table: Callable[[ModelConfig], Table]
+    prefix: str
+    ignored: re.Pattern[str]
+
+
+NAMINGS = {
+    "bert": Naming(bert_table, "bert.", re.compile(r"embeddings\.position_ids|cls\..*")),
+    "gpt2": Naming(
+        gpt2_table, "transformer.", re.compile(r"lm_head\.weight|h\.\d+\.attn\.(masked_)?bias")
+    ),
+}
+
+
+def checkpoint_tensors(tensors: Mapping[str, Tensor], model_type: str) -> dict[str, Tensor]:
+    """A checkpoint's tensors under the base model's names: prefix stripped, the ``gamma``
+    and ``beta`` of old BERT LayerNorms renamed ``weight`` and ``bias``, ignored ones
+    dropped."""
+    naming = NAMINGS[model_type]
+    kept = {}
+    for name, tensor in tensors.items():
+        name = name.removeprefix(naming.prefix)
+        name = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", name)
+        name = re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", name)
+        if not naming.ignored.fullmatch(name):
+            kept[name] = tensor
+    return kept
+
+
+def from_hf(tensors: Mapping[str, Tensor], table: Table) -> dict[str, Tensor]:
+    """Our tensors from a checkpoint's (which :func:`check` found complete)."""
+    return {
+        ours: torch.cat([tensors[n].T if source.transposed else tensors[n] for n in source.names])
+        for ours, source in table.items()
+    }
+
+
+def to_hf(state: Mapping[str, Tensor], table: Table) -> dict[str, Tensor]:
+    """A checkpoint's tensors from ours (views: clone before saving)."""
+    tensors = {}
+    for ours, source in table.items():
+        for name, part in zip(source.names, state[ours].chunk(len(source.names)), strict=True):
+            tensors[name] = part.T if source.transposed else part
+    return tensors
+
+
+def check(found: Mapping[str, Tensor], expected: Mapping[str, Tensor], origin: str) -> None:
+    """``ValueError`` naming every missing, unexpected or misshapen tensor of ``found``."""
+    missing = sorted(expected.keys() - found.keys())
+    unexpected = sorted(found.keys() - expected.keys())
+    problems = [
+        f"{name} is {tuple(found[name].shape)}, the config needs {tuple(expected[name].shape)}"
+        for name in sorted(expected.keys() & found.keys())
+        if found[name].shape != expected[name].shape
+    ]
+    if missing:
+        problems.append(f"missing: {listing(missing)}")
+    if unexpected:
+        problems.append(f"unexpected: {listing(unexpected)}")
+    if problems:
+        raise ValueError(f"{origin} does not fit its config.json: {'; '.join(problems)}")
