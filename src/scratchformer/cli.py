@@ -302,8 +302,8 @@ def build_parser() -> argparse.ArgumentParser:
         "import-hf",
         help="make a run directory from a Hugging Face BERT or GPT-2 checkpoint",
         description="HF_DIR holds config.json, model.safetensors (or pytorch_model.bin) and "
-        "tokenizer.json. A GPT-2 becomes a language-model run (ready for generate and "
-        "eval); a BERT-family encoder a classification run awaiting a fine-tune.",
+        "tokenizer.json. A GPT-2 becomes a language-model run, ready for generate; "
+        "a BERT-family encoder a classification run awaiting a fine-tune.",
     )
     p.add_argument("hf_dir", help="Hugging Face checkpoint directory")
     p.add_argument("--out", required=True, help="run directory to write, e.g. runs/NAME")

@@ -184,3 +184,16 @@ def test_an_imported_encoder_needs_a_fine_tune_before_classify(
     monkeypatch.setattr("sys.stdin", ["a sentence\n"])
     assert main(["classify", str(tmp_path / "run")]) == 2
     assert "fine-tune it first" in capsys.readouterr().err
+
+
+class _Payload:
+    def __reduce__(self):
+        return print, ("pickled code ran",)
+
+
+def test_pickled_code_in_a_bin_file_is_never_run(tiny_bert: Path, tmp_path: Path, capsys) -> None:
+    shutil.copy(tiny_bert / "config.json", tmp_path / "config.json")
+    torch.save({"x": _Payload()}, tmp_path / "pytorch_model.bin")
+    with pytest.raises(ValueError, match="not a file of plain tensors"):
+        from_pretrained(tmp_path)
+    assert "pickled code ran" not in capsys.readouterr().out

@@ -68,6 +68,7 @@ def test_tokenizer_recognises_endoftext_and_matches_transformers(ours, tiny_gpt2
     for text in TEXTS[:2]:
         assert tokenizer.encode(text) == reference(text)["input_ids"]
         assert tokenizer.decode(tokenizer.encode(text)) == text
+    assert 0 not in tokenizer.encode(TEXTS[2])  # ours: a special's text stays plain text
 
 
 def test_round_trip_through_a_run_directory(ours, tiny_gpt2: Path, tmp_path: Path, capsys) -> None:

@@ -131,9 +131,10 @@ def read_weights(directory: Path) -> tuple[str, dict[str, Tensor]]:
     if path.is_file():
         try:
             tensors = safe_torch_load(path)
-        except (pickle.UnpicklingError, RuntimeError, EOFError) as error:
-            reason = str(error).strip().splitlines()[0]
-            raise ValueError(f"{path} cannot be read as plain tensors: {reason}") from None
+        except (pickle.UnpicklingError, RuntimeError, EOFError):
+            raise ValueError(
+                f"{path} is not a file of plain tensors (other pickled objects are never loaded)"
+            ) from None
         if not isinstance(tensors, dict) or not all(
             isinstance(t, Tensor) for t in tensors.values()
         ):
