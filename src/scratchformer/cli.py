@@ -22,7 +22,7 @@ from .inference.generate import stream
 from .inference.translate import translate
 from .metrics import translation_scores
 from .models import build_model
-from .run import export_hf, import_hf, load_run, open_task, start_run
+from .run import export_hf, import_hf, initialise_from, load_run, open_task, start_run
 from .tasks import (
     ClassificationTask,
     LanguageModelTask,
@@ -54,6 +54,8 @@ def train(args: argparse.Namespace) -> int:
             torch.set_num_threads(recipe.train.threads)
         torch.manual_seed(recipe.train.seed)
         model = build_model(recipe.model)
+        if recipe.model.init_from is not None and not args.resume:
+            initialise_from(model, recipe.model.init_from)
         result = Trainer(task, model, run_dir, dist, quiet=args.quiet).fit(resume=args.resume)
     finally:
         dist.close()

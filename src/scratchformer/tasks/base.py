@@ -68,6 +68,8 @@ class Task(ABC):
         self.train_config = recipe.train
         self.tokenizers: dict[str, Tokenizer] = {}
         """By file stem: ``tokenizer``, or ``tokenizer-src`` and ``tokenizer-tgt``."""
+        self.pretrained_tokenizer: Tokenizer | None = None
+        """Set before :meth:`prepare` to fine-tune with a pretrained model's tokenizer."""
 
     # -- set-up -------------------------------------------------------------------------
 
@@ -77,7 +79,17 @@ class Task(ABC):
         tags also fix ``data.labels`` (saved with the recipe)."""
 
     def train_tokenizer(self, texts: Iterable[str], specials: Sequence[str]) -> Tokenizer:
-        """A tokenizer of the recipe's kind and size, learnt from ``texts``."""
+        """A tokenizer of the recipe's kind and size, learnt from ``texts`` -- or, for a
+        fine-tune, the pretrained model's own (``self.pretrained_tokenizer``)."""
+        if self.pretrained_tokenizer is not None:
+            missing = [
+                role
+                for role in specials
+                if role != "unk" and getattr(self.pretrained_tokenizer, f"{role}_id") is None
+            ]
+            if missing:
+                raise ValueError(f"the pretrained tokenizer has no {', '.join(missing)} token")
+            return self.pretrained_tokenizer
         data = self.data
         return Tokenizer.train(
             data.tokenizer, texts, data.vocab_size, specials, lowercase=data.lowercase
@@ -108,8 +120,11 @@ class Task(ABC):
             raise RuntimeError(f"the {self.name} task has no labels yet: call prepare() or load()")
         return self.data.labels
 
-    def model_config(self) -> ModelConfig:
-        """The recipe's model section completed with what the data decides."""
+    def model_config(self, pretrained: ModelConfig | None = None) -> ModelConfig:
+        """The recipe's model section completed with what the data decides; for a fine-tune,
+        the ``pretrained`` architecture with the task's head, pooling and dropout."""
+        if pretrained is not None:
+            return self._fine_tune_config(pretrained)
         model = self.recipe.model
         for field, wanted in (("arch", self.arch), ("head", self.head)):
             value = getattr(model, field)
@@ -119,6 +134,31 @@ class Task(ABC):
                     f"task {self.name!r} needs model.{field}={wanted!r}, not {value!r}"
                 )
         return dataclasses.replace(model, arch=self.arch, head=self.head, **self.model_sizes())
+
+    def _fine_tune_config(self, pretrained: ModelConfig) -> ModelConfig:
+        if pretrained.arch != self.arch:
+            raise ValueError(
+                f"task {self.name!r} needs an {self.arch} to start from, not a {pretrained.arch}"
+            )
+        sizes = self.model_sizes()
+        if sizes["vocab_size"] > pretrained.vocab_size:
+            raise ValueError(
+                f"the tokenizer has {sizes['vocab_size']} tokens, the pretrained "
+                f"model {pretrained.vocab_size}"
+            )
+        if sizes.get("type_vocab_size", 0) > pretrained.type_vocab_size:
+            raise ValueError("sentence pairs need segment embeddings the pretrained model lacks")
+        recipe = self.recipe.model
+        return dataclasses.replace(
+            pretrained,
+            head=self.head,
+            num_labels=sizes.get("num_labels", pretrained.num_labels),
+            pooling=recipe.pooling,
+            pooler=False,  # heads pool for themselves
+            dropout=recipe.dropout,
+            attention_dropout=recipe.attention_dropout,
+            init_from=recipe.init_from,
+        )
 
     @abstractmethod
     def model_sizes(self) -> dict[str, Any]:
