@@ -2,37 +2,13 @@
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import pytest
 
-from helpers import set_options
+from helpers import run, train
 from scratchformer import demo as demo_module
 from scratchformer.cli import main
-
-RECIPES = Path(__file__).resolve().parents[1] / "recipes"
-TINY = [
-    "model.d_model=32",
-    "model.d_ff=64",
-    "model.n_layers=1",
-    "train.max_steps=6",
-    "train.eval_every=3",
-    "train.batch_size=4",
-]
-
-
-def train(run_dir: Path, recipe: str, *settings: str) -> None:
-    args = ["--quiet", "train", str(RECIPES / recipe), "--out", str(run_dir)]
-    assert main([*args, *set_options([*TINY, *settings])]) == 0
-
-
-def run(capsys, monkeypatch, stdin: str, *args: str) -> tuple[int, list[str], str]:
-    monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
-    capsys.readouterr()
-    status = main(["--quiet", *args])
-    out, err = capsys.readouterr()
-    return status, out.splitlines(), err
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+from matplotlib.figure import Figure
 
 from . import __version__
 from .config import Recipe
@@ -22,17 +23,26 @@ from .inference.generate import stream
 from .inference.translate import translate
 from .metrics import translation_scores
 from .models import build_model
-from .run import export_hf, import_hf, initialise_from, load_run, open_task, start_run
+from .run import CONFIG_FILE, export_hf, import_hf, initialise_from, load_run, open_task, start_run
 from .tasks import (
+    TASKS,
     ClassificationTask,
     LanguageModelTask,
     TaggingTask,
     Task,
     TranslationTask,
 )
-from .training.checkpoint import TRAINER_STATE
+from .training.checkpoint import TRAINER_STATE, atomic_write, atomic_write_text
 from .training.distributed import Distributed, default_device, setup
 from .training.trainer import Trainer, TrainingError
+from .viz import (
+    attention_grid,
+    attention_page,
+    capture_attention,
+    positional_encoding_figure,
+    read_metrics,
+    training_curves,
+)
 
 
 class UsageError(ValueError):
@@ -208,6 +218,62 @@ def export_checkpoint(args: argparse.Namespace) -> int:
     return 0
 
 
+def attention(args: argparse.Namespace) -> int:
+    """``scratchformer attention DIR TEXT --out attn.png|attn.html``: what the model attends
+    to, as a grid of heatmaps or as the interactive viewer."""
+    out = Path(args.out)
+    html = out.suffix.lower() in (".html", ".htm")
+    if not html:
+        _check_picture_format(out)
+    task, model = load_run(Path(args.run), need_head=False)
+    maps = capture_attention(task, model.to(default_device()), args.text, args.target)
+    title = f"{Path(args.run).name}: {args.text}"
+    if html:
+        atomic_write_text(out, attention_page(maps, title=title))
+        print(f"{out}: {', '.join(maps.kinds)} attention; open it in a browser")
+        return 0
+    kind = args.kind or maps.kinds[-1]  # cross-attention when there is any
+    _save_figure(attention_grid(maps, kind, args.layer, args.head), out)
+    queries, keys = len(maps.queries[kind]), len(maps.keys[kind])
+    print(f"{out}: {kind} attention, {queries} query x {keys} key tokens")
+    return 0
+
+
+def plot(args: argparse.Namespace) -> int:
+    """``scratchformer plot DIR --out curves.png``: loss, learning rate, metric by step."""
+    run_dir, out = Path(args.run), Path(args.out)
+    _check_picture_format(out)
+    metric = None
+    if (run_dir / CONFIG_FILE).is_file():
+        task_metric = TASKS[Recipe.load(run_dir / CONFIG_FILE).task].metric
+        metric = None if task_metric == "loss" else task_metric
+    records = read_metrics(run_dir / "metrics.jsonl")
+    _save_figure(training_curves(records, metric, title=run_dir.name), out)
+    print(f"{out}: training curves of {run_dir} ({len(records)} records)")
+    return 0
+
+
+def plot_positional(args: argparse.Namespace) -> int:
+    """``scratchformer plot-pe --d-model D --length N --out pe.png``."""
+    out = Path(args.out)
+    _check_picture_format(out)
+    _save_figure(positional_encoding_figure(args.d_model, args.length), out)
+    print(f"{out}: sinusoidal positional encoding, d_model={args.d_model}, {args.length} positions")
+    return 0
+
+
+def _check_picture_format(path: Path) -> None:
+    formats = ("png", "svg", "pdf")
+    if path.suffix.lower().lstrip(".") not in formats:
+        raise UsageError(f"--out {path}: the picture's name must end in .{', .'.join(formats)}")
+
+
+def _save_figure(figure: Figure, path: Path) -> None:
+    """Write a figure whole or not at all (through a temporary file)."""
+    picture_format = path.suffix.lower().lstrip(".")
+    atomic_write(path, lambda temp: figure.savefig(temp, format=picture_format, dpi=100))
+
+
 def demo(args: argparse.Namespace) -> int:
     """``scratchformer demo [--out DIR]``: the synthetic task end to end."""
     run_demo(Path(args.out), quiet=args.quiet)
@@ -322,6 +388,39 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", help="run directory")
     p.add_argument("--out", required=True, help="Hugging Face checkpoint directory to write")
     p.set_defaults(handler=export_checkpoint)
+
+    p = commands.add_parser(
+        "attention",
+        help="draw what a trained model attends to in a text",
+        description="A PNG (or SVG, PDF) grid of heatmaps, layers x heads, of one kind of "
+        "attention, or with --out *.html one self-contained page to explore every kind, layer "
+        "and head interactively. A translation model is shown its own greedy translation "
+        "unless --target gives one; a sentence-pair model reads 'first<TAB>second'. Inputs "
+        "longer than the model's limit are cut to it; long ones get thinned labels.",
+    )
+    p.add_argument("run", help="run directory")
+    p.add_argument("text", help="the input text (for translation: the source sentence)")
+    p.add_argument("--target", help="translation: the output to show (default: greedy)")
+    p.add_argument(
+        "--kind",
+        choices=("encoder", "decoder", "cross"),
+        help="which attention to draw (default: cross for translation, else the only one)",
+    )
+    p.add_argument("--layer", type=int, help="only this layer (0-based)")
+    p.add_argument("--head", type=int, help="only this head (0-based)")
+    p.add_argument("--out", required=True, help="attn.png, attn.svg, attn.pdf or attn.html")
+    p.set_defaults(handler=attention)
+
+    p = commands.add_parser("plot", help="draw a run's training curves")
+    p.add_argument("run", help="run directory (reads its metrics.jsonl)")
+    p.add_argument("--out", required=True, help="curves.png (or .svg, .pdf)")
+    p.set_defaults(handler=plot)
+
+    p = commands.add_parser("plot-pe", help="draw the sinusoidal positional encoding")
+    p.add_argument("--d-model", type=int, default=128)
+    p.add_argument("--length", type=int, default=100, help="number of positions")
+    p.add_argument("--out", required=True, help="pe.png (or .svg, .pdf)")
+    p.set_defaults(handler=plot_positional)
 
     p = commands.add_parser("demo", help="train a tiny model on a synthetic task, no data needed")
     p.add_argument("--out", default="runs/demo", help="run directory (default: runs/demo)")
