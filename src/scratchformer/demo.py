@@ -15,7 +15,7 @@ from .run import start_run
 from .tasks.synthetic import SyntheticTask
 from .training.checkpoint import MODEL_FILE, load_weights
 from .training.trainer import Trainer
-from .viz import attention_heatmap
+from .viz import attention_heatmap, capture_attention
 
 DEMO_RECIPE: dict[str, Any] = {
     "task": "synthetic",
@@ -77,16 +77,11 @@ def run_demo(out: Path, quiet: bool = False) -> dict[str, Any]:
 def _draw_cross_attention(
     task: SyntheticTask, model: torch.nn.Module, source: str, output: str, path: Path
 ) -> None:
-    src_tok, tgt_tok = task.source_tokenizer(), task.target_tokenizer()
-    src_ids = torch.tensor([src_tok.encode(source, add_eos=True)])
-    tgt_ids = torch.tensor([tgt_tok.encode(output, add_bos=True)])
-    with torch.no_grad():
-        attentions = model(src_ids, tgt_ids, need_weights=True).attentions
-    weights = attentions["cross"][-1][0].mean(0)  # last layer, averaged over heads
+    maps = capture_attention(task, model, source, target=output)
     figure = attention_heatmap(
-        weights,
-        queries=tgt_tok.tokens(tgt_ids[0].tolist()),
-        keys=src_tok.tokens(src_ids[0].tolist()),
+        maps.weights["cross"][-1].mean(0),  # last layer, averaged over heads
+        queries=maps.queries["cross"],
+        keys=maps.keys["cross"],
         title="cross-attention, last layer (mean of heads)",
     )
     figure.savefig(path, dpi=100)

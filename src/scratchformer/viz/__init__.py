@@ -1,5 +1,22 @@
-"""Pictures: attention heatmaps."""
+"""Pictures: attention heatmaps, the interactive attention viewer, training curves, the
+positional encoding. Every function returns a matplotlib figure (or the page's HTML), so
+that notebooks show it and scripts save it."""
 
-from .heatmap import attention_heatmap
+from .capture import capture_attention
+from .curves import read_metrics, training_curves
+from .heatmap import attention_grid, attention_heatmap
+from .maps import KINDS, AttentionMaps
+from .positional import positional_encoding_figure
+from .viewer import attention_page
 
-__all__ = ["attention_heatmap"]
+__all__ = [
+    "KINDS",
+    "AttentionMaps",
+    "attention_grid",
+    "attention_heatmap",
+    "attention_page",
+    "capture_attention",
+    "positional_encoding_figure",
+    "read_metrics",
+    "training_curves",
+]
