@@ -113,6 +113,16 @@ def test_wordpiece_round_trips_lowercased_sst2_words(wordpiece: Tokenizer, sst2:
     assert any(token.startswith("##") for token in wordpiece.tokens(range(wordpiece.vocab_size)))
 
 
+def test_labels_are_readable_text(bpe: Tokenizer, char: Tokenizer, wordpiece: Tokenizer) -> None:
+    german = Tokenizer.train("bpe", ["Ein Mann fährt über eine Brücke."] * 3, 300, ("bos",))
+    ids = german.encode("Ein Mann fährt", add_bos=True)
+    assert german.tokens(ids)[:3] == ["<s>", "Ein", "ĠMann"]
+    assert german.labels(ids) == ["<s>", "Ein", "Mann", "fährt"]
+    assert char.labels(char.encode("a b\n")) == ["a", "␣", "b", "↵"]
+    pieces = wordpiece.encode("unwatchable")
+    assert wordpiece.labels(pieces) == wordpiece.tokens(pieces)
+
+
 def test_specials_come_first_in_canonical_order() -> None:
     tokenizer = Tokenizer.train("bpe", ["hello world"], 300, ("eos", "mask", "pad", "bos"))
     assert (tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id, tokenizer.mask_id) == (0, 1, 2, 3)

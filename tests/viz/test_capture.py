@@ -69,7 +69,7 @@ def test_language_model_attention_is_causal(tmp_path: Path) -> None:
     )
     maps = capture_attention(task, model, "not to be")
     assert maps.kinds == ["decoder"]
-    assert maps.queries["decoder"] == list("not to be")
+    assert maps.queries["decoder"] == list("not␣to␣be")
     out = model(torch.tensor([task.tokenizer().encode("not to be")]), need_weights=True)
     torch.testing.assert_close(maps.weights["decoder"], torch.cat(out.attentions["decoder"]))
     assert maps.weights["decoder"][..., torch.ones(9, 9, dtype=torch.bool).triu(1)].sum() == 0

@@ -49,6 +49,9 @@ _PREFIX = "##"  # WordPiece's mark of a sub-word that continues a word
 _PARALLELISM = "TOKENIZERS_PARALLELISM"
 
 
+_VISIBLE_SPACE = str.maketrans({" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"})
+
+
 class Tokenizer:
     """Text <-> token ids, with named special tokens.
 
@@ -204,8 +207,19 @@ class Tokenizer:
         return self._ids.get("mask")
 
     def tokens(self, ids: Sequence[int]) -> list[str]:
-        """The token strings of ``ids`` (labels for attention pictures)."""
+        """The token strings of ``ids``, as the vocabulary spells them."""
         return [self._backend.id_to_token(int(i)) for i in ids]
+
+    def labels(self, ids: Sequence[int]) -> list[str]:
+        """The tokens of ``ids`` as a reader wants them on the axes of attention pictures:
+        byte-level BPE pieces as the text they stand for (``Ġman`` -> ``man``, ``fÃ¤hrt``
+        -> ``fährt``), whitespace-only tokens made visible (``␣``, ``↵``)."""
+        tokens = self.tokens(ids)
+        if isinstance(self._backend.pre_tokenizer, pre_tokenizers.ByteLevel):
+            specials = set(self._roles.values())
+            decoder = self._backend.decoder
+            tokens = [t if t in specials else decoder.decode([t]) for t in tokens]
+        return [token.strip() or token.translate(_VISIBLE_SPACE) for token in tokens]
 
     # Encoding ---------------------------------------------------------------------------
 

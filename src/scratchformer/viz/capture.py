@@ -41,13 +41,13 @@ def _capture(task: Task, model: nn.Module, text: str, target: str | None) -> Att
         tokenizer = task.tokenizer()
         ids = tokenizer.encode(text)[: task.data.block_size]
         out = model(torch.tensor([ids], device=device), need_weights=True)
-        return _maps(out.attentions, {"decoder": (tokenizer.tokens(ids),) * 2})
+        return _maps(out.attentions, {"decoder": (tokenizer.labels(ids),) * 2})
     if isinstance(task, TranslationTask):
         if target is None:
             target = translate(task, model, [text], beam_size=1)[0]
         batch = task.collate(task.encode([(text, target)])).to(device)
-        source = task.source_tokenizer().tokens(batch.inputs["src_ids"][0].tolist())
-        output = task.target_tokenizer().tokens(batch.inputs["tgt_ids"][0].tolist())
+        source = task.source_tokenizer().labels(batch.inputs["src_ids"][0].tolist())
+        output = task.target_tokenizer().labels(batch.inputs["tgt_ids"][0].tolist())
         tokens = {"encoder": (source, source), "decoder": (output, output)}
         tokens["cross"] = (output, source)
     elif isinstance(task, ClassificationTask | TaggingTask):
@@ -56,7 +56,7 @@ def _capture(task: Task, model: nn.Module, text: str, target: str | None) -> Att
         else:
             example = task.encode_words(text.split())
         batch = task.collate([example]).to(device)
-        words = task.tokenizer().tokens(batch.inputs["input_ids"][0].tolist())
+        words = task.tokenizer().labels(batch.inputs["input_ids"][0].tolist())
         tokens = {"encoder": (words, words)}
     else:
         raise ValueError(f"attention pictures do not support {task.name} runs")
