@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export SCRATCHFORMER_DATA ?= $(abspath ../shared/data)
 
-.PHONY: demo test lint format bench install
+.PHONY: demo test lint format bench results install
 
 install: $(STAMP)
 
@@ -33,3 +33,8 @@ format: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/layers.py
 	$(BIN)/python benchmarks/generate.py
+
+# Hours: every recipe within its budget (see benchmarks/quality.py), then the README table.
+results: $(STAMP)
+	$(BIN)/python benchmarks/quality.py
+	$(BIN)/python benchmarks/results_table.py

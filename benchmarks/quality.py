@@ -1,0 +1,185 @@
+"""Quality within a budget: train each recipe for at most its wall-clock budget on this
+machine, evaluate on the named split, and write ``results/<task>.json``.
+
+    python benchmarks/quality.py                      # every row (hours: see the budgets)
+    python benchmarks/quality.py --task copy --task shakespeare-char
+    python benchmarks/results_table.py                # then regenerate the README's table
+
+Each row runs two commands, recorded in its result so that anyone can repeat it:
+``scratchformer train RECIPE --out runs/results/TASK --set train.max_minutes=BUDGET ...``
+on a fresh run directory, then ``scratchformer eval runs/results/TASK --split SPLIT``.
+Checkpoints are selected on the validation split only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from scratchformer import __version__, count_parameters
+from scratchformer.run import load_run
+from scratchformer.training.checkpoint import atomic_write_text
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "results"
+CAPTURE: dict[str, Any] = {"check": True, "stdout": subprocess.PIPE, "text": True, "cwd": ROOT}
+"""How the commands run: from the project root, failing loudly, stdout (JSON) captured."""
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the results table: a recipe, its budget, the metric and its target."""
+
+    task: str
+    recipe: str
+    metric: str
+    """A key of ``scratchformer eval``'s JSON."""
+    split: str
+    budget_minutes: float
+    target: float
+    higher_is_better: bool = True
+    required: bool = True
+    """False for targets to aim at and report, not to meet."""
+    settings: tuple[str, ...] = ()
+    """``--set`` overrides of the recipe for this row."""
+
+    def met(self, value: float) -> bool:
+        return value >= self.target if self.higher_is_better else value <= self.target
+
+
+ROWS = {
+    row.task: row
+    for row in (
+        Row("copy", "copy", "exact_match", "test", 2, 0.99),
+        Row(
+            "shakespeare-char",
+            "shakespeare-char",
+            "loss",
+            "val",
+            151 / 60,
+            1.70,
+            higher_is_better=False,
+        ),
+        Row("multi30k-de-en", "multi30k-de-en", "bleu_tokenized_lc", "test", 30, 36.0),
+        Row(
+            "multi30k-en-de",
+            "multi30k-de-en",
+            "bleu_tokenized_lc",
+            "test",
+            30,
+            38.0,
+            required=False,
+            settings=("data.pair='en-de'",),
+        ),
+        Row("sst2", "sst2", "accuracy", "val", 15, 0.82),
+        Row("conll2003", "conll2003", "entity_f1", "val", 20, 0.78),
+        Row("stsb", "stsb", "pearson", "val", 15, 0.60, required=False),
+        Row("sst2-minilm", "sst2-minilm", "accuracy", "val", 60, 0.905),
+        Row("conll2003-minilm", "conll2003-minilm", "entity_f1", "val", 60, 0.88),
+        Row("stsb-minilm", "stsb-minilm", "pearson", "val", 30, 0.86),
+    )
+}
+
+
+def scratchformer(*args: str) -> list[str]:
+    return [sys.executable, "-m", "scratchformer", "--quiet", *args]
+
+
+def run_row(row: Row, threads: int, runs: Path) -> dict[str, Any]:
+    """Train and evaluate one row; its result as written to ``results/<task>.json``."""
+    run_dir = runs / row.task  # relative paths are taken from the project root
+    shutil.rmtree(ROOT / run_dir, ignore_errors=True)
+    settings = [f"train.max_minutes={row.budget_minutes:.4g}", f"train.threads={threads}"]
+    settings += row.settings
+    train = ["train", f"recipes/{row.recipe}.toml", "--out", str(run_dir)]
+    for setting in settings:
+        train += ["--set", setting]
+    evaluate = ["eval", str(run_dir), "--split", row.split]
+
+    started = time.perf_counter()
+    trained = json.loads(subprocess.run(scratchformer(*train), **CAPTURE).stdout)
+    wall = time.perf_counter() - started
+    metrics = json.loads(subprocess.run(scratchformer(*evaluate), **CAPTURE).stdout)
+    value = float(metrics[row.metric])
+    config = json.loads((ROOT / run_dir / "config.json").read_text())
+    return {
+        "task": row.task,
+        "metric": row.metric,
+        "split": row.split,
+        "value": value,
+        "target": row.target,
+        "higher_is_better": row.higher_is_better,
+        "required": row.required,
+        "met": row.met(value),
+        "budget_seconds": round(row.budget_minutes * 60),
+        "wall_seconds": round(wall, 1),
+        "train_seconds": round(trained["train_seconds"], 1),
+        "steps": trained["step"],
+        "best_step": trained["best_step"],
+        "params": parameters(ROOT / run_dir),
+        "metrics": metrics,
+        "hardware": hardware(threads),
+        "versions": versions(),
+        "seed": config["train"]["seed"],
+        "command": " && ".join(shlex.join(["scratchformer", *c]) for c in (train, evaluate)),
+    }
+
+
+def parameters(run_dir: Path) -> int:
+    _, model = load_run(run_dir)
+    return count_parameters(model)
+
+
+def hardware(threads: int) -> dict[str, Any]:
+    cpu = platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        names = [ln for ln in cpuinfo.read_text().splitlines() if ln.startswith("model name")]
+        cpu = names[0].split(":", 1)[1].strip() if names else cpu
+    return {"cpu": cpu, "cores": os.cpu_count(), "threads": threads, "device": "cpu"}
+
+
+def versions() -> dict[str, str]:
+    return {
+        "scratchformer": __version__,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--task", action="append", choices=list(ROWS), help="a row to run (repeatable)"
+    )
+    parser.add_argument("--threads", type=int, default=2, help="CPU threads (default: 2)")
+    parser.add_argument("--runs", type=Path, default=Path("runs/results"))
+    args = parser.parse_args()
+    RESULTS.mkdir(exist_ok=True)
+    for name in args.task or list(ROWS):
+        row = ROWS[name]
+        print(f"{name}: training for at most {row.budget_minutes:.3g} min ...", flush=True)
+        result = run_row(row, args.threads, args.runs)
+        path = RESULTS / f"{name}.json"
+        atomic_write_text(path, json.dumps(result, indent=2) + "\n")
+        verdict = "met" if result["met"] else "missed"
+        print(
+            f"{name}: {row.metric} on {row.split} = {result['value']:.4g} "
+            f"(target {row.target:g}, {verdict}) in {result['wall_seconds']:.0f} s -> {path}"
+        )
+
+
+if __name__ == "__main__":
+    main()

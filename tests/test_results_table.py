@@ -1,0 +1,80 @@
+"""The README's results table is generated from results/*.json, never typed by hand."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+results_table = load("results_table")
+
+
+def test_readme_table_is_the_generated_one() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert results_table.with_table(readme, results_table.table()) == readme
+
+
+def test_every_result_is_a_row_of_the_benchmark_with_the_required_keys() -> None:
+    rows = load("quality").ROWS
+    keys = {"task", "metric", "split", "value", "target", "met", "wall_seconds", "steps"}
+    keys |= {"params", "hardware", "versions", "seed", "command"}
+    for path in sorted((ROOT / "results").glob("*.json")):
+        result = json.loads(path.read_text())
+        assert keys <= result.keys(), path
+        row = rows[path.stem]
+        assert (result["metric"], result["split"], result["target"]) == (
+            row.metric,
+            row.split,
+            row.target,
+        )
+        assert result["met"] == row.met(result["value"])
+
+
+def test_rows_show_value_target_and_verdict(tmp_path: Path) -> None:
+    result = {
+        "task": "multi30k-de-en",
+        "metric": "bleu_tokenized_lc",
+        "split": "test",
+        "value": 35.04,
+        "target": 36.0,
+        "higher_is_better": True,
+        "required": True,
+        "met": False,
+        "budget_seconds": 1800,
+        "wall_seconds": 1795.0,
+        "steps": 1234,
+        "params": 9_500_000,
+        "metrics": {"bleu": 33.21, "chrf": 55.5, "bleu_tokenized_lc": 35.04},
+    }
+    (tmp_path / "multi30k-de-en.json").write_text(json.dumps(result))
+    (tmp_path / "copy.json").write_text(
+        json.dumps(
+            {
+                **result,
+                "task": "copy",
+                "metric": "exact_match",
+                "value": 0.995,
+                "target": 0.99,
+                "met": True,
+                "metrics": {},
+            }
+        )
+    )
+    table = results_table.table(tmp_path).splitlines()
+    assert table[3].startswith("| `copy` | exact_match, test | 99.5% | >= 99.0% | met |")
+    assert table[4] == (
+        "| `multi30k-de-en` | bleu_tokenized_lc, test | 35.04 (sacreBLEU 33.2, chrF 55.5) "
+        "| >= 36 | **missed** | 30 min | 29.9 min | 1234 | 9.50 M |"
+    )
