@@ -73,6 +73,9 @@ def test_language_model_attention_is_causal(tmp_path: Path) -> None:
     out = model(torch.tensor([task.tokenizer().encode("not to be")]), need_weights=True)
     torch.testing.assert_close(maps.weights["decoder"], torch.cat(out.attentions["decoder"]))
     assert maps.weights["decoder"][..., torch.ones(9, 9, dtype=torch.bool).triu(1)].sum() == 0
+    with pytest.warns(UserWarning, match="the text has 71 tokens: the model sees its first 64"):
+        maps = capture_attention(task, model, "to be " * 11 + "or or")
+    assert len(maps.queries["decoder"]) == 64
 
 
 def test_sentence_pairs_use_their_segments(tmp_path: Path) -> None:

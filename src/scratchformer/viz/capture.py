@@ -3,6 +3,8 @@ as in training, the model runs once with ``need_weights=True``."""
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch import Tensor, nn
 
@@ -39,7 +41,14 @@ def _capture(task: Task, model: nn.Module, text: str, target: str | None) -> Att
     device = next(model.parameters()).device
     if isinstance(task, LanguageModelTask):
         tokenizer = task.tokenizer()
-        ids = tokenizer.encode(text)[: task.data.block_size]
+        limit = min(task.data.block_size, task.recipe.model.max_len)
+        ids = tokenizer.encode(text)
+        if len(ids) > limit:
+            warnings.warn(
+                f"the text has {len(ids)} tokens: the model sees its first {limit}",
+                stacklevel=3,
+            )
+            ids = ids[:limit]
         out = model(torch.tensor([ids], device=device), need_weights=True)
         return _maps(out.attentions, {"decoder": (tokenizer.labels(ids),) * 2})
     if isinstance(task, TranslationTask):
