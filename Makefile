@@ -30,9 +30,12 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+# Minutes: our layers against torch.nn's, then whole models against torch.nn and Hugging Face
+# (speed.py's generate workload is generate.py's comparison with Hugging Face; run
+# benchmarks/generate.py itself for ours without the KV cache).
 bench: $(STAMP)
 	$(BIN)/python benchmarks/layers.py
-	$(BIN)/python benchmarks/generate.py
+	$(BIN)/python benchmarks/speed.py
 
 # Hours: every recipe within its budget (see benchmarks/quality.py), then the README table.
 results: $(STAMP)

@@ -25,13 +25,10 @@ decoding at 256 tokens is slow, so it runs fewer repetitions (``--uncached-repea
 from __future__ import annotations
 
 import argparse
-import gc
 import json
-import os
-import statistics
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -41,6 +38,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from scratchformer import ModelConfig, build_model, count_parameters
 from scratchformer.inference import generate
+from timing import Timing, interleaved, load_warning
 
 N_LAYERS = 6
 D_MODEL = 384
@@ -74,19 +72,26 @@ class Candidate:
     repeats: int
 
 
-@dataclass
+@dataclass(frozen=True)
 class Result:
-    """Timed runs of one candidate at one batch size, and the tokens of its last run."""
+    """Timed runs of one candidate at one batch size; the last returned its tokens."""
 
     candidate: str
     batch: int
     new_tokens: int
-    samples_s: list[float]
-    tokens: list[list[int]]
+    timing: Timing
+
+    @property
+    def samples_s(self) -> list[float]:
+        return self.timing.samples_s
 
     @property
     def median_s(self) -> float:
-        return statistics.median(self.samples_s)
+        return self.timing.median_s
+
+    @property
+    def tokens(self) -> list[list[int]]:
+        return self.timing.last
 
     @property
     def tokens_per_s(self) -> float:
@@ -95,7 +100,7 @@ class Result:
     @property
     def spread(self) -> float:
         """Range of the samples relative to their median: how noisy they are."""
-        return (max(self.samples_s) - min(self.samples_s)) / self.median_s
+        return self.timing.range_spread
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -205,15 +210,14 @@ def interleaved_results(candidates: list[Candidate], cfg: Config, batch: int) ->
     until it has its own number of repetitions."""
     for candidate in candidates:
         checked_run(candidate, WARMUP_TOKENS, batch)
-    gc.collect()
-    results = [Result(c.name, batch, cfg.new_tokens, [], []) for c in candidates]
-    for repeat in range(max(c.repeats for c in candidates)):
-        for candidate, result in zip(candidates, results, strict=True):
-            if repeat < candidate.repeats:
-                start = time.perf_counter()
-                result.tokens = checked_run(candidate, cfg.new_tokens, batch)
-                result.samples_s.append(time.perf_counter() - start)
-    return results
+    timings = interleaved(
+        [partial(checked_run, c, cfg.new_tokens, batch) for c in candidates],
+        [c.repeats for c in candidates],
+    )
+    return [
+        Result(c.name, batch, cfg.new_tokens, timing)
+        for c, timing in zip(candidates, timings, strict=True)
+    ]
 
 
 def run_batch(cfg: Config, batch: int, mine: nn.Module, theirs: GPT2LMHeadModel) -> list[Result]:
@@ -260,9 +264,9 @@ def print_header(cfg: Config, mine: nn.Module, theirs: GPT2LMHeadModel) -> None:
         f"early (ours eos_id=None, HF min_new_tokens); warm-up {WARMUP_TOKENS} tokens each; "
         f"median of {cfg.repeats} interleaved runs, ours without cache {cfg.uncached_repeats}"
     )
-    load = os.getloadavg()[0]
-    if load > 0.5:
-        print(f"warning: load average {load:.2f} before the start; other work competes for the CPU")
+    warning = load_warning()
+    if warning is not None:
+        print(warning)
     print()
     columns = f"{'candidate':<15} {'runs':>4} {'median s':>9} {'new tok/s':>10} {'spread':>7}"
     print(f"{'batch':>5}  {columns}")

@@ -21,10 +21,7 @@ reported.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
-import statistics
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -33,6 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from scratchformer.nn import DecoderLayer, EncoderLayer
+from timing import Step, Timing, interleaved
 
 D_MODEL = 256
 N_HEADS = 8
@@ -40,8 +38,6 @@ D_FF = 1024
 DROPOUT = 0.1
 TARGET_RATIO = 1.10
 NOISY_SPREAD = 0.20
-
-Step = Callable[[], None]
 
 
 @dataclass(frozen=True)
@@ -58,23 +54,6 @@ class Config:
 
 
 @dataclass(frozen=True)
-class Timing:
-    """Per-step times of one candidate, in milliseconds."""
-
-    samples_ms: list[float]
-
-    @property
-    def median_ms(self) -> float:
-        return statistics.median(self.samples_ms)
-
-    @property
-    def spread(self) -> float:
-        """Interquartile range relative to the median: how noisy the samples are."""
-        q1, _, q3 = statistics.quantiles(self.samples_ms, n=4)
-        return (q3 - q1) / self.median_ms
-
-
-@dataclass(frozen=True)
 class Row:
     layer: str
     norm: str
@@ -83,7 +62,12 @@ class Row:
 
     @property
     def ratio(self) -> float:
-        return self.ours.median_ms / self.torch.median_ms
+        return self.ours.median_s / self.torch.median_s
+
+    @property
+    def spread(self) -> float:
+        """The interquartile spread of the noisier candidate."""
+        return max(self.ours.iqr_spread, self.torch.iqr_spread)
 
     @property
     def meets_target(self) -> bool:
@@ -93,13 +77,13 @@ class Row:
         return {
             "layer": self.layer,
             "norm": self.norm,
-            "ours_ms": self.ours.median_ms,
-            "torch_ms": self.torch.median_ms,
+            "ours_ms": self.ours.median_s * 1e3,
+            "torch_ms": self.torch.median_s * 1e3,
             "ratio": self.ratio,
             "target": TARGET_RATIO,
             "meets_target": self.meets_target,
-            "ours_samples_ms": self.ours.samples_ms,
-            "torch_samples_ms": self.torch.samples_ms,
+            "ours_samples_ms": [t * 1e3 for t in self.ours.samples_s],
+            "torch_samples_ms": [t * 1e3 for t in self.torch.samples_s],
         }
 
 
@@ -165,32 +149,12 @@ def decoder_steps(cfg: Config, norm_first: bool) -> tuple[Step, Step]:
     )
 
 
-def time_ms(step: Step) -> float:
-    """Milliseconds taken by one call of ``step``."""
-    start = time.perf_counter()
-    step()
-    return (time.perf_counter() - start) * 1e3
-
-
-def interleaved_timings(a: Step, b: Step, warmup: int, repeats: int) -> tuple[Timing, Timing]:
-    """Per-step times of ``a`` and ``b``, run alternately (A, B, A, B...) after a warm-up."""
-    for _ in range(warmup):
-        a()
-        b()
-    gc.collect()
-    times_a, times_b = [], []
-    for _ in range(repeats):
-        times_a.append(time_ms(a))
-        times_b.append(time_ms(b))
-    return Timing(times_a), Timing(times_b)
-
-
 def run_case(
     cfg: Config, layer: str, build: Callable[[Config, bool], tuple[Step, Step]], norm_first: bool
 ) -> Row:
     torch.manual_seed(0)
     ours, theirs = build(cfg, norm_first)
-    ours_timing, torch_timing = interleaved_timings(ours, theirs, cfg.warmup, cfg.repeats)
+    ours_timing, torch_timing = interleaved([ours, theirs], cfg.repeats, cfg.warmup)
     return Row(layer, "pre-LN" if norm_first else "post-LN", ours_timing, torch_timing)
 
 
@@ -214,10 +178,10 @@ def print_header(cfg: Config) -> None:
 
 def print_row(row: Row) -> None:
     verdict = "ok" if row.meets_target else "SLOWER"
-    spread = max(row.ours.spread, row.torch.spread)
     print(
-        f"{row.layer:<8} {row.norm:<8} {row.ours.median_ms:>9.2f} {row.torch.median_ms:>9.2f} "
-        f"{row.ratio:>10.3f}x  <= {TARGET_RATIO:.2f}x {verdict:<6} {spread:>6.1%}"
+        f"{row.layer:<8} {row.norm:<8} {row.ours.median_s * 1e3:>9.2f} "
+        f"{row.torch.median_s * 1e3:>9.2f} {row.ratio:>10.3f}x  <= {TARGET_RATIO:.2f}x "
+        f"{verdict:<6} {row.spread:>6.1%}"
     )
 
 
@@ -241,7 +205,7 @@ def main() -> None:
         for norm_first in (False, True):
             rows.append(run_case(cfg, layer, build, norm_first))
             print_row(rows[-1])
-    if any(max(row.ours.spread, row.torch.spread) > NOISY_SPREAD for row in rows):
+    if any(row.spread > NOISY_SPREAD for row in rows):
         print(f"note: spread above {NOISY_SPREAD:.0%}, the machine was busy; rerun when it is idle")
     if args.json is not None:
         write_json(args.json, cfg, rows)
