@@ -33,7 +33,7 @@ def row(result: dict[str, Any]) -> str:
     else:
         verdict = "met" if result["met"] else "**missed**"
     extra = ""
-    if "bleu" in result["metrics"]:  # translation: both BLEUs and chrF
+    if metric.startswith("bleu"):  # translation: cased sacreBLEU and chrF beside it
         m = result["metrics"]
         extra = f" (sacreBLEU {m['bleu']:.1f}, chrF {m['chrf']:.1f})"
     return (
