@@ -32,10 +32,11 @@ from .tasks import (
     Task,
     TranslationTask,
 )
-from .training.checkpoint import TRAINER_STATE, atomic_write, atomic_write_text
+from .training.checkpoint import METRICS_FILE, TRAINER_STATE, atomic_write, atomic_write_text
 from .training.distributed import Distributed, default_device, setup
 from .training.trainer import Trainer, TrainingError
 from .viz import (
+    KINDS,
     attention_grid,
     attention_page,
     capture_attention,
@@ -247,7 +248,7 @@ def plot(args: argparse.Namespace) -> int:
     if (run_dir / CONFIG_FILE).is_file():
         task_metric = TASKS[Recipe.load(run_dir / CONFIG_FILE).task].metric
         metric = None if task_metric == "loss" else task_metric
-    records = read_metrics(run_dir / "metrics.jsonl")
+    records = read_metrics(run_dir / METRICS_FILE)
     _save_figure(training_curves(records, metric, title=run_dir.name), out)
     print(f"{out}: training curves of {run_dir} ({len(records)} records)")
     return 0
@@ -403,7 +404,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", help="translation: the output to show (default: greedy)")
     p.add_argument(
         "--kind",
-        choices=("encoder", "decoder", "cross"),
+        choices=KINDS,
         help="which attention to draw (default: cross for translation, else the only one)",
     )
     p.add_argument("--layer", type=int, help="only this layer (0-based)")

@@ -43,6 +43,7 @@ from torch.optim.lr_scheduler import LRScheduler
 TRAINER_STATE = "trainer_state.json"
 CHECKPOINTS = "checkpoints"
 MODEL_FILE = "model.safetensors"
+METRICS_FILE = "metrics.jsonl"
 OPTIMIZER_FILE = "optimizer.pt"
 SCHEDULER_FILE = "scheduler.pt"
 RNG_FILE = "rng.pt"

@@ -17,7 +17,7 @@ from torch import nn
 from tqdm import tqdm
 
 from ..tasks.base import Task
-from .checkpoint import MODEL_FILE, load_checkpoint, save_checkpoint, save_weights
+from .checkpoint import METRICS_FILE, MODEL_FILE, load_checkpoint, save_checkpoint, save_weights
 from .distributed import Distributed
 from .schedule import build_schedule
 
@@ -236,7 +236,7 @@ class Trainer:
         """Append to ``metrics.jsonl`` (and TensorBoard), on rank 0."""
         if not self.dist.is_main:
             return
-        with open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8") as f:
+        with open(self.run_dir / METRICS_FILE, "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
         if writer is not None:
             for key, value in record.items():
