@@ -83,6 +83,7 @@ from scratchformer.config import Recipe
 from scratchformer.data.readers import read_lines
 from scratchformer.data.registry import dataset_file
 from scratchformer.inference.translate import translate
+from scratchformer.nn.embedding import sinusoidal_table
 from scratchformer.run import load_run
 from scratchformer.tasks import build_task
 from scratchformer.tasks.translation import TranslationTask
@@ -529,16 +530,6 @@ SEQ2SEQ = Seq2SeqShape()
 SEQ2SEQ_TARGETS = [Target(TORCH, 1.3), Target(MARIAN, 1.3)]
 
 
-def sinusoids(length: int, d_model: int) -> Tensor:
-    """The paper's positional encoding: ``sin(pos / 10000^(2i/d))`` at even dimensions
-    ``2i``, cosine at the odd ones."""
-    position = torch.arange(length, dtype=torch.float32)[:, None]
-    angle = position / 10000 ** (torch.arange(0, d_model, 2) / d_model)
-    table = torch.empty(length, d_model)
-    table[:, 0::2], table[:, 1::2] = angle.sin(), angle.cos()
-    return table
-
-
 class TorchSeq2Seq(nn.Module):
     """The paper's model from ``torch.nn``: one embedding table for source, target and the
     output projection, scaled by sqrt(d_model), plus sinusoidal positions and dropout;
@@ -550,7 +541,7 @@ class TorchSeq2Seq(nn.Module):
         self.embedding = nn.Embedding(s.vocab, s.d_model)
         nn.init.normal_(self.embedding.weight, std=s.d_model**-0.5)  # ours: a sane first loss
         self.scale = s.d_model**0.5
-        self.register_buffer("positions", sinusoids(max(s.src_len, s.tgt_len), s.d_model))
+        self.register_buffer("positions", sinusoidal_table(max(s.src_len, s.tgt_len), s.d_model))
         self.dropout = nn.Dropout(s.dropout)
         encoder_layer = nn.TransformerEncoderLayer(
             s.d_model, s.heads, s.d_ff, s.dropout, batch_first=True
