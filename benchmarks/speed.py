@@ -27,13 +27,17 @@ random inputs, with random weights (translation excepted):
   test_2016_flickr (``$SCRATCHFORMER_DATA/multi30k/test_2016_flickr.de.gz``) with beam 5
   (``scratchformer.inference.translate``, as ``scratchformer translate`` does), by the
   trained ``multi30k-de-en`` run, or by a random model of that recipe's shape when no run
-  is there (hypotheses then run to their length limit). Beam search has no switch to turn
-  its KV cache off, so only the cached figure is measured.
+  is there (hypotheses then run to their length limit); with the KV cache and without it
+  (every beam's prefix recomputed each step); how many translations differ is printed.
 - ``memory``: the peak resident memory (max RSS: Linux's ``VmHWM``) of training step B
   and of generation at batch 8, each candidate in a fresh process. The figure compared is
   the growth: the peak at the end of the runs minus the peak after imports, model
   construction and inputs (activations, gradients, optimizer state, caches, workspace);
   the total peak is printed beside it. Every child imports the same modules.
+
+The training workloads also time ours through ``torch.compile`` (what ``train.compile``
+does; ``--no-compile`` skips it): its ratios are printed on a line of their own, and the
+first step of every candidate, which for this one includes compiling, is in its note.
 
 Why: the project claims to be fast on a laptop CPU; these workloads make the claim
 testable against the two implementations a user would otherwise pick. The targets, ours /
@@ -55,7 +59,7 @@ on a 2048 x 2048 ``torch.mm`` at the start of the run. GPU figures are not measu
 the first 50 sentences: it checks that everything runs, its figures mean little.
 
     .venv/bin/python benchmarks/speed.py [--workload NAME ...] [--repeats N] [--threads 2]
-        [--json out.json] [--quick]
+        [--json out.json] [--quick] [--no-compile]
 """
 
 from __future__ import annotations
@@ -88,10 +92,12 @@ from scratchformer.run import load_run
 from scratchformer.tasks import build_task
 from scratchformer.tasks.translation import TranslationTask
 from scratchformer.training.checkpoint import MODEL_FILE
-from timing import Step, Timing, interleaved, load_warning
+from timing import Step, Timing, interleaved, load_warning, timed
 
 ROOT = Path(__file__).resolve().parents[1]
 OURS, TORCH = "ours", "torch.nn"
+COMPILED = "ours, compiled"
+"""Ours through ``torch.compile`` (``train.compile``); its first step includes compiling."""
 GPT2, MARIAN = "HF GPT-2", "HF Marian"
 NOISY_SPREAD = 0.20
 PEAK_SIZE = 2048
@@ -114,6 +120,8 @@ class Settings:
     """``--repeats``; None: each workload's own default."""
     peak_gflops: float | None = None
     """The machine's fp32 matmul peak (not measured in a memory child)."""
+    compile: bool = True
+    """Also time ours through ``torch.compile`` in the training workloads."""
 
     def repeats_or(self, default: int, quick: int) -> int:
         """``--repeats`` if given, else the workload's default (``quick`` under --quick)."""
@@ -195,6 +203,8 @@ class Row:
     figures: list[Figure]
     targets: list[Target]
     ours: str = OURS
+    variants: tuple[str, ...] = ()
+    """Other ways of running ours (compiled): their ratios are printed and kept too."""
     peak_gflops: float | None = None
     """The machine's matmul peak, for the rows that count FLOPs."""
     remark: str = ""
@@ -206,9 +216,10 @@ class Row:
     def figure(self, candidate: str) -> Figure:
         return next(f for f in self.figures if f.candidate == candidate)
 
-    def ratio(self, target: Target) -> float:
+    def ratio(self, target: Target, ours: str | None = None) -> float:
+        """Ours (or the variant ``ours``) / the candidate of ``target``."""
         theirs = self.figure(target.against).value
-        return self.figure(self.ours).value / theirs if theirs else math.inf
+        return self.figure(ours or self.ours).value / theirs if theirs else math.inf
 
     def target_for(self, candidate: str) -> Target | None:
         return next((t for t in self.targets if t.against == candidate), None)
@@ -220,14 +231,17 @@ class Row:
             "description": self.description,
             "ours": self.ours,
             "figures": [f.to_json() for f in self.figures],
+            "variants": list(self.variants),
             "comparisons": [
                 {
+                    "ours": ours,
                     "against": t.against,
-                    "ratio": self.ratio(t),
+                    "ratio": self.ratio(t, ours),
                     "target": t.bound,
                     "higher_is_better": t.higher_is_better,
-                    "met": t.met(self.ratio(t)),
+                    "met": t.met(self.ratio(t, ours)),
                 }
+                for ours in (self.ours, *self.variants)
                 for t in self.targets
             ],
             "matmul_peak_gflop_per_s": self.peak_gflops,
@@ -247,6 +261,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
     parser.add_argument("--json", type=Path, default=None, help="also write every row here")
     parser.add_argument("--quick", action="store_true", help="few runs: checks, not figures")
+    parser.add_argument(
+        "--no-compile", action="store_true", help="skip ours through torch.compile (training)"
+    )
     parser.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if (args.repeats is not None and args.repeats < 1) or args.threads < 1:
@@ -346,6 +363,7 @@ def training_figures(
     each step counting ``flops``; tokens/s counts the targets."""
     inputs, labels = batch
     steps = [training_step(c, inputs, labels) for c in candidates]
+    first = [timed(step)[0] for step in steps]  # compiling, for the compiled candidate
     timings = interleaved(steps, settings.repeats_or(10, quick=2), settings.warmup)
     tokens = labels.numel()
     return [
@@ -355,9 +373,9 @@ def training_figures(
             "tokens/s",
             t,
             gflops(flops, t),
-            f"loss {checked_loss(c, t):.3f}, {parameters(c.model)}",
+            f"loss {checked_loss(c, t):.3f}, {parameters(c.model)}, first step {s:.1f} s",
         )
-        for c, t in zip(candidates, timings, strict=True)
+        for c, t, s in zip(candidates, timings, first, strict=True)
     ]
 
 
@@ -423,8 +441,9 @@ class TorchLM(nn.Module):
 
 
 def lm_candidate(name: str, s: LMShape) -> Candidate:
-    """Ours, ``torch.nn``'s or Hugging Face's LM of shape ``s``, in training mode."""
-    if name == OURS:
+    """Ours (eager or compiled), ``torch.nn``'s or Hugging Face's LM of shape ``s``, in
+    training mode."""
+    if name in (OURS, COMPILED):
         config = ModelConfig(
             arch="decoder",
             vocab_size=s.vocab,
@@ -441,7 +460,8 @@ def lm_candidate(name: str, s: LMShape) -> Candidate:
             max_len=s.context,
         )
         ours = build_model(config).train()
-        return Candidate(name, ours, lambda ids: ours(ids).logits)
+        run = torch.compile(ours) if name == COMPILED else ours
+        return Candidate(name, ours, lambda ids: run(ids).logits)
     if name == TORCH:
         model = TorchLM(s).train()
         return Candidate(name, model, model)
@@ -479,21 +499,33 @@ def lm_train(settings: Settings) -> list[Row]:
     rows = []
     for case, s in LM_SHAPES.items():
         torch.manual_seed(0)
-        candidates = [lm_candidate(name, s) for name in (OURS, TORCH, GPT2)]
+        names = (OURS, TORCH, GPT2, *our_variants(settings))
+        candidates = [lm_candidate(name, s) for name in names]
         description = f"{s}; forward + backward + AdamW; HF attention: {hf_attention(candidates)}"
         figures = training_figures(candidates, lm_batch(s), lm_train_flops(s), settings)
         rows.append(
             Row(
-                "lm-train", case, description, figures, LM_TARGETS, peak_gflops=settings.peak_gflops
+                "lm-train",
+                case,
+                description,
+                figures,
+                LM_TARGETS,
+                variants=our_variants(settings),
+                peak_gflops=settings.peak_gflops,
             )
         )
         print_row(rows[-1])
     return rows
 
 
+def our_variants(settings: Settings) -> tuple[str, ...]:
+    """The other ways of running ours that the training workloads time."""
+    return (COMPILED,) if settings.compile else ()
+
+
 def hf_attention(candidates: list[Candidate]) -> str:
     """The attention implementation of the Hugging Face candidate (eager, sdpa...)."""
-    return candidates[-1].model.config._attn_implementation
+    return next(c.model for c in candidates if c.name in (GPT2, MARIAN)).config._attn_implementation
 
 
 def seeded() -> torch.Generator:
@@ -575,8 +607,8 @@ class TorchSeq2Seq(nn.Module):
         return F.linear(hidden, self.embedding.weight)
 
 
-def seq2seq_candidates(s: Seq2SeqShape) -> list[Candidate]:
-    """Ours, ``torch.nn``'s and Marian, in training mode."""
+def seq2seq_candidates(s: Seq2SeqShape, variants: tuple[str, ...]) -> list[Candidate]:
+    """Ours, ``torch.nn``'s and Marian, in training mode; and ours compiled, if asked."""
     config = ModelConfig(
         arch="seq2seq",
         vocab_size=s.vocab,
@@ -612,7 +644,7 @@ def seq2seq_candidates(s: Seq2SeqShape) -> list[Candidate]:
         forced_eos_token_id=None,
     )
     marian = MarianMTModel(marian_config).train()
-    return [
+    candidates = [
         Candidate(OURS, ours, lambda src, tgt: ours(src, tgt).logits),
         Candidate(TORCH, theirs, theirs),
         Candidate(
@@ -621,6 +653,11 @@ def seq2seq_candidates(s: Seq2SeqShape) -> list[Candidate]:
             lambda src, tgt: marian(input_ids=src, decoder_input_ids=tgt, use_cache=False).logits,
         ),
     ]
+    if COMPILED in variants:
+        fast = build_model(config).train()
+        compiled = torch.compile(fast)
+        candidates.append(Candidate(COMPILED, fast, lambda src, tgt: compiled(src, tgt).logits))
+    return candidates
 
 
 def seq2seq_batch(s: Seq2SeqShape) -> tuple[tuple[Tensor, ...], Tensor]:
@@ -656,7 +693,7 @@ def seq2seq_train_flops(s: Seq2SeqShape) -> float:
 
 def seq2seq_train(settings: Settings) -> list[Row]:
     torch.manual_seed(0)
-    candidates = seq2seq_candidates(SEQ2SEQ)
+    candidates = seq2seq_candidates(SEQ2SEQ, our_variants(settings))
     description = (
         f"{SEQ2SEQ}; post-LN, ReLU, sinusoidal positions, tied embeddings; tokens/s counts "
         f"target tokens; HF attention: {hf_attention(candidates)}"
@@ -669,6 +706,7 @@ def seq2seq_train(settings: Settings) -> list[Row]:
         description,
         figures,
         SEQ2SEQ_TARGETS,
+        variants=our_variants(settings),
         peak_gflops=settings.peak_gflops,
     )
     print_row(row)
@@ -859,26 +897,34 @@ def translation(settings: Settings) -> list[Row]:
     torch.manual_seed(0)
     task, model, which = translation_model()
 
-    def step() -> list[str]:
-        out = translate(task, model, sentences, beam_size=BEAM)
-        if len(out) != len(sentences):
-            raise RuntimeError(f"{len(sentences)} sentences gave {len(out)} translations")
-        return out
+    def run(use_cache: bool) -> Step:
+        def step() -> list[str]:
+            out = translate(task, model, sentences, beam_size=BEAM, use_cache=use_cache)
+            if len(out) != len(sentences):
+                raise RuntimeError(f"{len(sentences)} sentences gave {len(out)} translations")
+            return out
+
+        return step
 
     translate(task, model, sentences[:16], beam_size=BEAM)  # warm-up
-    (timing,) = interleaved([step], settings.repeats_or(3, quick=1))
-    empty = sum(not line for line in timing.last)
+    timings = interleaved([run(True), run(False)], settings.repeats_or(3, quick=1))
+    empty = sum(not line for line in timings[0].last)
     note = f"{len(sentences)} sentences, {empty} empty translations; {parameters(model)}"
-    name = f"{OURS}, KV cache"
-    figure = Figure(name, len(sentences) / timing.median_s, "sentences/s", timing, note=note)
+    differ = sum(a != b for a, b in zip(timings[0].last, timings[1].last, strict=True))
+    cached, uncached = f"{OURS}, KV cache", f"{OURS}, no cache"
+    figures = [
+        Figure(name, len(sentences) / timing.median_s, "sentences/s", timing, note=note)
+        for name, timing in zip((cached, uncached), timings, strict=True)
+    ]
     row = Row(
         "translate",
         f"beam {BEAM}",
         f"Multi30k test_2016_flickr German -> English, {which}, batches of 64 sorted by length",
-        [figure],
-        [],
-        ours=name,
-        remark="ratio to no cache not measured: beam_search has no switch to turn its KV cache off",
+        figures,
+        [Target(uncached, 1.0)],
+        ours=cached,
+        remark=f"{differ} of {len(sentences)} translations differ with and without the cache "
+        "(float rounding can flip a near-tie)",
     )
     print_row(row)
     return [row]
@@ -1028,18 +1074,31 @@ def print_row(row: Row) -> None:
             ratio = row.ratio(target)
             line += f" {ratio:>6.2f}x  {target!s:<8} {'ok' if target.met(ratio) else 'MISSED':<6}"
         print(f"{line}  {f.note}")
+    for variant in row.variants:
+        ratios = []
+        for t in row.targets:
+            ratio = row.ratio(t, variant)
+            ratios.append(f"{ratio:.2f}x {t.against} ({t} {'ok' if t.met(ratio) else 'MISSED'})")
+        print(f"  {variant}: {', '.join(ratios)}")
     if row.remark:
         print(f"  {row.remark}")
 
 
 def print_summary(rows: list[Row]) -> None:
     """Which targets were met, which missed, and whether the figures were noisy."""
-    results = [(row, t, row.ratio(t)) for row in rows for t in row.targets]
-    missed = [(row, t, ratio) for row, t, ratio in results if not t.met(ratio)]
-    if results:
-        print(f"\ntargets: {len(results) - len(missed)} of {len(results)} met")
-    for row, t, ratio in missed:
-        print(f"  MISSED {row.title}: ours / {t.against} {ratio:.2f}x, target {t}")
+    for variant in (None, COMPILED):
+        name = variant or OURS
+        results = [
+            (row, t, row.ratio(t, variant))
+            for row in rows
+            if variant is None or variant in row.variants
+            for t in row.targets
+        ]
+        missed = [(row, t, ratio) for row, t, ratio in results if not t.met(ratio)]
+        if results:
+            print(f"\ntargets of {name}: {len(results) - len(missed)} of {len(results)} met")
+        for row, t, ratio in missed:
+            print(f"  MISSED {row.title}: {name} / {t.against} {ratio:.2f}x, target {t}")
     spreads = [f.spread for row in rows for f in row.figures if f.spread is not None]
     if any(spread > NOISY_SPREAD for spread in spreads):
         print(f"note: spread above {NOISY_SPREAD:.0%}, the machine was busy; rerun when it is idle")
@@ -1070,7 +1129,7 @@ def main() -> None:
     if "translate" in workloads:  # fail now, not after the other workloads
         dataset_file("multi30k", "test_2016_flickr", lang="de")
     peak = matmul_peak_gflops(2 if args.quick else 5)
-    settings = Settings(args.threads, args.quick, args.repeats, peak)
+    settings = Settings(args.threads, args.quick, args.repeats, peak, not args.no_compile)
     print_header(settings, workloads)
     rows = []
     for name in workloads:

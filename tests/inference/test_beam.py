@@ -159,6 +159,24 @@ def test_batched_beam_search_equals_each_sentence_alone(early_stopping: bool) ->
         assert [h.score for h in hyps] == pytest.approx([h.score for h in alone], abs=1e-5)
 
 
+def test_decoding_without_the_cache_gives_the_same_hypotheses() -> None:
+    """The KV cache is an optimisation only: recomputing every prefix finds the same
+    beams with the same scores, and the same greedy outputs."""
+    model = tiny_seq2seq(peaked=1.5)
+    src, mask = sources()
+    eos = emitted_token(model, src, mask)
+    options = dict(bos_id=BOS, eos_id=eos, beam_size=4, n_best=3, max_len=10)
+    cached = beam_search(model, src, mask, **options)
+    recomputed = beam_search(model, src, mask, use_cache=False, **options)
+    for with_cache, without in zip(cached, recomputed, strict=True):
+        assert [h.tokens for h in with_cache] == [h.tokens for h in without]
+        assert [h.score for h in with_cache] == pytest.approx([h.score for h in without], abs=1e-5)
+    greedy = dict(bos_id=BOS, eos_id=eos, max_len=10)
+    assert greedy_decode(model, src, mask, **greedy) == greedy_decode(
+        model, src, mask, use_cache=False, **greedy
+    )
+
+
 def test_searching_on_never_does_worse_than_early_stopping() -> None:
     """Without early stopping the same search goes on, so its best can only improve."""
     model = tiny_seq2seq(peaked=1.0)

@@ -88,6 +88,20 @@ def encode_source(
     return memory, src_mask
 
 
+def next_token_logits(
+    model: nn.Module,
+    prefix: Tensor,
+    new: Tensor,
+    memory: Tensor,
+    src_mask: Tensor,
+    cache: DecoderCache | None,
+) -> Tensor:
+    """Logits ``(rows, vocab)`` for the token after each row of ``prefix``: from the ``new``
+    tokens alone with a cache, else from the whole prefix recomputed."""
+    fed = prefix if cache is None else new
+    return model.decode(fed, memory, src_mask, cache=cache)[0][:, -1]
+
+
 @torch.no_grad()
 def greedy_decode(
     model: nn.Module,
@@ -97,18 +111,22 @@ def greedy_decode(
     bos_id: int,
     eos_id: int,
     max_len: int | None = None,
+    use_cache: bool = True,
 ) -> list[list[int]]:
     """The most likely next token at each step, for every sentence of the batch
-    ``src_ids`` ``(batch, src_len)``; returns the tokens without BOS and eos."""
+    ``src_ids`` ``(batch, src_len)``; returns the tokens without BOS and eos.
+    ``use_cache=False`` recomputes the whole target prefix every step (tests, benchmarks)."""
     memory, src_mask = encode_source(model, src_ids, src_mask)
     limits = length_limits(model, src_mask, max_len)
-    cache = DecoderCache(model.decoder, len(limits), max(limits))
+    cache = DecoderCache(model.decoder, len(limits), max(limits)) if use_cache else None
     outputs: list[list[int]] = [[] for _ in limits]
     done = [False] * len(limits)
-    tokens = torch.full((len(limits), 1), bos_id, device=memory.device)
+    prefix = torch.full((len(limits), 1), bos_id, device=memory.device)
+    tokens = prefix
     for step in range(1, max(limits) + 1):
-        logits = model.decode(tokens, memory, src_mask, cache=cache)[0][:, -1]
+        logits = next_token_logits(model, prefix, tokens, memory, src_mask, cache)
         tokens = logits.argmax(dim=-1, keepdim=True)
+        prefix = torch.cat([prefix, tokens], dim=1)
         for row, token in enumerate(tokens[:, 0].tolist()):
             if done[row]:
                 continue
@@ -133,6 +151,7 @@ def beam_search(
     length_penalty: float = 0.6,
     early_stopping: bool = True,
     n_best: int = 1,
+    use_cache: bool = True,
 ) -> list[list[Hypothesis]]:
     """The ``n_best`` best hypotheses of each sentence of ``src_ids`` ``(batch, src_len)``,
     best first, by beam search with GNMT's length penalty (``alpha = length_penalty``).
@@ -143,7 +162,8 @@ def beam_search(
     first ``beam_size`` (it would have held a beam), and the others fill the beams until
     there are ``beam_size``. A sentence is done when :meth:`Finished.is_done` says so (see
     there for ``early_stopping``); at its max length its live beams are finished as they
-    are. Done sentences leave the batch.
+    are. Done sentences leave the batch. ``use_cache=False`` recomputes every beam's whole
+    prefix each step, for tests and benchmarks.
     """
     if not 1 <= n_best <= beam_size:
         raise ValueError(f"n_best={n_best} must be between 1 and beam_size={beam_size}")
@@ -152,15 +172,16 @@ def beam_search(
     k = beam_size
     beam_rows = torch.arange(len(limits), device=memory.device).repeat_interleave(k)
     memory, src_mask = memory[beam_rows], src_mask[beam_rows]
-    cache = DecoderCache(model.decoder, len(beam_rows), max(limits))
+    cache = DecoderCache(model.decoder, len(beam_rows), max(limits)) if use_cache else None
     finished = [Finished(k, length_penalty) for _ in limits]
     active = list(range(len(limits)))  # sentences still searching; beams i*k .. i*k+k-1
     history: list[list[int]] = [[] for _ in beam_rows]  # tokens of each beam
     scores = torch.full((len(active), k), float("-inf"), device=memory.device)
     scores[:, 0] = 0.0  # all beams start as BOS: keep one, or each hypothesis comes k times
-    tokens = torch.full((len(beam_rows), 1), bos_id, device=memory.device)
+    prefix = torch.full((len(beam_rows), 1), bos_id, device=memory.device)
+    tokens = prefix
     for step in range(1, max(limits) + 1):
-        logits = model.decode(tokens, memory, src_mask, cache=cache)[0][:, -1]
+        logits = next_token_logits(model, prefix, tokens, memory, src_mask, cache)
         total = scores.view(-1, 1) + logits.float().log_softmax(dim=-1)
         vocab = total.shape[-1]
         top, index = total.view(len(active), k * vocab).topk(min(2 * k, k * vocab), dim=1)
@@ -191,10 +212,12 @@ def beam_search(
         if not still_active:
             break
         chosen = torch.tensor([row for row, _, _ in keep], device=memory.device)
-        cache.reorder(chosen)
+        if cache is not None:
+            cache.reorder(chosen)
         memory, src_mask = memory[chosen], src_mask[chosen]
         history = [[*history[row], token] for row, token, _ in keep]
         tokens = torch.tensor([[token] for _, token, _ in keep], device=memory.device)
+        prefix = torch.cat([prefix[chosen], tokens], dim=1)
         scores = torch.tensor([s for _, _, s in keep], device=memory.device).view(-1, k)
         active = still_active
     return [f.hypotheses[:n_best] for f in finished]

@@ -26,10 +26,12 @@ def translate(
     length_penalty: float = 0.6,
     batch_size: int = 64,
     progress: bool = False,
+    use_cache: bool = True,
 ) -> list[str]:
     """The translation of every line. An empty line gives an empty line; a line longer than
     the model's ``data.max_len`` tokens is cut to it, with a warning. Hypotheses may run to
-    50 tokens more than their source (the decoders' default), whatever the batch."""
+    50 tokens more than their source (the decoders' default), whatever the batch.
+    ``use_cache=False`` decodes without the KV cache (for benchmarks)."""
     source, target = task.source_tokenizer(), task.target_tokenizer()
     limit = task.data.max_len
     encoded = source.encode_batch(list(lines), add_eos=True)
@@ -62,6 +64,7 @@ def translate(
                     eos_id=target.eos_id,
                     beam_size=beam_size,
                     length_penalty=length_penalty,
+                    use_cache=use_cache,
                 )
             ]
         else:
@@ -71,6 +74,7 @@ def translate(
                 src_mask,
                 bos_id=target.bos_id,
                 eos_id=target.eos_id,
+                use_cache=use_cache,
             )
         for i, tokens in zip(rows, best, strict=True):
             results[i] = target.decode(tokens)

@@ -86,6 +86,8 @@ class Trainer:
         else:
             torch.manual_seed(config.seed + self.dist.rank)
         network = self.dist.wrap(self.model)
+        if config.compile:
+            network = torch.compile(network)  # weights shared: checkpoints see self.model
         bar = tqdm(
             total=config.max_steps,
             initial=self.state["step"],
