@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from helpers import set_options
 from scratchformer.cli import main
@@ -117,3 +118,11 @@ def test_real_process_exit_status_and_stderr(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert_one_line_error(result.returncode, result.stderr, "missing.toml")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_asking_for_a_gpu_without_one_is_a_clear_error(tmp_path: Path, capsys) -> None:
+    args = ["train", str(RECIPES / "copy.toml"), "--out", str(tmp_path / "run")]
+    status, _, err = run(capsys, "--device", "cuda", *args)
+    assert_one_line_error(status, err, "--device cuda: PyTorch sees no CUDA device")
+    assert not (tmp_path / "run").exists()

@@ -33,7 +33,7 @@ from .tasks import (
     TranslationTask,
 )
 from .training.checkpoint import METRICS_FILE, TRAINER_STATE, atomic_write, atomic_write_text
-from .training.distributed import Distributed, default_device, setup
+from .training.distributed import DEVICES, Distributed, default_device, setup
 from .training.trainer import Trainer, TrainingError
 from .viz import (
     KINDS,
@@ -58,7 +58,7 @@ def train(args: argparse.Namespace) -> int:
         raise UsageError(f"{run_dir} holds no checkpoint to resume; train without --resume")
     if not args.resume and started:
         raise UsageError(f"{run_dir} already holds a run: add --resume, or choose another --out")
-    dist = setup()
+    dist = setup(args.device)
     try:
         task, recipe = _prepare_run(args, run_dir, dist)
         if recipe.train.threads is not None:
@@ -90,7 +90,7 @@ def _prepare_run(args: argparse.Namespace, run_dir: Path, dist: Distributed) -> 
 def evaluate(args: argparse.Namespace) -> int:
     """``scratchformer eval DIR [--split val|test | --data FILE]``: JSON metrics."""
     task, model = load_run(Path(args.run))
-    device = default_device()
+    device = default_device(args.device)
     metrics = task.evaluate(model.to(device), args.split, args.data, device=device)
     if isinstance(task, TranslationTask):  # scores of real decoding, not teacher forcing
         pairs = task.read(args.split, args.data)
@@ -114,7 +114,7 @@ def _run_of(args: argparse.Namespace, kinds: tuple[type[Task], ...], command: st
     if not isinstance(task, kinds):
         wanted = " or ".join(kind.name for kind in kinds)
         raise UsageError(f"{args.run} is a {task.name!r} run; {command} needs a {wanted} run")
-    return task, model.to(default_device())
+    return task, model.to(default_device(args.device))
 
 
 def _input_lines() -> list[str]:
@@ -227,7 +227,7 @@ def attention(args: argparse.Namespace) -> int:
     if not html:
         _check_picture_format(out)
     task, model = load_run(Path(args.run), need_head=False)
-    maps = capture_attention(task, model.to(default_device()), args.text, args.target)
+    maps = capture_attention(task, model.to(default_device(args.device)), args.text, args.target)
     title = f"{Path(args.run).name}: {args.text}"
     if html:
         atomic_write_text(out, attention_page(maps, title=title))
@@ -289,6 +289,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"scratchformer {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     parser.add_argument("--quiet", action="store_true", help="no progress bar or log lines")
+    parser.add_argument(
+        "--device",
+        choices=DEVICES,
+        default="auto",
+        help="where to run (default: auto, the GPU when PyTorch sees one)",
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = commands.add_parser("train", help="train a model from a TOML recipe")

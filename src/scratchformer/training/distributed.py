@@ -59,18 +59,30 @@ class Distributed:
             dist.destroy_process_group()
 
 
-def default_device() -> torch.device:
-    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+DEVICES = ("auto", "cpu", "cuda")
 
 
-def setup() -> Distributed:
-    """Join the process group that torchrun describes in the environment, if any."""
+def default_device(choice: str = "auto") -> torch.device:
+    """Where to run: the GPU when ``choice`` is ``cuda`` or, under ``auto``, when PyTorch
+    sees one; else the CPU."""
+    if choice not in DEVICES:
+        raise ValueError(f"--device {choice}: must be one of {', '.join(DEVICES)}")
+    if choice == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: PyTorch sees no CUDA device (use --device cpu)")
+    use_cuda = choice == "cuda" or (choice == "auto" and torch.cuda.is_available())
+    return torch.device("cuda") if use_cuda else CPU
+
+
+def setup(device: str = "auto") -> Distributed:
+    """Join the process group that torchrun describes in the environment, if any, on the
+    ``device`` kind (see :func:`default_device`): one GPU per process, or CPU processes."""
+    kind = default_device(device)
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if world_size <= 1:
-        return Distributed(device=default_device())
+        return Distributed(device=kind)
     rank = int(os.environ["RANK"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if torch.cuda.is_available():
+    if kind.type == "cuda":
         torch.cuda.set_device(local_rank)
         device = torch.device("cuda", local_rank)
         backend = "nccl"
