@@ -72,6 +72,15 @@ ROWS = {
             1.70,
             higher_is_better=False,
         ),
+        Row(
+            "shakespeare-char-large",
+            "shakespeare-char-large",
+            "loss",
+            "val",
+            30,
+            1.50,
+            higher_is_better=False,
+        ),
         Row("multi30k-de-en", "multi30k-de-en", "bleu_tokenized_lc", "test", 30, 36.0),
         Row(
             "multi30k-en-de",

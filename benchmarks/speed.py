@@ -28,7 +28,8 @@ random inputs, with random weights (translation excepted):
   (``scratchformer.inference.translate``, as ``scratchformer translate`` does), by the
   trained ``multi30k-de-en`` run, or by a random model of that recipe's shape when no run
   is there (hypotheses then run to their length limit); with the KV cache and without it
-  (every beam's prefix recomputed each step); how many translations differ is printed.
+  (every beam's prefix recomputed each step, timed once); how many translations differ is
+  printed.
 - ``memory``: the peak resident memory (max RSS: Linux's ``VmHWM``) of training step B
   and of generation at batch 8, each candidate in a fresh process. The figure compared is
   the growth: the peak at the end of the runs minus the peak after imports, model
@@ -907,7 +908,8 @@ def translation(settings: Settings) -> list[Row]:
         return step
 
     translate(task, model, sentences[:16], beam_size=BEAM)  # warm-up
-    timings = interleaved([run(True), run(False)], settings.repeats_or(3, quick=1))
+    repeats = settings.repeats_or(3, quick=1)
+    timings = interleaved([run(True), run(False)], [repeats, 1])  # without: minutes a run
     empty = sum(not line for line in timings[0].last)
     note = f"{len(sentences)} sentences, {empty} empty translations; {parameters(model)}"
     differ = sum(a != b for a, b in zip(timings[0].last, timings[1].last, strict=True))

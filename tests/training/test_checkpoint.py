@@ -400,7 +400,7 @@ def test_a_writer_killed_at_random_moments_leaves_a_consistent_checkpoint(tmp_pa
         )
         for _ in range(3)
     ]
-    watchdog = threading.Timer(60, lambda: [writer.kill() for writer in writers])
+    watchdog = threading.Timer(300, lambda: [writer.kill() for writer in writers])
     watchdog.start()
     moments = random.Random(0)
     saved = 0
