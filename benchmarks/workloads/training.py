@@ -1,0 +1,95 @@
+"""The pieces the workloads share: candidates, training steps and their figures, seeds."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from scratchformer import count_parameters
+from timing import Step, Timing, interleaved, timed
+from workloads.flops import gflops
+from workloads.report import COMPILED, GPT2, MARIAN, Figure, Settings
+
+LR = 1e-4
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A model and how to get its logits from the inputs of the case."""
+
+    name: str
+    model: nn.Module
+    logits: Callable[..., Tensor]
+
+
+def training_step(candidate: Candidate, inputs: tuple[Tensor, ...], targets: Tensor) -> Step:
+    """One step: clear gradients, logits, cross-entropy against ``targets``, backward,
+    AdamW. The step returns the loss."""
+    optimizer = torch.optim.AdamW(candidate.model.parameters(), lr=LR)
+
+    def step() -> float:
+        optimizer.zero_grad(set_to_none=True)
+        logits = candidate.logits(*inputs)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    return step
+
+
+def checked_loss(candidate: Candidate, timing: Timing) -> float:
+    """The loss of the last timed step; raise unless it is finite."""
+    if not math.isfinite(timing.last):
+        raise RuntimeError(f"{candidate.name}: loss {timing.last} is not finite")
+    return timing.last
+
+
+def parameters(model: nn.Module) -> str:
+    return f"{count_parameters(model, trainable_only=True) / 1e6:.2f}M parameters"
+
+
+def training_figures(
+    candidates: list[Candidate],
+    batch: tuple[tuple[Tensor, ...], Tensor],
+    flops: float,
+    settings: Settings,
+) -> list[Figure]:
+    """Time the training steps of ``candidates`` on the same ``batch`` (inputs, targets),
+    each step counting ``flops``; tokens/s counts the targets."""
+    inputs, labels = batch
+    steps = [training_step(c, inputs, labels) for c in candidates]
+    first = [timed(step)[0] for step in steps]  # compiling, for the compiled candidate
+    timings = interleaved(steps, settings.repeats_or(10, quick=2), settings.warmup)
+    tokens = labels.numel()
+    return [
+        Figure(
+            c.name,
+            tokens / t.median_s,
+            "tokens/s",
+            t,
+            gflops(flops, t),
+            f"loss {checked_loss(c, t):.3f}, {parameters(c.model)}, first step {s:.1f} s",
+        )
+        for c, t, s in zip(candidates, timings, first, strict=True)
+    ]
+
+
+def our_variants(settings: Settings) -> tuple[str, ...]:
+    """The other ways of running ours that the training workloads time."""
+    return (COMPILED,) if settings.compile else ()
+
+
+def hf_attention(candidates: list[Candidate]) -> str:
+    """The attention implementation of the Hugging Face candidate (eager, sdpa...)."""
+    return next(c.model for c in candidates if c.name in (GPT2, MARIAN)).config._attn_implementation
+
+
+def seeded() -> torch.Generator:
+    """The same random inputs for every workload and every run of this script."""
+    return torch.Generator().manual_seed(0)
