@@ -214,7 +214,8 @@ def print_row(row: Row) -> None:
 
 def print_summary(rows: list[Row]) -> None:
     """Which targets were met, which missed, and whether the figures were noisy."""
-    for variant in (None, COMPILED):
+    variants = dict.fromkeys(variant for row in rows for variant in row.variants)
+    for variant in (None, *variants):
         name = variant or OURS
         results = [
             (row, t, row.ratio(t, variant))

@@ -88,20 +88,6 @@ def encode_source(
     return memory, src_mask
 
 
-def next_token_logits(
-    model: nn.Module,
-    prefix: Tensor,
-    new: Tensor,
-    memory: Tensor,
-    src_mask: Tensor,
-    cache: DecoderCache | None,
-) -> Tensor:
-    """Logits ``(rows, vocab)`` for the token after each row of ``prefix``: from the ``new``
-    tokens alone with a cache, else from the whole prefix recomputed."""
-    fed = prefix if cache is None else new
-    return model.decode(fed, memory, src_mask, cache=cache)[0][:, -1]
-
-
 @torch.no_grad()
 def greedy_decode(
     model: nn.Module,
@@ -121,12 +107,14 @@ def greedy_decode(
     cache = DecoderCache(model.decoder, len(limits), max(limits)) if use_cache else None
     outputs: list[list[int]] = [[] for _ in limits]
     done = [False] * len(limits)
-    prefix = torch.full((len(limits), 1), bos_id, device=memory.device)
-    tokens = prefix
+    tokens = torch.full((len(limits), 1), bos_id, device=memory.device)
+    prefix = tokens  # the whole target so far: the decoder's input when there is no cache
     for step in range(1, max(limits) + 1):
-        logits = next_token_logits(model, prefix, tokens, memory, src_mask, cache)
+        fed = tokens if cache is not None else prefix
+        logits = model.decode(fed, memory, src_mask, cache=cache)[0][:, -1]
         tokens = logits.argmax(dim=-1, keepdim=True)
-        prefix = torch.cat([prefix, tokens], dim=1)
+        if cache is None:
+            prefix = torch.cat([prefix, tokens], dim=1)
         for row, token in enumerate(tokens[:, 0].tolist()):
             if done[row]:
                 continue
@@ -178,10 +166,11 @@ def beam_search(
     history: list[list[int]] = [[] for _ in beam_rows]  # tokens of each beam
     scores = torch.full((len(active), k), float("-inf"), device=memory.device)
     scores[:, 0] = 0.0  # all beams start as BOS: keep one, or each hypothesis comes k times
-    prefix = torch.full((len(beam_rows), 1), bos_id, device=memory.device)
-    tokens = prefix
+    tokens = torch.full((len(beam_rows), 1), bos_id, device=memory.device)
     for step in range(1, max(limits) + 1):
-        logits = next_token_logits(model, prefix, tokens, memory, src_mask, cache)
+        if cache is None:  # every beam's whole prefix, recomputed
+            tokens = torch.tensor([[bos_id, *beam] for beam in history], device=memory.device)
+        logits = model.decode(tokens, memory, src_mask, cache=cache)[0][:, -1]
         total = scores.view(-1, 1) + logits.float().log_softmax(dim=-1)
         vocab = total.shape[-1]
         top, index = total.view(len(active), k * vocab).topk(min(2 * k, k * vocab), dim=1)
@@ -217,7 +206,6 @@ def beam_search(
         memory, src_mask = memory[chosen], src_mask[chosen]
         history = [[*history[row], token] for row, token, _ in keep]
         tokens = torch.tensor([[token] for _, token, _ in keep], device=memory.device)
-        prefix = torch.cat([prefix[chosen], tokens], dim=1)
         scores = torch.tensor([s for _, _, s in keep], device=memory.device).view(-1, k)
         active = still_active
     return [f.hypotheses[:n_best] for f in finished]
