@@ -3,6 +3,7 @@ import torch
 from torch import nn
 
 from scratchformer.nn import DecoderLayer, EncoderLayer, causal_mask, combine_masks, padding_mask
+from scratchformer.nn.packing import Packing
 from torch_reference import copy_decoder_layer, copy_encoder_layer, lengths_mask, torch_mask
 
 TOL = 1e-5
@@ -37,6 +38,9 @@ def test_encoder_layer_matches_torch(norm_first: bool, activation: str) -> None:
     for need_weights in (False, True):
         out, _ = ours(x, mask=padding_mask(real), need_weights=need_weights)
         torch.testing.assert_close(out[real], expected[real], atol=TOL, rtol=0)
+    packing = Packing.of(real)
+    packed, _ = ours(packing.pack(x), mask=padding_mask(real), packing=packing)
+    torch.testing.assert_close(packed, expected[real], atol=TOL, rtol=0)
 
 
 @pytest.mark.parametrize(("norm_first", "activation"), VARIANTS)

@@ -3,6 +3,7 @@ checkpoint, early stopping, a NaN loss, and what the run directory holds."""
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -12,10 +13,10 @@ from safetensors.torch import load_file
 
 from helpers import set_options
 from scratchformer.cli import main
-from scratchformer.config import Recipe
+from scratchformer.config import ModelConfig, Recipe, TrainConfig
 from scratchformer.models import build_model
 from scratchformer.tasks import build_task
-from scratchformer.training.trainer import Trainer, TrainingError
+from scratchformer.training.trainer import Trainer, TrainingError, build_optimizer
 
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "copy.toml"
 TINY = [
@@ -195,3 +196,37 @@ def test_train_compile_computes_what_the_eager_model_computes(tmp_path: Path, da
     one_lm_step(tmp_path / "compiled", "train.batch_size=4", "train.compile=true")
     lines = (tmp_path / "compiled" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in lines] == [1, 1]  # trained, evaluated
+
+
+def test_the_optimizer_takes_the_steps_of_torch_adamw() -> None:
+    """The trainer's fused AdamW makes the updates of ``torch.optim.AdamW``'s loop over
+    parameters, with weight decay on matrices and none on biases and norm gains."""
+    torch.manual_seed(0)
+    model = build_model(
+        ModelConfig(
+            arch="decoder", vocab_size=50, d_model=32, d_ff=64, n_heads=2, n_layers=2, max_len=16
+        )
+    )
+    reference = copy.deepcopy(model)
+    config = TrainConfig(lr=1e-2, weight_decay=0.1, adam_beta2=0.99, adam_eps=1e-8)
+    fused = build_optimizer(model, config)
+    assert all(group["fused"] for group in fused.param_groups)
+    parameters = list(reference.parameters())
+    loop = torch.optim.AdamW(
+        [
+            {"params": [p for p in parameters if p.dim() >= 2], "weight_decay": 0.1},
+            {"params": [p for p in parameters if p.dim() < 2], "weight_decay": 0.0},
+        ],
+        lr=1e-2,
+        betas=(0.9, 0.99),
+        eps=1e-8,
+        foreach=False,
+    )
+    for _ in range(3):
+        for ours, theirs in zip(model.parameters(), parameters, strict=True):
+            ours.grad = torch.randn_like(ours)
+            theirs.grad = ours.grad.clone()
+        fused.step()
+        loop.step()
+    for (name, ours), theirs in zip(model.named_parameters(), parameters, strict=True):
+        torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=1e-6, msg=name)

@@ -6,6 +6,7 @@ from torch import Tensor, nn
 
 from ..config import ModelConfig
 from ..nn import EncoderLayer, padding_mask
+from ..nn.packing import packing_for
 from .base import ModelOutput, embedding_for, final_norm, init_linear_weights, layer_kwargs
 from .heads import Pooler, SequenceHead, TokenClassificationHead
 
@@ -27,17 +28,23 @@ class Encoder(nn.Module):
         need_weights: bool = False,
     ) -> tuple[Tensor, list[Tensor]]:
         """``x``: embedded input ``(batch, seq, d_model)``; ``attention_mask``: ``(batch, seq)``,
-        1/True at real tokens. Returns the hidden states and the per-layer weights (empty
-        unless ``need_weights``)."""
+        1/True at real tokens. Returns the hidden states (zeros at padding) and the
+        per-layer weights (empty unless ``need_weights``).
+
+        The layers skip padding: they run on the packed real tokens, and only attention
+        sees the padded shape (see :mod:`scratchformer.nn.packing`)."""
         mask = None if attention_mask is None else padding_mask(attention_mask)
+        packing = None if need_weights else packing_for(attention_mask)
+        if packing is not None:
+            x = packing.pack(x)
         weights = []
         for layer in self.layers:
-            x, w = layer(x, mask=mask, need_weights=need_weights)
+            x, w = layer(x, mask=mask, need_weights=need_weights, packing=packing)
             if w is not None:
                 weights.append(w)
         if self.norm is not None:
             x = self.norm(x)
-        return x, weights
+        return (x, weights) if packing is None else (packing.unpack(x), weights)
 
 
 class EncoderModel(nn.Module):

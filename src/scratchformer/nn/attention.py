@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .masks import causal_mask, combine_masks
+from .packing import Packing
 
 
 class SelfAttentionCache(Protocol):
@@ -90,32 +91,41 @@ class MultiHeadAttention(nn.Module):
         is_causal: bool = False,
         need_weights: bool = False,
         cache: SelfAttentionCache | CrossAttentionCache | None = None,
+        packing: Packing | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """``x``: ``(batch, q_len, d_model)``; ``source``: the encoder output for
         cross-attention. ``is_causal`` adds a causal mask to ``mask`` (aligned to the last
-        keys when a cache makes keys outnumber queries). Returns the output and, if
-        ``need_weights``, the per-head weights ``(batch, heads, q_len, k_len)``."""
-        q, k, v = self.project(x, source, cache)
+        keys when a cache makes keys outnumber queries). With ``packing``, ``x`` and the
+        output are the packed real tokens ``(tokens, d_model)`` of a padded batch. Returns
+        the output and, if ``need_weights``, the per-head weights
+        ``(batch, heads, q_len, k_len)``."""
+        q, k, v = self.project(x, source, cache, packing)
         out, weights = self.attend(q, k, v, mask, is_causal, need_weights)
-        return self.out_proj(self.merge_heads(out)), weights
+        out = self.merge_heads(out)
+        return self.out_proj(out if packing is None else packing.pack(out)), weights
 
     def project(
         self,
         x: Tensor,
         source: Tensor | None = None,
         cache: SelfAttentionCache | CrossAttentionCache | None = None,
+        packing: Packing | None = None,
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Queries, keys and values, each ``(batch, heads, len, d_head)``. With a cache,
         self-attention appends the new keys and values to it and attends to all of them;
-        cross-attention projects the source once and reuses it."""
+        cross-attention projects the source once and reuses it. Self-attention projects
+        packed tokens (``packing``) before unpacking them."""
         if self.cross:
+            if packing is not None:
+                raise ValueError("cross-attention takes no packed tokens")
             q = self.split_heads(self.q_proj(x), 1)[0]
             if cache is not None:
                 return q, *cache.get(lambda: self.project_kv(self._source(source)))  # type: ignore[union-attr]
             return q, *self.project_kv(self._source(source))
         if source is not None:
             raise ValueError("self-attention takes no source; build with cross=True")
-        q, k, v = self.split_heads(self.qkv_proj(x), 3)
+        qkv = self.qkv_proj(x)
+        q, k, v = self.split_heads(qkv if packing is None else packing.unpack(qkv), 3)
         if cache is not None:
             k, v = cache.append(k, v)  # type: ignore[union-attr]
         return q, k, v

@@ -13,6 +13,7 @@ from torch import Tensor, nn
 from .attention import CrossAttentionCache, MultiHeadAttention, SelfAttentionCache
 from .feedforward import FeedForward
 from .norm import LayerNorm
+from .packing import Packing
 
 
 class EncoderLayer(nn.Module):
@@ -44,10 +45,12 @@ class EncoderLayer(nn.Module):
         mask: Tensor | None = None,
         is_causal: bool = False,
         need_weights: bool = False,
+        packing: Packing | None = None,
     ) -> tuple[Tensor, Tensor | None]:
-        """``x``: ``(batch, len, d_model)``; ``mask``: True = may attend. Returns the new ``x``
-        and, if ``need_weights``, the attention weights ``(batch, heads, len, len)``."""
-        x, weights = self._self_attention(x, mask, is_causal, need_weights)
+        """``x``: ``(batch, len, d_model)``, or with ``packing`` the packed real tokens
+        ``(tokens, d_model)``; ``mask``: True = may attend. Returns the new ``x`` and, if
+        ``need_weights``, the attention weights ``(batch, heads, len, len)``."""
+        x, weights = self._self_attention(x, mask, is_causal, need_weights, packing=packing)
         return self._feed_forward(x), weights
 
     def _sublayer_input(self, norm: LayerNorm, x: Tensor) -> Tensor:
@@ -64,6 +67,7 @@ class EncoderLayer(nn.Module):
         is_causal: bool,
         need_weights: bool,
         cache: SelfAttentionCache | None = None,
+        packing: Packing | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         h, weights = self.self_attn(
             self._sublayer_input(self.self_attn_norm, x),
@@ -71,6 +75,7 @@ class EncoderLayer(nn.Module):
             is_causal=is_causal,
             need_weights=need_weights,
             cache=cache,
+            packing=packing,
         )
         return self._residual(self.self_attn_norm, x, h), weights
 
