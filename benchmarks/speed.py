@@ -36,9 +36,12 @@ random inputs, with random weights (translation excepted):
   construction and inputs (activations, gradients, optimizer state, caches, workspace);
   the total peak is printed beside it. Every child imports the same modules.
 
-The training workloads also time ours through ``torch.compile`` (what ``train.compile``
-does; ``--no-compile`` skips it): its ratios are printed on a line of their own, and the
-first step of every candidate, which for this one includes compiling, is in its note.
+Every candidate steps ``torch.optim.AdamW`` with its defaults. The training workloads
+also time two variants of ours, whose ratios are printed on lines of their own: stepped by
+the trainer's optimizer (torch's fused AdamW, what ``scratchformer train`` runs), and
+through ``torch.compile`` (what ``train.compile`` does; ``--no-compile`` skips it). The
+first step of every candidate, which for the compiled one includes compiling, is in its
+note.
 
 Why: the project claims to be fast on a laptop CPU; these workloads make the claim
 testable against the two implementations a user would otherwise pick. The targets, ours /

@@ -11,8 +11,26 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from scratchformer import ModelConfig, build_model
 from workloads.flops import attention_flops, layer_matmul_params, train_flops
-from workloads.report import COMPILED, GPT2, OURS, TORCH, Row, Settings, Target, print_row
-from workloads.training import Candidate, hf_attention, our_variants, seeded, training_figures
+from workloads.report import (
+    COMPILED,
+    GPT2,
+    OURS,
+    TORCH,
+    TRAINER_ADAMW,
+    Row,
+    Settings,
+    Target,
+    print_row,
+)
+from workloads.training import (
+    Candidate,
+    hf_attention,
+    our_variants,
+    seeded,
+    torch_adamw,
+    trainer_adamw,
+    training_figures,
+)
 
 
 @dataclass(frozen=True)
@@ -76,7 +94,7 @@ class TorchLM(nn.Module):
 def lm_candidate(name: str, s: LMShape) -> Candidate:
     """Ours (eager or compiled), ``torch.nn``'s or Hugging Face's LM of shape ``s``, in
     training mode."""
-    if name in (OURS, COMPILED):
+    if name in (OURS, COMPILED, TRAINER_ADAMW):
         config = ModelConfig(
             arch="decoder",
             vocab_size=s.vocab,
@@ -94,7 +112,8 @@ def lm_candidate(name: str, s: LMShape) -> Candidate:
         )
         ours = build_model(config).train()
         run = torch.compile(ours) if name == COMPILED else ours
-        return Candidate(name, ours, lambda ids: run(ids).logits)
+        optimizer = trainer_adamw if name == TRAINER_ADAMW else torch_adamw
+        return Candidate(name, ours, lambda ids: run(ids).logits, optimizer)
     if name == TORCH:
         model = TorchLM(s).train()
         return Candidate(name, model, model)

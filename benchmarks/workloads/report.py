@@ -16,6 +16,9 @@ from workloads.flops import PEAK_SIZE
 OURS, TORCH = "ours", "torch.nn"
 COMPILED = "ours, compiled"
 """Ours through ``torch.compile`` (``train.compile``); its first step includes compiling."""
+TRAINER_ADAMW = "ours, fused AdamW"
+"""Ours stepped by the trainer's optimizer, torch's fused AdamW; every other candidate runs
+``torch.optim.AdamW`` with its defaults (a loop over parameters on CPU)."""
 GPT2, MARIAN = "HF GPT-2", "HF Marian"
 NOISY_SPREAD = 0.20
 QUICK_NEW_TOKENS = 32

@@ -12,8 +12,25 @@ from transformers import MarianConfig, MarianMTModel
 from scratchformer import ModelConfig, build_model
 from scratchformer.nn.embedding import sinusoidal_table
 from workloads.flops import attention_flops, layer_matmul_params, train_flops
-from workloads.report import COMPILED, MARIAN, OURS, TORCH, Row, Settings, Target, print_row
-from workloads.training import Candidate, hf_attention, our_variants, seeded, training_figures
+from workloads.report import (
+    COMPILED,
+    MARIAN,
+    OURS,
+    TORCH,
+    TRAINER_ADAMW,
+    Row,
+    Settings,
+    Target,
+    print_row,
+)
+from workloads.training import (
+    Candidate,
+    hf_attention,
+    our_variants,
+    seeded,
+    trainer_adamw,
+    training_figures,
+)
 
 
 @dataclass(frozen=True)
@@ -133,6 +150,13 @@ def seq2seq_candidates(s: Seq2SeqShape, variants: tuple[str, ...]) -> list[Candi
             lambda src, tgt: marian(input_ids=src, decoder_input_ids=tgt, use_cache=False).logits,
         ),
     ]
+    if TRAINER_ADAMW in variants:
+        stepped = build_model(config).train()
+        candidates.append(
+            Candidate(
+                TRAINER_ADAMW, stepped, lambda src, tgt: stepped(src, tgt).logits, trainer_adamw
+            )
+        )
     if COMPILED in variants:
         fast = build_model(config).train()
         compiled = torch.compile(fast)

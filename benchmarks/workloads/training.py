@@ -11,26 +11,37 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from scratchformer import count_parameters
+from scratchformer.config import TrainConfig
+from scratchformer.training.trainer import build_optimizer
 from timing import Step, Timing, interleaved, timed
 from workloads.flops import gflops
-from workloads.report import COMPILED, GPT2, MARIAN, Figure, Settings
+from workloads.report import COMPILED, GPT2, MARIAN, TRAINER_ADAMW, Figure, Settings
 
 LR = 1e-4
 
 
+def torch_adamw(model: nn.Module) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(model.parameters(), lr=LR)
+
+
+def trainer_adamw(model: nn.Module) -> torch.optim.Optimizer:
+    return build_optimizer(model, TrainConfig(lr=LR))
+
+
 @dataclass(frozen=True)
 class Candidate:
-    """A model and how to get its logits from the inputs of the case."""
+    """A model, how to get its logits from the inputs of the case, and its optimiser."""
 
     name: str
     model: nn.Module
     logits: Callable[..., Tensor]
+    optimizer: Callable[[nn.Module], torch.optim.Optimizer] = torch_adamw
 
 
 def training_step(candidate: Candidate, inputs: tuple[Tensor, ...], targets: Tensor) -> Step:
     """One step: clear gradients, logits, cross-entropy against ``targets``, backward,
     AdamW. The step returns the loss."""
-    optimizer = torch.optim.AdamW(candidate.model.parameters(), lr=LR)
+    optimizer = candidate.optimizer(candidate.model)
 
     def step() -> float:
         optimizer.zero_grad(set_to_none=True)
@@ -82,7 +93,7 @@ def training_figures(
 
 def our_variants(settings: Settings) -> tuple[str, ...]:
     """The other ways of running ours that the training workloads time."""
-    return (COMPILED,) if settings.compile else ()
+    return (TRAINER_ADAMW, COMPILED) if settings.compile else (TRAINER_ADAMW,)
 
 
 def hf_attention(candidates: list[Candidate]) -> str:
