@@ -21,7 +21,10 @@ PERCENT = ("accuracy", "exact_match", "entity_f1")
 
 
 def shown(metric: str, value: float) -> str:
-    return f"{100 * value:.1f}%" if metric in PERCENT else f"{value:.3f}".rstrip("0").rstrip(".")
+    if metric in PERCENT:
+        return f"{100 * value:.1f}%"
+    digits = 2 if metric.startswith("bleu") else 3
+    return f"{value:.{digits}f}".rstrip("0").rstrip(".")
 
 
 def row(result: dict[str, Any]) -> str:

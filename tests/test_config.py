@@ -141,6 +141,8 @@ def test_data_and_train_validation() -> None:
         TrainConfig(warmup_steps=-1)
     with pytest.raises(ValueError, match=r"label_smoothing=1.5 must be in \[0, 1\)"):
         TrainConfig(label_smoothing=1.5)
+    with pytest.raises(ValueError, match=r"token_dropout=1.0 must be in \[0, 1\)"):
+        TrainConfig(token_dropout=1.0)
     with pytest.raises(ValueError, match=r"text_columns=.* must name one column or a pair"):
         DataConfig(text_columns=[1, 2, 3])
     assert DataConfig(text_columns=["sentence1", 7]).text_columns == ["sentence1", 7]

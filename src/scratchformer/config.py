@@ -316,6 +316,10 @@ class TrainConfig(ConfigBase):
     adam_beta2: float = 0.98
     adam_eps: float = 1e-9
     label_smoothing: float = 0.0
+    token_dropout: float = 0.0
+    """Encoder tasks: the chance that each input token of a training batch (not the special
+    ones) is replaced by the unknown token, so that the model learns to read context (the
+    word dropout of taggers trained from scratch)."""
     grad_clip: float | None = 1.0
     precision: str = "fp32"
     """``bf16`` runs forward passes under bfloat16 autocast."""
@@ -344,7 +348,9 @@ class TrainConfig(ConfigBase):
         _one_of(self, "precision", PRECISIONS)
         _require(self.warmup_steps >= 0, f"warmup_steps={self.warmup_steps} must be >= 0")
         _require(self.weight_decay >= 0, f"weight_decay={self.weight_decay} must be >= 0")
-        _in_unit_interval(self, "adam_beta1", "adam_beta2", "label_smoothing", "min_lr_ratio")
+        _in_unit_interval(
+            self, "adam_beta1", "adam_beta2", "label_smoothing", "min_lr_ratio", "token_dropout"
+        )
         _positive(self, "adam_eps")
 
 

@@ -61,6 +61,32 @@ def test_tagging_labels_first_subwords_and_checks_tags(tmp_path: Path) -> None:
         task.examples("val")
 
 
+def test_token_dropout_hides_only_real_tokens_of_training_batches(tmp_path: Path) -> None:
+    train = tmp_path / "train.txt"
+    sentences = [f"w{i} O\nx{i} B-LOC\ny{i} O\nz{i} O\n" for i in range(64)]
+    train.write_text("\n".join(sentences))
+    data = {"train": str(train), "val": str(train), "tokenizer": "wordpiece", "vocab_size": 300}
+    settings = {"batch_size": 64, "token_dropout": 0.3, "seed": 5}
+    task = build_task(recipe("tagging", data=data, train=settings))
+    task.prepare()
+    plain = build_task(recipe("tagging", data=data, train={**settings, "token_dropout": 0.0}))
+    plain.prepare()
+    batch, clean = task.global_batch(0, 1), plain.global_batch(0, 1)
+    unk, specials = task.tokenizer().unk_id, list(task.tokenizer().special_ids)
+    ids, clean_ids = batch.inputs["input_ids"], clean.inputs["input_ids"]
+    dropped = ids.ne(clean_ids)
+    assert ids[dropped].eq(unk).all()
+    assert not dropped[torch.isin(clean_ids, torch.tensor(specials))].any()
+    real = clean.inputs["attention_mask"].sum().item()
+    assert 0.2 < dropped.sum().item() / real < 0.4  # about 30% of the real tokens
+    assert torch.equal(batch.targets, clean.targets)
+    assert torch.equal(task.global_batch(0, 1).inputs["input_ids"], ids)  # a function of the step
+    evaluated, clean_evaluated = next(task.eval_batches("val")), next(plain.eval_batches("val"))
+    assert torch.equal(evaluated.inputs["input_ids"], clean_evaluated.inputs["input_ids"])
+    with pytest.raises(ValueError, match=r"token_dropout=0.1: only encoder tasks"):
+        build_task(recipe("lm", train={"token_dropout": 0.1}))
+
+
 def test_translation_shifts_targets_and_masks_padding(tmp_path: Path) -> None:
     source, target = tmp_path / "src.txt", tmp_path / "tgt.txt"
     source.write_text("ein Haus\nzwei kleine Katzen\n")

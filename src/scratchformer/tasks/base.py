@@ -70,6 +70,11 @@ class Task(ABC):
         """By file stem: ``tokenizer``, or ``tokenizer-src`` and ``tokenizer-tgt``."""
         self.pretrained_tokenizer: Tokenizer | None = None
         """Set before :meth:`prepare` to fine-tune with a pretrained model's tokenizer."""
+        if recipe.train.token_dropout and self.arch != "encoder":
+            raise ValueError(
+                f"[train] token_dropout={recipe.train.token_dropout}: only encoder tasks "
+                f"(classification, tagging) drop input tokens, not {recipe.task}"
+            )
 
     # -- set-up -------------------------------------------------------------------------
 
@@ -271,11 +276,26 @@ class ExampleTask(Task):
 
     def global_batch(self, index: int, parts: int) -> Batch:
         examples = self.examples("train")
-        epoch = 0
-        while index >= len(batches := self._epoch_batches(epoch, parts)):
-            index -= len(batches)
+        epoch, position = 0, index
+        while position >= len(batches := self._epoch_batches(epoch, parts)):
+            position -= len(batches)
             epoch += 1
-        return self.collate([examples[i] for i in batches[index]])
+        batch = self.collate([examples[i] for i in batches[position]])
+        if self.train_config.token_dropout:
+            batch.inputs["input_ids"] = self._drop_tokens(batch.inputs["input_ids"], index)
+        return batch
+
+    def _drop_tokens(self, ids: Tensor, index: int) -> Tensor:
+        """``ids`` with each token that is not a special one (padding, ``[CLS]``, ...)
+        replaced by the unknown token with chance ``train.token_dropout``. The draw depends
+        on the seed and the batch index only, as the batches do."""
+        tokenizer = self.tokenizer()
+        if tokenizer.unk_id is None:
+            raise ValueError("[train] token_dropout needs a tokenizer with an unknown token")
+        generator = torch.Generator().manual_seed(self.train_config.seed + index)
+        drop = torch.rand(ids.shape, generator=generator) < self.train_config.token_dropout
+        drop &= ~torch.isin(ids, torch.tensor(tokenizer.special_ids))
+        return ids.masked_fill(drop, tokenizer.unk_id)
 
     def _epoch_batches(self, epoch: int, parts: int) -> list[list[int]]:
         key = (epoch, parts)
