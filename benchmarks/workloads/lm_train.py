@@ -25,10 +25,9 @@ from workloads.report import (
 from workloads.training import (
     Candidate,
     hf_attention,
+    our_candidate,
     our_variants,
     seeded,
-    torch_adamw,
-    trainer_adamw,
     training_figures,
 )
 
@@ -110,10 +109,8 @@ def lm_candidate(name: str, s: LMShape) -> Candidate:
             dropout=0.0,
             max_len=s.context,
         )
-        ours = build_model(config).train()
-        run = torch.compile(ours) if name == COMPILED else ours
-        optimizer = trainer_adamw if name == TRAINER_ADAMW else torch_adamw
-        return Candidate(name, ours, lambda ids: run(ids).logits, optimizer)
+        logits_of = lambda run: lambda ids: run(ids).logits  # noqa: E731
+        return our_candidate(name, build_model(config).train(), logits_of)
     if name == TORCH:
         model = TorchLM(s).train()
         return Candidate(name, model, model)

@@ -13,11 +13,9 @@ from scratchformer import ModelConfig, build_model
 from scratchformer.nn.embedding import sinusoidal_table
 from workloads.flops import attention_flops, layer_matmul_params, train_flops
 from workloads.report import (
-    COMPILED,
     MARIAN,
     OURS,
     TORCH,
-    TRAINER_ADAMW,
     Row,
     Settings,
     Target,
@@ -26,9 +24,9 @@ from workloads.report import (
 from workloads.training import (
     Candidate,
     hf_attention,
+    our_candidate,
     our_variants,
     seeded,
-    trainer_adamw,
     training_figures,
 )
 
@@ -150,17 +148,12 @@ def seq2seq_candidates(s: Seq2SeqShape, variants: tuple[str, ...]) -> list[Candi
             lambda src, tgt: marian(input_ids=src, decoder_input_ids=tgt, use_cache=False).logits,
         ),
     ]
-    if TRAINER_ADAMW in variants:
-        stepped = build_model(config).train()
-        candidates.append(
-            Candidate(
-                TRAINER_ADAMW, stepped, lambda src, tgt: stepped(src, tgt).logits, trainer_adamw
-            )
+    candidates += [
+        our_candidate(
+            name, build_model(config).train(), lambda run: lambda src, tgt: run(src, tgt).logits
         )
-    if COMPILED in variants:
-        fast = build_model(config).train()
-        compiled = torch.compile(fast)
-        candidates.append(Candidate(COMPILED, fast, lambda src, tgt: compiled(src, tgt).logits))
+        for name in variants
+    ]
     return candidates
 
 

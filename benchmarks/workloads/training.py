@@ -38,6 +38,16 @@ class Candidate:
     optimizer: Callable[[nn.Module], torch.optim.Optimizer] = torch_adamw
 
 
+def our_candidate(
+    name: str, model: nn.Module, logits_of: Callable[[nn.Module], Callable[..., Tensor]]
+) -> Candidate:
+    """Our ``model`` as candidate ``name``: eager, compiled (``COMPILED``) or stepped by the
+    trainer's optimizer (``TRAINER_ADAMW``); ``logits_of(run)`` gets logits from inputs."""
+    run = torch.compile(model) if name == COMPILED else model
+    optimizer = trainer_adamw if name == TRAINER_ADAMW else torch_adamw
+    return Candidate(name, model, logits_of(run), optimizer)
+
+
 def training_step(candidate: Candidate, inputs: tuple[Tensor, ...], targets: Tensor) -> Step:
     """One step: clear gradients, logits, cross-entropy against ``targets``, backward,
     AdamW. The step returns the loss."""
