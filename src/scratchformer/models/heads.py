@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from ..nn import Dropout
+
 
 def pool(hidden: Tensor, attention_mask: Tensor | None, how: str = "mean") -> Tensor:
     """Sentence vector ``(batch, d_model)`` from ``(batch, seq, d_model)``.
@@ -31,7 +33,7 @@ class SequenceHead(nn.Module):
     ) -> None:
         super().__init__()
         self.pooling = pooling
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.proj = nn.Linear(d_model, output_dim)
 
     def forward(self, hidden: Tensor, attention_mask: Tensor | None = None) -> Tensor:
@@ -55,7 +57,7 @@ class TokenClassificationHead(nn.Module):
 
     def __init__(self, d_model: int, num_labels: int, dropout: float = 0.0) -> None:
         super().__init__()
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.proj = nn.Linear(d_model, num_labels)
 
     def forward(self, hidden: Tensor, attention_mask: Tensor | None = None) -> Tensor:

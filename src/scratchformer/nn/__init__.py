@@ -1,6 +1,7 @@
 """Building blocks of the Transformer, each written out."""
 
 from .attention import MultiHeadAttention, scaled_dot_product_attention
+from .dropout import Dropout, dropout
 from .embedding import (
     Embedding,
     LearnedPositionalEmbedding,
@@ -15,6 +16,7 @@ from .norm import LayerNorm, layer_norm
 
 __all__ = [
     "DecoderLayer",
+    "Dropout",
     "Embedding",
     "EncoderLayer",
     "FeedForward",
@@ -25,6 +27,7 @@ __all__ = [
     "TokenEmbedding",
     "causal_mask",
     "combine_masks",
+    "dropout",
     "layer_norm",
     "padding_mask",
     "scaled_dot_product_attention",

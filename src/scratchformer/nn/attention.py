@@ -9,6 +9,7 @@ from typing import Protocol
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .dropout import dropout
 from .masks import causal_mask, combine_masks
 from .packing import Packing
 
@@ -46,7 +47,7 @@ def scaled_dot_product_attention(
     weights = scores.softmax(dim=-1)
     if mask is not None:
         weights = weights.masked_fill(~has_key, 0.0)
-    dropped = F.dropout(weights, dropout_p) if dropout_p > 0 else weights
+    dropped = dropout(weights, dropout_p)
     return dropped @ v, weights
 
 
@@ -58,7 +59,9 @@ class MultiHeadAttention(nn.Module):
     ``forward`` = :meth:`project` -> :meth:`attend` -> merge heads -> ``out_proj``; a cached
     decoder can call the steps itself (project new tokens once, keep keys and values).
     When weights are not requested, :meth:`attend` runs PyTorch's fused
-    ``scaled_dot_product_attention``, which gives the same numbers as the written-out one.
+    ``scaled_dot_product_attention``, which gives the same numbers as the written-out one;
+    except when training with attention dropout on the CPU, where the fused kernel falls
+    back to unfused steps with a costlier dropout than :func:`~.dropout.dropout`.
     """
 
     def __init__(
@@ -162,13 +165,14 @@ class MultiHeadAttention(nn.Module):
         is_causal: bool = False,
         need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
-        """Attention of all heads: written out when weights are wanted, else fused."""
+        """Attention of all heads: written out when weights are wanted or when dropping
+        attention weights on the CPU, else fused."""
         dropout_p = self.dropout if self.training else 0.0
         q_len, k_len = q.shape[-2], k.shape[-2]
         if is_causal and (need_weights or mask is not None or q_len != k_len):
             mask = combine_masks(mask, causal_mask(q_len, k_len, device=q.device))
             is_causal = False
-        if need_weights:
+        if need_weights or (dropout_p > 0 and q.device.type == "cpu"):
             return scaled_dot_product_attention(q, k, v, mask, dropout_p)
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal

@@ -7,6 +7,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from .dropout import Dropout
 from .norm import LayerNorm
 
 
@@ -62,7 +63,7 @@ class SinusoidalPositionalEncoding(nn.Module):
     def __init__(self, d_model: int, max_len: int = 512, dropout: float = 0.0) -> None:
         super().__init__()
         self.d_model = d_model
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.register_buffer("table", sinusoidal_table(max_len, d_model), persistent=False)
 
     def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
@@ -79,7 +80,7 @@ class LearnedPositionalEmbedding(nn.Module):
     def __init__(self, d_model: int, max_len: int = 512, dropout: float = 0.0) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.empty(max_len, d_model))
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         nn.init.normal_(self.weight, std=0.02)
 
     def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
@@ -121,7 +122,7 @@ class Embedding(nn.Module):
         else:
             raise ValueError(f"positional={positional!r} must be sinusoidal or learned")
         self.norm = norm
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(
         self, ids: Tensor, positions: Tensor | None = None, segments: Tensor | None = None

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .dropout import Dropout
+
 ACTIVATIONS = {
     "relu": F.relu,
     "gelu": F.gelu,
@@ -33,7 +35,7 @@ class FeedForward(nn.Module):
         self.activation = activation
         self.w1 = nn.Linear(d_model, d_ff, bias=bias)
         self.w2 = nn.Linear(d_ff, d_model, bias=bias)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.w2(self.dropout(ACTIVATIONS[self.activation](self.w1(x))))

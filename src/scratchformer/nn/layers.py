@@ -11,6 +11,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from .attention import CrossAttentionCache, MultiHeadAttention, SelfAttentionCache
+from .dropout import Dropout
 from .feedforward import FeedForward
 from .norm import LayerNorm
 from .packing import Packing
@@ -33,7 +34,7 @@ class EncoderLayer(nn.Module):
     ) -> None:
         super().__init__()
         self.norm_first = norm_first
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout, bias)
         self.self_attn_norm = LayerNorm(d_model, eps, bias)
         self.feed_forward = FeedForward(d_model, d_ff, dropout, activation, bias)
