@@ -308,6 +308,10 @@ class TrainConfig(ConfigBase):
     """Micro-batches accumulated per optimiser step: a step sees ``batch_size`` (or
     ``max_tokens``) times ``grad_accum`` times the number of processes."""
     lr: float = 1e-3
+    layer_lr_decay: float = 1.0
+    """Fine-tuning: below 1, each layer gets this factor of the lr of the layer above it
+    (the heads keep ``lr``, the embeddings get the least), so pretrained layers near the
+    input change least."""
     schedule: str = "cosine"
     warmup_steps: int = 100
     min_lr_ratio: float = 0.1
@@ -352,6 +356,10 @@ class TrainConfig(ConfigBase):
             self, "adam_beta1", "adam_beta2", "label_smoothing", "min_lr_ratio", "token_dropout"
         )
         _positive(self, "adam_eps")
+        _require(
+            0 < self.layer_lr_decay <= 1,
+            f"layer_lr_decay={self.layer_lr_decay} must be in (0, 1]",
+        )
 
 
 SECTIONS: dict[str, type[ConfigBase]] = {

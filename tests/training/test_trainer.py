@@ -198,6 +198,38 @@ def test_train_compile_computes_what_the_eager_model_computes(tmp_path: Path, da
     assert [json.loads(line)["step"] for line in lines] == [1, 1]  # trained, evaluated
 
 
+def test_layer_lr_decay_scales_the_lr_from_the_head_down_to_the_embeddings() -> None:
+    """decay 0.5 on two layers: head 1x, layer 1 0.5x, layer 0 0.25x, embeddings 0.125x;
+    each parameter in exactly one group, weight decay on matrices only."""
+    model = build_model(
+        ModelConfig(
+            arch="encoder",
+            vocab_size=50,
+            d_model=16,
+            d_ff=32,
+            n_heads=2,
+            n_layers=2,
+            num_labels=3,
+            head="classification",
+        )
+    )
+    optimizer = build_optimizer(model, TrainConfig(lr=0.4, weight_decay=0.1, layer_lr_decay=0.5))
+    lr_of = {id(p): g["lr"] for g in optimizer.param_groups for p in g["params"]}
+    decay_of = {id(p): g["weight_decay"] for g in optimizer.param_groups for p in g["params"]}
+    assert sum(len(g["params"]) for g in optimizer.param_groups) == len(list(model.parameters()))
+    expected = {
+        "head.": 0.4,
+        "encoder.layers.1.": 0.2,
+        "encoder.layers.0.": 0.1,
+        "embedding.": 0.05,
+    }
+    for name, parameter in model.named_parameters():
+        prefix = next(p for p in expected if name.startswith(p))
+        assert lr_of[id(parameter)] == pytest.approx(expected[prefix]), name
+        assert decay_of[id(parameter)] == (0.1 if parameter.dim() >= 2 else 0.0), name
+    assert optimizer.param_groups[0]["lr"] == 0.4
+
+
 def test_the_optimizer_takes_the_steps_of_torch_adamw() -> None:
     """The trainer's fused AdamW makes the updates of ``torch.optim.AdamW``'s loop over
     parameters, with weight decay on matrices and none on biases and norm gains."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import re
 import sys
 import time
 from pathlib import Path
@@ -29,21 +30,47 @@ class TrainingError(RuntimeError):
     """Training cannot go on, e.g. the loss is no longer a finite number."""
 
 
+def layer_depth(name: str) -> int | None:
+    """How far from the input a parameter sits, by its name: 0 for the embeddings, ``i + 1``
+    for layer ``i`` of a stack, None for what comes after the layers (heads, final norms)."""
+    if name.startswith("embedding"):
+        return 0
+    match = re.search(r"(?:^|\.)layers\.(\d+)\.", name)
+    return int(match.group(1)) + 1 if match else None
+
+
 def build_optimizer(model: nn.Module, config: Any) -> torch.optim.AdamW:
     """AdamW with weight decay on matrices (weights, embeddings) but not on biases and
     norm gains, as is usual for Transformers. On CPU and CUDA it is torch's fused kernel:
-    the same update as the loop over parameters, without its per-tensor overhead."""
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    groups = [
-        {"params": [p for p in trainable if p.dim() >= 2], "weight_decay": config.weight_decay},
-        {"params": [p for p in trainable if p.dim() < 2], "weight_decay": 0.0},
-    ]
+    the same update as the loop over parameters, without its per-tensor overhead.
+
+    With ``config.layer_lr_decay`` below 1, the heads keep ``config.lr`` and each layer
+    below gets that factor of the lr of the one above, down to the embeddings: fine-tuning
+    then moves the pretrained lower layers least (a tied output layer is the embedding
+    and has its lr). The top group comes first, so the lr
+    reported for group 0 is ``config.lr``'s schedule."""
+    decay = config.layer_lr_decay
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    # Without decay every parameter counts as depth 0: two groups, matrices and the rest.
+    depths = {n: layer_depth(n) if decay != 1.0 else 0 for n, _ in named}
+    top = max((d for d in depths.values() if d is not None), default=0) + 1
+    groups: dict[tuple[int, bool], list[nn.Parameter]] = {}
+    for name, parameter in named:
+        depth = top if depths[name] is None else depths[name]
+        groups.setdefault((depth, parameter.dim() >= 2), []).append(parameter)
     return torch.optim.AdamW(
-        groups,
+        [
+            {
+                "params": groups[depth, matrix],
+                "lr": config.lr * decay ** (top - depth),
+                "weight_decay": config.weight_decay if matrix else 0.0,
+            }
+            for depth, matrix in sorted(groups, key=lambda key: (-key[0], not key[1]))
+        ],
         lr=config.lr,
         betas=(config.adam_beta1, config.adam_beta2),
         eps=config.adam_eps,
-        fused=all(p.device.type in FUSED_ADAMW_DEVICES for p in trainable),
+        fused=all(p.device.type in FUSED_ADAMW_DEVICES for _, p in named),
     )
 
 
