@@ -146,6 +146,9 @@ def test_data_and_train_validation() -> None:
     for decay in (0.0, 1.2):
         with pytest.raises(ValueError, match=rf"layer_lr_decay={decay} must be in \(0, 1\]"):
             TrainConfig(layer_lr_decay=decay)
+    for decay in (0.0, 1.0):
+        with pytest.raises(ValueError, match=rf"ema_decay={decay} must be in \(0, 1\)"):
+            TrainConfig(ema_decay=decay)
     with pytest.raises(ValueError, match=r"text_columns=.* must name one column or a pair"):
         DataConfig(text_columns=[1, 2, 3])
     assert DataConfig(text_columns=["sentence1", 7]).text_columns == ["sentence1", 7]

@@ -335,6 +335,10 @@ class TrainConfig(ConfigBase):
     """Cap on validation batches per evaluation (``None``: the whole split)."""
     early_stop_patience: int | None = None
     """Stop after this many evaluations without improvement of the task metric."""
+    ema_decay: float | None = None
+    """Keep an exponential moving average of the weights with this decay per step (e.g.
+    0.999: an average over about the last 1,000 steps); evaluations, the best weights and
+    ``model.safetensors`` are then the average's."""
     log_every: int = 10
     seed: int = 1337
     threads: int | None = None
@@ -359,6 +363,10 @@ class TrainConfig(ConfigBase):
         _require(
             0 < self.layer_lr_decay <= 1,
             f"layer_lr_decay={self.layer_lr_decay} must be in (0, 1]",
+        )
+        _require(
+            self.ema_decay is None or 0 < self.ema_decay < 1,
+            f"ema_decay={self.ema_decay} must be in (0, 1) (or none: no average)",
         )
 
 

@@ -26,6 +26,7 @@ from scratchformer.training import (
     atomic_write_text,
     build_schedule,
     capture_rng,
+    exponential_average,
     latest_checkpoint,
     load_checkpoint,
     load_weights,
@@ -440,3 +441,23 @@ def test_a_writer_killed_at_random_moments_leaves_a_consistent_checkpoint(tmp_pa
             writer.stdin.close()
             writer.stdout.close()
         stderr.close()
+
+
+def test_the_moving_average_is_saved_beside_the_weights_and_resumed(tmp_path: Path) -> None:
+    model, optimizer, scheduler = trainee(0)
+    average = exponential_average(model, decay=0.9)
+    for _ in range(3):
+        train(model, optimizer, scheduler, 1)
+        average.update_parameters(model)
+    parts = {"model": model, "optimizer": optimizer, "scheduler": scheduler}
+    path = save_checkpoint(tmp_path, step=3, state={}, average=average, **parts)
+    assert (path / "average.safetensors").is_file()
+
+    resumed = exponential_average(trainee(1)[0], decay=0.9)
+    load_checkpoint(tmp_path, model=trainee(1)[0], average=resumed)
+    assert_same_weights(average, resumed)
+    assert resumed.n_averaged.item() == 3
+
+    save_checkpoint(tmp_path, step=4, state={}, **parts)  # a run without an average
+    with pytest.raises(ValueError, match=r"step-00000004 holds no average.safetensors.*ema_decay"):
+        load_checkpoint(tmp_path, model=model, average=resumed)

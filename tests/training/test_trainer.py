@@ -46,12 +46,15 @@ def train(out: Path, *extra: str) -> int:
     )
 
 
-def weights(run: Path, step: int) -> dict[str, torch.Tensor]:
-    return load_file(run / "checkpoints" / f"step-{step:08d}" / "model.safetensors")
+def weights(run: Path, step: int, file: str = "model.safetensors") -> dict[str, torch.Tensor]:
+    return load_file(run / "checkpoints" / f"step-{step:08d}" / file)
 
 
-def test_resume_is_bit_identical_to_a_straight_run(tmp_path: Path, monkeypatch) -> None:
-    assert train(tmp_path / "straight", "train.max_steps=20") == 0
+@pytest.mark.parametrize("average", [(), ("train.ema_decay=0.9",)], ids=["plain", "ema"])
+def test_resume_is_bit_identical_to_a_straight_run(
+    tmp_path: Path, monkeypatch, average: tuple[str, ...]
+) -> None:
+    assert train(tmp_path / "straight", "train.max_steps=20", *average) == 0
 
     evaluate_and_checkpoint = Trainer._evaluate_and_checkpoint
 
@@ -63,12 +66,17 @@ def test_resume_is_bit_identical_to_a_straight_run(tmp_path: Path, monkeypatch) 
 
     with monkeypatch.context() as patch:
         patch.setattr(Trainer, "_evaluate_and_checkpoint", interrupted_after_step_10)
-        assert train(tmp_path / "halves", "train.max_steps=20") == 130
+        assert train(tmp_path / "halves", "train.max_steps=20", *average) == 130
     resumed = main(["--quiet", "train", str(RECIPE), "--out", str(tmp_path / "halves"), "--resume"])
     assert resumed == 0
-    straight, halves = weights(tmp_path / "straight", 20), weights(tmp_path / "halves", 20)
-    assert straight.keys() == halves.keys()
-    assert all(torch.equal(straight[k], halves[k]) for k in straight)
+    files = ["model.safetensors", *(["average.safetensors"] if average else [])]
+    for file in files:
+        straight, halves = (
+            weights(tmp_path / "straight", 20, file),
+            weights(tmp_path / "halves", 20, file),
+        )
+        assert straight.keys() == halves.keys()
+        assert all(torch.equal(straight[k], halves[k]) for k in straight), file
     lines = (tmp_path / "halves" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in lines if '"val"' in line] == [10, 20]
 
@@ -92,6 +100,25 @@ def test_run_directory_holds_everything_to_use_the_model(tmp_path: Path) -> None
     state = json.loads((run / "trainer_state.json").read_text())
     best = max((r for r in records if r["split"] == "val"), key=lambda r: r["exact_match"])
     assert state["best"] == best["exact_match"]
+
+
+def test_with_ema_decay_the_kept_weights_are_the_moving_average(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    assert train(run, "train.max_steps=20", "train.eval_every=20", "train.ema_decay=0.9") == 0
+    kept, average, last = (
+        load_file(run / "model.safetensors"),
+        weights(run, 20, "average.safetensors"),
+        weights(run, 20),
+    )
+    assert average.pop("n_averaged").item() == 20
+    assert kept.keys() == {name.removeprefix("module.") for name in average}
+    assert all(torch.equal(kept[name], average[f"module.{name}"]) for name in kept)
+    assert not all(torch.equal(kept[name], last[name]) for name in kept), (
+        "the average is not the last step"
+    )
+    state = json.loads((run / "trainer_state.json").read_text())
+    evaluated = main(["--quiet", "eval", str(run), "--split", "val"])
+    assert evaluated == 0 and state["best_step"] == 20
 
 
 def test_early_stopping_and_best_weights(tmp_path: Path) -> None:

@@ -1,5 +1,7 @@
-"""Training: learning-rate schedules and run-directory checkpoints."""
+"""Training: learning-rate schedules, moving averages of the weights and run-directory
+checkpoints."""
 
+from .averaging import exponential_average
 from .checkpoint import (
     atomic_write,
     atomic_write_json,
@@ -21,6 +23,7 @@ __all__ = [
     "atomic_write_text",
     "build_schedule",
     "capture_rng",
+    "exponential_average",
     "latest_checkpoint",
     "load_checkpoint",
     "load_weights",

@@ -6,6 +6,7 @@ What this module keeps in a run directory::
     trainer_state.json              the current checkpoint's path, its step and trainer state
     checkpoints/step-00001000/
         model.safetensors           the weights; a tied tensor is stored once
+        average.safetensors         the moving average of the weights, when one is kept
         optimizer.pt                optimizer.state_dict()
         scheduler.pt                scheduler.state_dict()
         rng.pt                      capture_rng()
@@ -48,6 +49,7 @@ OPTIMIZER_FILE = "optimizer.pt"
 SCHEDULER_FILE = "scheduler.pt"
 RNG_FILE = "rng.pt"
 STATE_FILE = "state.json"
+AVERAGE_FILE = "average.safetensors"
 CHECKPOINT_FILES = (MODEL_FILE, OPTIMIZER_FILE, SCHEDULER_FILE, RNG_FILE, STATE_FILE)
 STEP_DIR = re.compile(r"step-(\d+)")
 
@@ -265,6 +267,7 @@ def save_checkpoint(
     optimizer: Optimizer,
     scheduler: LRScheduler,
     state: dict[str, Any],
+    average: nn.Module | None = None,
     keep: int = 1,
 ) -> Path:
     """Save everything an exact resume needs as ``run_dir/checkpoints/step-{step:08d}/``,
@@ -272,7 +275,8 @@ def save_checkpoint(
     ``keep - 1`` newest. Returns the checkpoint's directory.
 
     ``state`` is the trainer's own JSON-able state (epoch, best metric, data position, ...);
-    it is saved with ``"step"`` added, and ``load_checkpoint`` returns it. Saving a step
+    it is saved with ``"step"`` added, and ``load_checkpoint`` returns it. ``average``, a
+    moving average of the weights (an ``AveragedModel``), is saved beside them. Saving a step
     that already exists replaces it; checkpoints of later steps (left by a run that was
     resumed from an earlier one) are deleted.
     """
@@ -295,6 +299,8 @@ def save_checkpoint(
     temp.mkdir()
     try:
         _write_synced(temp / MODEL_FILE, lambda p: _write_weights(p, model))
+        if average is not None:
+            _write_synced(temp / AVERAGE_FILE, lambda p: _write_weights(p, average))
         _write_synced(temp / OPTIMIZER_FILE, lambda p: torch.save(optimizer.state_dict(), p))
         _write_synced(temp / SCHEDULER_FILE, lambda p: torch.save(scheduler.state_dict(), p))
         _write_synced(temp / RNG_FILE, lambda p: torch.save(capture_rng(), p))
@@ -354,11 +360,13 @@ def load_checkpoint(
     model: nn.Module,
     optimizer: Optimizer | None = None,
     scheduler: LRScheduler | None = None,
+    average: nn.Module | None = None,
     restore_rng: bool = True,
 ) -> dict[str, Any]:
     """Load the latest checkpoint of ``run_dir`` into ``model`` (and the optimizer,
-    scheduler and global random states) and return its saved trainer state, with
-    ``"step"``. Raises ``FileNotFoundError`` when the run has no checkpoint."""
+    scheduler, moving average of the weights and global random states) and return its
+    saved trainer state, with ``"step"``. Raises ``FileNotFoundError`` when the run has no
+    checkpoint, ``ValueError`` when ``average`` is asked for and the checkpoint has none."""
     run_dir = Path(run_dir)
     path = latest_checkpoint(run_dir)
     if path is None:
@@ -367,6 +375,13 @@ def load_checkpoint(
             f"(no {TRAINER_STATE}, no {CHECKPOINTS}/step-*/)"
         )
     load_weights(path / MODEL_FILE, model)
+    if average is not None:
+        if not (path / AVERAGE_FILE).is_file():
+            raise ValueError(
+                f"{path} holds no {AVERAGE_FILE}: the run was saved without a moving "
+                "average of the weights (train.ema_decay), so it cannot resume with one"
+            )
+        load_weights(path / AVERAGE_FILE, average)
     if optimizer is not None:
         optimizer.load_state_dict(safe_torch_load(path / OPTIMIZER_FILE))
     if scheduler is not None:

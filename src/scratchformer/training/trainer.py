@@ -1,6 +1,6 @@
 """The training loop: AdamW, a learning-rate schedule, gradient accumulation and clipping,
-bf16 autocast, periodic evaluation with the task's metric, the best weights kept, early
-stopping, checkpoints for exact resume, and a progress bar."""
+bf16 autocast, a moving average of the weights, periodic evaluation with the task's metric,
+the best weights kept, early stopping, checkpoints for exact resume, and a progress bar."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from torch import nn
 from tqdm import tqdm
 
 from ..tasks.base import Task
+from .averaging import exponential_average
 from .checkpoint import METRICS_FILE, MODEL_FILE, load_checkpoint, save_checkpoint, save_weights
 from .distributed import Distributed
 from .schedule import build_schedule
@@ -79,6 +80,8 @@ class Trainer:
 
     ``run_dir`` receives ``model.safetensors`` (the best weights by the task's metric),
     ``metrics.jsonl``, ``trainer_state.json`` and ``checkpoints/`` (the last full state).
+    With ``train.ema_decay``, what is evaluated and kept is the moving average of the
+    weights, updated after every step.
     """
 
     def __init__(
@@ -104,7 +107,17 @@ class Trainer:
             d_model=task.recipe.model.d_model,
             min_lr_ratio=self.config.min_lr_ratio,
         )
+        self.average = (
+            None
+            if self.config.ema_decay is None
+            else exponential_average(self.model, self.config.ema_decay)
+        )
         self.state: dict[str, Any] = {"step": 0, "best": None, "best_step": None, "bad_evals": 0}
+
+    @property
+    def evaluated_model(self) -> nn.Module:
+        """The model that is evaluated and kept: the moving average, if there is one."""
+        return self.model if self.average is None else self.average.module
 
     # -- the loop ----------------------------------------------------------------------
 
@@ -115,7 +128,11 @@ class Trainer:
             self.run_dir.mkdir(parents=True, exist_ok=True)
         if resume:
             self.state = load_checkpoint(
-                self.run_dir, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler
+                self.run_dir,
+                model=self.model,
+                optimizer=self.optimizer,
+                scheduler=self.scheduler,
+                average=self.average,
             )
         else:
             torch.manual_seed(config.seed + self.dist.rank)
@@ -223,6 +240,8 @@ class Trainer:
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
+        if self.average is not None:
+            self.average.update_parameters(self.model)
         self.state["step"] += 1
         return total, tokens
 
@@ -231,7 +250,10 @@ class Trainer:
     def _evaluate_and_checkpoint(self, writer: Any, bar: tqdm) -> dict[str, Any]:
         step = self.state["step"]
         metrics = self.task.evaluate(
-            self.model, "val", max_batches=self.config.eval_batches, device=self.dist.device
+            self.evaluated_model,
+            "val",
+            max_batches=self.config.eval_batches,
+            device=self.dist.device,
         )
         value = metrics[self.task.metric]
         best = self.state["best"]
@@ -249,7 +271,7 @@ class Trainer:
         )
         if self.dist.is_main:
             if improved:
-                save_weights(self.run_dir / MODEL_FILE, self.model)
+                save_weights(self.run_dir / MODEL_FILE, self.evaluated_model)
             self.state["checkpoint_step"] = step
             save_checkpoint(
                 self.run_dir,
@@ -258,6 +280,7 @@ class Trainer:
                 optimizer=self.optimizer,
                 scheduler=self.scheduler,
                 state=self.state,
+                average=self.average,
             )
         self.dist.barrier()
         return {"step": step, **metrics}
