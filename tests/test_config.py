@@ -118,6 +118,7 @@ def test_recipe_from_toml_with_overrides(tmp_path) -> None:
         ("train.lr=fast", "lr='fast' must be of type float"),
         ("train.schedule=linear", "schedule='linear' must be one of noam, cosine"),
         ("data.tokenizer=spm", "tokenizer='spm' must be one of char, bpe, wordpiece"),
+        ("data.tag_scheme=iob1", "tag_scheme='iob1' must be one of iob2, none"),
         ("task=poetry", "task='poetry' must be one of lm, translation"),
         ("max_steps", "must look like section.key=value"),
     ],

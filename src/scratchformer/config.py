@@ -234,6 +234,7 @@ class ModelConfig(ConfigBase):
 
 TASKS = ("lm", "translation", "synthetic", "classification", "regression", "tagging")
 PRECISIONS = ("fp32", "bf16")
+TAG_SCHEMES = ("iob2", "none")
 
 
 @dataclass
@@ -261,6 +262,9 @@ class DataConfig(ConfigBase):
     """TSV files: whether the first row names the columns."""
     labels: list[str] | None = None
     """The label set (classification) or tag set (tagging); ``None``: found in training data."""
+    tag_scheme: str = "iob2"
+    """Tagging: ``iob2`` predicts the most likely sequence in which ``I-X`` only follows
+    ``B-X`` or ``I-X``; ``none`` each word's most likely tag (for IOB1 training data)."""
     tokenizer: str = "bpe"
     vocab_size: int = 8000
     """Upper bound on the vocabulary learnt from the training split (a char vocabulary is
@@ -280,6 +284,7 @@ class DataConfig(ConfigBase):
     def __post_init__(self) -> None:
         self._check_types()
         _one_of(self, "tokenizer", TOKENIZERS)
+        _one_of(self, "tag_scheme", TAG_SCHEMES)
         _positive(self, "vocab_size", "max_len", "block_size")
         _positive(self, "synthetic_train_size", "synthetic_val_size", "synthetic_min_digits")
         _require(

@@ -1,5 +1,5 @@
 """Token classification (named-entity recognition): one tag per word, predicted on the
-word's first sub-word, scored by entity-level F1."""
+word's first sub-word, decoded as a valid IOB2 sequence, scored by entity-level F1."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from ..data.registry import conll_examples
 from ..metrics import entity_scores
 from .base import IGNORE, Batch, ExampleTask
 from .classification import DEV_SPLIT
+from .tag_scheme import best_valid_tags, iob2_transitions
 
 SPECIALS = ("pad", "unk", "cls", "sep")
 
@@ -85,13 +86,24 @@ class TaggingTask(ExampleTask):
         """The tag of every word of every sentence. Words cut off by ``data.max_len`` get
         ``O`` (the caller can warn: see :meth:`encode_words`)."""
         encoded = [self.encode_words(words) for words in sentences]
-        names, tags = self.labels(), []
         logits_rows = (row for logits in self.forward_in_order(model, encoded) for row in logits)
+        tags = []
         for words, (_, targets), logits in zip(sentences, encoded, logits_rows, strict=True):
-            first = torch.tensor(targets, dtype=torch.long) != IGNORE
-            predicted = [names[i] for i in logits[: len(targets)][first].argmax(-1).tolist()]
+            predicted = self.word_tags(logits[: len(targets)], torch.tensor(targets))
             tags.append(predicted + ["O"] * (len(words) - len(predicted)))
         return tags
+
+    def word_tags(self, logits: Tensor, targets: Tensor) -> list[str]:
+        """The predicted tag of each word of one sentence, from the logits of its first
+        sub-words (where ``targets`` is not IGNORE): with ``data.tag_scheme = "iob2"`` the
+        most likely valid IOB2 sequence, else each word's most likely tag."""
+        names = self.labels()
+        word_logits = logits[targets != IGNORE].float()
+        if self.data.tag_scheme == "iob2":
+            ids = best_valid_tags(word_logits.log_softmax(-1), iob2_transitions(tuple(names)))
+        else:
+            ids = word_logits.argmax(-1).tolist()
+        return [names[i] for i in ids]
 
     def length(self, example: Tagged) -> int:
         return len(example[0])
@@ -104,13 +116,10 @@ class TaggingTask(ExampleTask):
     def accumulate(self, totals: dict[str, Any], logits: Tensor, targets: Tensor) -> None:
         super().accumulate(totals, logits, targets)
         names = self.labels()
-        predicted = logits.argmax(-1)
-        for row_targets, row_predicted in zip(targets, predicted, strict=True):
+        for row_logits, row_targets in zip(logits, targets, strict=True):
             words = row_targets != IGNORE
             totals.setdefault("gold", []).append([names[i] for i in row_targets[words].tolist()])
-            totals.setdefault("predicted", []).append(
-                [names[i] for i in row_predicted[words].tolist()]
-            )
+            totals.setdefault("predicted", []).append(self.word_tags(row_logits, row_targets))
 
     def summarize(self, totals: dict[str, Any]) -> dict[str, float]:
         return {**super().summarize(totals), **entity_scores(totals["gold"], totals["predicted"])}

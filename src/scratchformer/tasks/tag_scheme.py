@@ -1,0 +1,48 @@
+"""Tag sequences that obey the IOB2 scheme: ``I-X`` continues an entity, so only ``B-X``
+or ``I-X`` may come before it. Each word's most likely tag can break that (``O I-PER``),
+and an entity scorer must then guess where entities start; decoding the most likely valid
+sequence (Viterbi over the words' tag log-probabilities, with the forbidden transitions
+removed) predicts whole entities instead."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import torch
+from torch import Tensor
+
+
+def may_follow(previous: str | None, tag: str) -> bool:
+    """Whether IOB2 allows ``tag`` right after ``previous`` (``None``: the sentence start)."""
+    if not tag.startswith("I-"):
+        return True
+    return previous is not None and previous[:2] in ("B-", "I-") and previous[2:] == tag[2:]
+
+
+@cache
+def iob2_transitions(labels: tuple[str, ...]) -> Tensor:
+    """Booleans ``(len(labels) + 1, len(labels))``: row ``i`` says which tags may follow
+    tag ``i``, the last row which may open a sentence."""
+    before: list[str | None] = [*labels, None]
+    return torch.tensor([[may_follow(p, tag) for tag in labels] for p in before])
+
+
+def best_valid_tags(log_probs: Tensor, allowed: Tensor) -> list[int]:
+    """The tag ids, one per row of ``log_probs`` ``(words, tags)``, of the sequence with the
+    highest total log-probability among those ``allowed`` (see :func:`iob2_transitions`)
+    permits. When the per-word argmax is allowed, it is that sequence."""
+    if len(log_probs) == 0:
+        return []
+    penalty = torch.zeros(allowed.shape, dtype=log_probs.dtype).masked_fill(~allowed, -torch.inf)
+    score = log_probs[0] + penalty[-1]
+    pointers = []
+    for row in log_probs[1:]:
+        score, previous = (score[:, None] + penalty[:-1]).max(0)  # best predecessor per tag
+        score = score + row
+        pointers.append(previous)
+    tag = int(score.argmax())
+    path = [tag]
+    for previous in reversed(pointers):
+        tag = int(previous[tag])
+        path.append(tag)
+    return path[::-1]
