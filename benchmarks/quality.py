@@ -31,6 +31,7 @@ import torch
 from scratchformer import __version__, count_parameters
 from scratchformer.run import load_run
 from scratchformer.training.checkpoint import atomic_write_text
+from scratchformer.training.trainer import native_bf16
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
@@ -157,7 +158,14 @@ def hardware(threads: int) -> dict[str, Any]:
     if cpuinfo.exists():
         names = [ln for ln in cpuinfo.read_text().splitlines() if ln.startswith("model name")]
         cpu = names[0].split(":", 1)[1].strip() if names else cpu
-    return {"cpu": cpu, "cores": os.cpu_count(), "threads": threads, "device": "cpu"}
+    return {
+        "cpu": cpu,
+        "isa": torch.backends.cpu.get_cpu_capability(),  # AVX2, AVX512: CPUs of a name differ
+        "native_bf16": native_bf16(torch.device("cpu")),
+        "cores": os.cpu_count(),
+        "threads": threads,
+        "device": "cpu",
+    }
 
 
 def versions() -> dict[str, str]:

@@ -27,6 +27,15 @@ def shown(metric: str, value: float) -> str:
     return f"{value:.{digits}f}".rstrip("0").rstrip(".")
 
 
+def cpu(result: dict[str, Any]) -> str:
+    """The vector instructions of the row's CPU (``—`` where the file does not record them):
+    CPUs of one name differ, and bf16 recipes run fast only with native bfloat16."""
+    hardware = result.get("hardware", {})
+    if "isa" not in hardware:
+        return "—"
+    return hardware["isa"] + (" + BF16" if hardware["native_bf16"] else "")
+
+
 def row(result: dict[str, Any]) -> str:
     metric = result["metric"]
     sign = ">=" if result["higher_is_better"] else "<="
@@ -43,7 +52,7 @@ def row(result: dict[str, Any]) -> str:
         f"| `{result['task']}` | {metric}, {result['split']} | "
         f"{shown(metric, result['value'])}{extra} | {target} | {verdict} | "
         f"{result['budget_seconds'] / 60:.3g} min | {result['wall_seconds'] / 60:.1f} min | "
-        f"{result['steps']} | {result['params'] / 1e6:.2f} M |"
+        f"{result['steps']} | {result['params'] / 1e6:.2f} M | {cpu(result)} |"
     )
 
 
@@ -53,8 +62,8 @@ def table(results_dir: Path = ROOT / "results") -> str:
     lines = [
         START,
         "| task (recipe) | metric, split | value | target | | budget | wall time | steps "
-        "| parameters |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| parameters | CPU |",
+        "|---|---|---|---|---|---|---|---|---|---|",
         *(row(result) for result in results),
         END,
     ]

@@ -69,12 +69,14 @@ def test_rows_show_value_target_and_verdict(tmp_path: Path) -> None:
                 "target": 0.99,
                 "met": True,
                 "metrics": {},
+                "hardware": {"isa": "AVX2", "native_bf16": False},
             }
         )
     )
     table = results_table.table(tmp_path).splitlines()
     assert table[3].startswith("| `copy` | exact_match, test | 99.5% | >= 99.0% | met |")
+    assert table[3].endswith("| AVX2 |")
     assert table[4] == (
         "| `multi30k-de-en` | bleu_tokenized_lc, test | 35.04 (sacreBLEU 33.2, chrF 55.5) "
-        "| >= 36 | **missed** | 30 min | 29.9 min | 1234 | 9.50 M |"
+        "| >= 36 | **missed** | 30 min | 29.9 min | 1234 | 9.50 M | — |"
     )

@@ -192,10 +192,16 @@ def test_accumulating_two_halves_equals_one_whole_batch(tmp_path: Path, data_dir
         torch.testing.assert_close(halves[name], whole[name], atol=1e-6, rtol=0, msg=name)
 
 
-def test_bf16_autocast_trains(tmp_path: Path) -> None:
+@pytest.mark.parametrize("native", [True, False])
+def test_bf16_autocast_trains_and_warns_where_it_is_emulated(
+    tmp_path: Path, monkeypatch, capsys, native: bool
+) -> None:
+    monkeypatch.setattr("scratchformer.training.trainer.native_bf16", lambda device: native)
     assert train(tmp_path / "bf16", "train.max_steps=10", "train.precision='bf16'") == 0
     state = json.loads((tmp_path / "bf16" / "trainer_state.json").read_text())
     assert state["step"] == 10
+    warned = "this cpu has no native bfloat16" in capsys.readouterr().err
+    assert warned != native
 
 
 def test_train_compile_computes_what_the_eager_model_computes(tmp_path: Path, data_dir) -> None:

@@ -27,6 +27,21 @@ FUSED_ADAMW_DEVICES = ("cpu", "cuda")
 """Where torch has a fused AdamW kernel that the trainer uses."""
 
 
+def native_bf16(device: torch.device) -> bool:
+    """Whether ``device`` computes in bfloat16 natively (CPUs: AVX512-BF16 or AMX); elsewhere
+    autocast emulates it, many times slower than fp32."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    if device.type == "cpu":
+        return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    return True
+
+
+def warn(message: str) -> None:
+    """One line on stderr, at once: the CLI shows ``warnings`` only when a command ends."""
+    print(f"scratchformer: warning: {message}", file=sys.stderr)
+
+
 class TrainingError(RuntimeError):
     """Training cannot go on, e.g. the loss is no longer a finite number."""
 
@@ -113,6 +128,12 @@ class Trainer:
             else exponential_average(self.model, self.config.ema_decay)
         )
         self.state: dict[str, Any] = {"step": 0, "best": None, "best_step": None, "bad_evals": 0}
+        device = self.dist.device
+        if self.config.precision == "bf16" and self.dist.is_main and not native_bf16(device):
+            warn(
+                f"train.precision = 'bf16': this {device.type} has no native bfloat16, so "
+                "autocast emulates it, many times slower than train.precision = 'fp32'"
+            )
 
     @property
     def evaluated_model(self) -> nn.Module:
@@ -312,10 +333,6 @@ class Trainer:
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:
-            print(
-                "scratchformer: warning: train.tensorboard needs the tensorboard package; "
-                "logging to metrics.jsonl only",
-                file=sys.stderr,
-            )
+            warn("train.tensorboard needs the tensorboard package; logging to metrics.jsonl only")
             return None
         return SummaryWriter(str(self.run_dir / "tensorboard"))
