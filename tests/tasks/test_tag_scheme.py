@@ -37,31 +37,38 @@ def brute_force(log_probs: torch.Tensor, allowed: torch.Tensor) -> float:
     words, tags = log_probs.shape
     best = -float("inf")
     for path in itertools.product(range(tags), repeat=words):
-        steps = zip((-1, *path[:-1]), path, strict=True)
+        steps = zip((-1, *path), path, strict=False)
         if all(allowed[previous, tag] for previous, tag in steps):
             best = max(best, sum(float(log_probs[i, tag]) for i, tag in enumerate(path)))
     return best
 
 
-@pytest.mark.parametrize("words", [1, 2, 3, 4])
-def test_viterbi_finds_the_best_allowed_sequence(words: int) -> None:
+def test_viterbi_finds_the_best_allowed_sequence_of_every_sentence_of_a_batch() -> None:
     allowed = iob2_transitions(LABELS)
-    generator = torch.Generator().manual_seed(words)
-    for _ in range(20):
-        log_probs = (3 * torch.randn(words, len(LABELS), generator=generator)).log_softmax(-1)
-        path = best_valid_tags(log_probs, allowed)
-        assert all(allowed[p, t] for p, t in zip((-1, *path[:-1]), path, strict=True))
-        total = sum(float(log_probs[i, t]) for i, t in enumerate(path))
-        assert total == pytest.approx(brute_force(log_probs, allowed), abs=1e-5)
+    generator = torch.Generator().manual_seed(0)
+    lengths = torch.tensor([4, 1, 3, 0, 2] * 8)  # padded to 4 words
+    log_probs = (3 * torch.randn(len(lengths), 4, len(LABELS), generator=generator)).log_softmax(-1)
+    paths = best_valid_tags(log_probs, lengths, allowed)
+    for sentence, path, length in zip(log_probs, paths, lengths.tolist(), strict=True):
+        assert len(path) == length
+        assert all(allowed[p, t] for p, t in zip((-1, *path), path, strict=False))
+        total = sum(float(sentence[i, t]) for i, t in enumerate(path))
+        assert total == pytest.approx(brute_force(sentence[:length], allowed), abs=1e-5)
 
 
 def test_a_valid_argmax_is_kept_and_an_orphan_inside_tag_opens_its_entity() -> None:
     allowed = iob2_transitions(LABELS)
-    valid = torch.tensor([[0.0, 5, 0, 0, 0], [0, 0, 0, 5, 0], [0, 0, 0, 0, 5]]).log_softmax(-1)
-    assert best_valid_tags(valid, allowed) == [1, 3, 4]  # B-PER I-PER O
-    orphan = torch.tensor([[0.0, 0, 0, 0, 5], [0, 3, 0, 4, 0]]).log_softmax(-1)
-    assert best_valid_tags(orphan, allowed) == [4, 1]  # O I-PER becomes O B-PER
-    assert best_valid_tags(torch.zeros(0, len(LABELS)), allowed) == []
+    valid = torch.tensor([[0.0, 5, 0, 0, 0], [0, 0, 0, 5, 0], [0, 0, 0, 0, 5]])
+    orphan = torch.tensor([[0.0, 0, 0, 0, 5], [0, 3, 0, 4, 0], [9, 9, 9, 9, 9]])
+    batch = torch.stack([valid, orphan]).log_softmax(-1)
+    assert best_valid_tags(batch, torch.tensor([3, 2]), allowed) == [
+        [1, 3, 4],  # B-PER I-PER O
+        [4, 1],  # O I-PER becomes O B-PER
+    ]
+    assert best_valid_tags(torch.zeros(2, 0, len(LABELS)), torch.tensor([0, 0]), allowed) == [
+        [],
+        [],
+    ]
 
 
 @pytest.mark.parametrize(
@@ -76,6 +83,6 @@ def test_the_tagging_task_decodes_by_its_scheme(
     task = build_task(Recipe.from_dict({"task": "tagging", "data": data}))
     task.prepare()
     assert tuple(task.labels()) == LABELS
-    logits = torch.tensor([[0.0, 0, 0, 0, 5], [9, 9, 9, 9, 9], [0, 3, 0, 4, 0]])
-    targets = torch.tensor([4, IGNORE, 3])  # two words, the second's second piece ignored
-    assert task.word_tags(logits, targets) == expected
+    logits = torch.tensor([[[0.0, 0, 0, 0, 5], [9, 9, 9, 9, 9], [0, 3, 0, 4, 0]]])
+    targets = torch.tensor([[4, IGNORE, 3]])  # two words, the first's second piece ignored
+    assert task.word_tags(logits, targets) == [expected]

@@ -27,22 +27,27 @@ def iob2_transitions(labels: tuple[str, ...]) -> Tensor:
     return torch.tensor([[may_follow(p, tag) for tag in labels] for p in before])
 
 
-def best_valid_tags(log_probs: Tensor, allowed: Tensor) -> list[int]:
-    """The tag ids, one per row of ``log_probs`` ``(words, tags)``, of the sequence with the
-    highest total log-probability among those ``allowed`` (see :func:`iob2_transitions`)
-    permits. When the per-word argmax is allowed, it is that sequence."""
-    if len(log_probs) == 0:
-        return []
+def best_valid_tags(log_probs: Tensor, lengths: Tensor, allowed: Tensor) -> list[list[int]]:
+    """For each sentence of ``log_probs`` ``(sentences, words, tags)`` (padded; ``lengths``
+    real words each), the tag ids of the sequence with the highest total log-probability
+    among those ``allowed`` (see :func:`iob2_transitions`) permits: Viterbi, a batch at a
+    time. When the per-word argmax is allowed, it is that sequence."""
+    sentences, words, tags = log_probs.shape
+    if words == 0:
+        return [[] for _ in range(sentences)]
     penalty = torch.zeros(allowed.shape, dtype=log_probs.dtype).masked_fill(~allowed, -torch.inf)
-    score = log_probs[0] + penalty[-1]
+    stay = torch.arange(tags).expand(sentences, tags)  # past a sentence's end: keep the tag
+    score = log_probs[:, 0] + penalty[-1]
     pointers = []
-    for row in log_probs[1:]:
-        score, previous = (score[:, None] + penalty[:-1]).max(0)  # best predecessor per tag
-        score = score + row
-        pointers.append(previous)
-    tag = int(score.argmax())
+    for word in range(1, words):
+        best, previous = (score[:, :, None] + penalty[:-1]).max(1)  # best predecessor per tag
+        real = (word < lengths)[:, None]
+        score = torch.where(real, best + log_probs[:, word], score)
+        pointers.append(torch.where(real, previous, stay))
+    tag = score.argmax(-1)
     path = [tag]
     for previous in reversed(pointers):
-        tag = int(previous[tag])
+        tag = previous.gather(1, tag[:, None]).squeeze(1)
         path.append(tag)
-    return path[::-1]
+    paths = torch.stack(path[::-1], 1).tolist()
+    return [row[:length] for row, length in zip(paths, lengths.tolist(), strict=True)]

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 
 from ..data.batching import pad_batch
@@ -86,24 +85,34 @@ class TaggingTask(ExampleTask):
         """The tag of every word of every sentence. Words cut off by ``data.max_len`` get
         ``O`` (the caller can warn: see :meth:`encode_words`)."""
         encoded = [self.encode_words(words) for words in sentences]
-        logits_rows = (row for logits in self.forward_in_order(model, encoded) for row in logits)
-        tags = []
-        for words, (_, targets), logits in zip(sentences, encoded, logits_rows, strict=True):
-            predicted = self.word_tags(logits[: len(targets)], torch.tensor(targets))
-            tags.append(predicted + ["O"] * (len(words) - len(predicted)))
-        return tags
+        tags: list[list[str]] = []
+        for logits in self.forward_in_order(model, encoded):
+            batch = encoded[len(tags) : len(tags) + len(logits)]
+            targets, _ = pad_batch([targets for _, targets in batch], IGNORE)
+            tags += self.word_tags(logits, targets)
+        return [
+            tagged + ["O"] * (len(words) - len(tagged))
+            for words, tagged in zip(sentences, tags, strict=True)
+        ]
 
-    def word_tags(self, logits: Tensor, targets: Tensor) -> list[str]:
-        """The predicted tag of each word of one sentence, from the logits of its first
-        sub-words (where ``targets`` is not IGNORE): with ``data.tag_scheme = "iob2"`` the
-        most likely valid IOB2 sequence, else each word's most likely tag."""
+    def word_tags(self, logits: Tensor, targets: Tensor) -> list[list[str]]:
+        """The predicted tags of the words of a batch of sentences, from the logits
+        ``(sentences, pieces, tags)`` of their first sub-words (where ``targets`` is not
+        IGNORE): with ``data.tag_scheme = "iob2"`` the most likely valid IOB2 sequences,
+        else each word's most likely tag."""
         names = self.labels()
-        word_logits = logits[targets != IGNORE].float()
+        first = targets != IGNORE
+        lengths = first.sum(1)
+        order = first.int().argsort(dim=1, descending=True, stable=True)  # first pieces in front
+        word_logits = logits.float().gather(1, order[:, :, None].expand_as(logits))
+        word_logits = word_logits[:, : int(lengths.max())]
         if self.data.tag_scheme == "iob2":
-            ids = best_valid_tags(word_logits.log_softmax(-1), iob2_transitions(tuple(names)))
+            allowed = iob2_transitions(tuple(names))
+            ids = best_valid_tags(word_logits.log_softmax(-1), lengths, allowed)
         else:
-            ids = word_logits.argmax(-1).tolist()
-        return [names[i] for i in ids]
+            rows = word_logits.argmax(-1).tolist()
+            ids = [row[:length] for row, length in zip(rows, lengths.tolist(), strict=True)]
+        return [[names[i] for i in row] for row in ids]
 
     def length(self, example: Tagged) -> int:
         return len(example[0])
@@ -116,10 +125,9 @@ class TaggingTask(ExampleTask):
     def accumulate(self, totals: dict[str, Any], logits: Tensor, targets: Tensor) -> None:
         super().accumulate(totals, logits, targets)
         names = self.labels()
-        for row_logits, row_targets in zip(logits, targets, strict=True):
-            words = row_targets != IGNORE
-            totals.setdefault("gold", []).append([names[i] for i in row_targets[words].tolist()])
-            totals.setdefault("predicted", []).append(self.word_tags(row_logits, row_targets))
+        gold = [[names[i] for i in row[row != IGNORE].tolist()] for row in targets]
+        totals.setdefault("gold", []).extend(gold)
+        totals.setdefault("predicted", []).extend(self.word_tags(logits, targets))
 
     def summarize(self, totals: dict[str, Any]) -> dict[str, float]:
         return {**super().summarize(totals), **entity_scores(totals["gold"], totals["predicted"])}
