@@ -100,11 +100,11 @@ class TaggingTask(ExampleTask):
         ``(sentences, pieces, tags)`` of their first sub-words (where ``targets`` is not
         IGNORE): with ``data.tag_scheme = "iob2"`` the most likely valid IOB2 sequences,
         else each word's most likely tag."""
-        names = self.labels()
-        first = targets != IGNORE
+        names, logits = self.labels(), logits.float().cpu()  # Viterbi: small sequential steps
+        first = targets.cpu() != IGNORE
         lengths = first.sum(1)
         order = first.int().argsort(dim=1, descending=True, stable=True)  # first pieces in front
-        word_logits = logits.float().gather(1, order[:, :, None].expand_as(logits))
+        word_logits = logits.gather(1, order[:, :, None].expand_as(logits))
         word_logits = word_logits[:, : int(lengths.max())]
         if self.data.tag_scheme == "iob2":
             allowed = iob2_transitions(tuple(names))
