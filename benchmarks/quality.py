@@ -31,7 +31,7 @@ import torch
 from scratchformer import __version__, count_parameters
 from scratchformer.run import load_run
 from scratchformer.training.checkpoint import atomic_write_text
-from scratchformer.training.trainer import native_bf16
+from scratchformer.training.distributed import native_bf16
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"

@@ -435,6 +435,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def print_warning(message: Warning | str, *_: object, **__: object) -> None:
+    """A warning as one line on stderr, like errors, at the moment it is issued."""
+    print(f"scratchformer: warning: {message}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -442,12 +447,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
-        with warnings.catch_warnings(record=True) as caught:
+        with warnings.catch_warnings():
             warnings.simplefilter("always")
-            status = int(args.handler(args) or 0)
-        for warning in caught:  # one line each on stderr, like errors
-            print(f"scratchformer: warning: {warning.message}", file=sys.stderr)
-        return status
+            warnings.showwarning = print_warning
+            return int(args.handler(args) or 0)
     except (ValueError, OSError) as error:
         if args.debug:
             raise

@@ -332,9 +332,10 @@ class ExampleTask(Task):
     @torch.no_grad()
     def forward_in_order(
         self, model: nn.Module, examples: Sequence[Any], batch_size: int = 64
-    ) -> Iterator[Tensor]:
-        """The model's logits for encoded examples, batch by batch, in their order."""
+    ) -> Iterator[tuple[Tensor, Batch]]:
+        """The model's logits (on the CPU) for encoded examples, batch by batch, in their
+        order, each with its batch."""
         device = next(model.parameters()).device
         for start in range(0, len(examples), batch_size):
             batch = self.collate(examples[start : start + batch_size]).to(device)
-            yield self.logits(model, batch).float().cpu()
+            yield self.logits(model, batch).float().cpu(), batch

@@ -109,7 +109,7 @@ class ClassificationTask(ExampleTask):
         encoded = [self.encode_texts(self.split_line(line)) for line in lines]
         labels = self.labels()
         predictions = []
-        for logits in self.forward_in_order(model, encoded):
+        for logits, _ in self.forward_in_order(model, encoded):
             probabilities, best = logits.softmax(-1).max(-1)
             predictions += [
                 (labels[i], p) for i, p in zip(best.tolist(), probabilities.tolist(), strict=True)
@@ -172,7 +172,7 @@ class RegressionTask(ClassificationTask):
         """The predicted value of each line (two tab-separated sentences for pair tasks)."""
         encoded = [self.encode_texts(self.split_line(line)) for line in lines]
         return [
-            v for logits in self.forward_in_order(model, encoded) for v in logits[:, 0].tolist()
+            v for logits, _ in self.forward_in_order(model, encoded) for v in logits[:, 0].tolist()
         ]
 
     def accumulate(self, totals: dict[str, Any], logits: Tensor, targets: Tensor) -> None:

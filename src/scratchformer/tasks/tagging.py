@@ -85,11 +85,11 @@ class TaggingTask(ExampleTask):
         """The tag of every word of every sentence. Words cut off by ``data.max_len`` get
         ``O`` (the caller can warn: see :meth:`encode_words`)."""
         encoded = [self.encode_words(words) for words in sentences]
-        tags: list[list[str]] = []
-        for logits in self.forward_in_order(model, encoded):
-            batch = encoded[len(tags) : len(tags) + len(logits)]
-            targets, _ = pad_batch([targets for _, targets in batch], IGNORE)
-            tags += self.word_tags(logits, targets)
+        tags = [
+            tagged
+            for logits, batch in self.forward_in_order(model, encoded)
+            for tagged in self.word_tags(logits, batch.targets)
+        ]
         return [
             tagged + ["O"] * (len(words) - len(tagged))
             for words, tagged in zip(sentences, tags, strict=True)
@@ -104,8 +104,8 @@ class TaggingTask(ExampleTask):
         first = targets.cpu() != IGNORE
         lengths = first.sum(1)
         order = first.int().argsort(dim=1, descending=True, stable=True)  # first pieces in front
-        word_logits = logits.gather(1, order[:, :, None].expand_as(logits))
-        word_logits = word_logits[:, : int(lengths.max())]
+        order = order[:, : int(lengths.max()), None]
+        word_logits = logits.gather(1, order.expand(-1, -1, logits.shape[-1]))
         if self.data.tag_scheme == "iob2":
             allowed = iob2_transitions(tuple(names))
             ids = best_valid_tags(word_logits.log_softmax(-1), lengths, allowed)

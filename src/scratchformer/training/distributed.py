@@ -73,6 +73,16 @@ def default_device(choice: str = "auto") -> torch.device:
     return torch.device("cuda") if use_cuda else CPU
 
 
+def native_bf16(device: torch.device) -> bool:
+    """Whether ``device`` computes in bfloat16 natively (CPUs: AVX512-BF16 or AMX); elsewhere
+    autocast emulates it, many times slower than fp32."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    if device.type == "cpu":
+        return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    return True
+
+
 def setup(device: str = "auto") -> Distributed:
     """Join the process group that torchrun describes in the environment, if any, on the
     ``device`` kind (see :func:`default_device`): one GPU per process, or CPU processes."""

@@ -10,6 +10,7 @@ import math
 import re
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -20,26 +21,11 @@ from tqdm import tqdm
 from ..tasks.base import Task
 from .averaging import exponential_average
 from .checkpoint import METRICS_FILE, MODEL_FILE, load_checkpoint, save_checkpoint, save_weights
-from .distributed import Distributed
+from .distributed import Distributed, native_bf16
 from .schedule import build_schedule
 
 FUSED_ADAMW_DEVICES = ("cpu", "cuda")
 """Where torch has a fused AdamW kernel that the trainer uses."""
-
-
-def native_bf16(device: torch.device) -> bool:
-    """Whether ``device`` computes in bfloat16 natively (CPUs: AVX512-BF16 or AMX); elsewhere
-    autocast emulates it, many times slower than fp32."""
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
-    if device.type == "cpu":
-        return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
-    return True
-
-
-def warn(message: str) -> None:
-    """One line on stderr, at once: the CLI shows ``warnings`` only when a command ends."""
-    print(f"scratchformer: warning: {message}", file=sys.stderr)
 
 
 class TrainingError(RuntimeError):
@@ -130,9 +116,10 @@ class Trainer:
         self.state: dict[str, Any] = {"step": 0, "best": None, "best_step": None, "bad_evals": 0}
         device = self.dist.device
         if self.config.precision == "bf16" and self.dist.is_main and not native_bf16(device):
-            warn(
+            warnings.warn(
                 f"train.precision = 'bf16': this {device.type} has no native bfloat16, so "
-                "autocast emulates it, many times slower than train.precision = 'fp32'"
+                "autocast emulates it, many times slower than train.precision = 'fp32'",
+                stacklevel=2,
             )
 
     @property
@@ -333,6 +320,9 @@ class Trainer:
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:
-            warn("train.tensorboard needs the tensorboard package; logging to metrics.jsonl only")
+            warnings.warn(
+                "train.tensorboard needs the tensorboard package; logging to metrics.jsonl only",
+                stacklevel=2,
+            )
             return None
         return SummaryWriter(str(self.run_dir / "tensorboard"))
