@@ -136,6 +136,7 @@ def run_row(row: Row, threads: int, runs: Path) -> dict[str, Any]:
         "budget_seconds": round(row.budget_minutes * 60),
         "wall_seconds": round(wall, 1),
         "train_seconds": round(trained["train_seconds"], 1),
+        "precision": trained["precision"],
         "steps": trained["step"],
         "best_step": trained["best_step"],
         "params": parameters(ROOT / run_dir),

@@ -233,7 +233,7 @@ class ModelConfig(ConfigBase):
 
 
 TASKS = ("lm", "translation", "synthetic", "classification", "regression", "tagging")
-PRECISIONS = ("fp32", "bf16")
+PRECISIONS = ("fp32", "bf16", "auto")
 TAG_SCHEMES = ("iob2", "none")
 
 
@@ -331,7 +331,9 @@ class TrainConfig(ConfigBase):
     word dropout of taggers trained from scratch)."""
     grad_clip: float | None = 1.0
     precision: str = "fp32"
-    """``bf16`` runs forward passes under bfloat16 autocast."""
+    """``bf16`` runs forward passes under bfloat16 autocast; ``auto`` does so only where the
+    device computes in bfloat16 natively (elsewhere autocast emulates it, many times slower
+    than fp32), so that one recipe suits every machine."""
     compile: bool = False
     """Train through ``torch.compile``: faster steps after a one-off compilation (tens of
     seconds, inside ``max_minutes``); fixed shapes (language modelling) gain most."""

@@ -193,15 +193,29 @@ def test_accumulating_two_halves_equals_one_whole_batch(tmp_path: Path, data_dir
 
 
 @pytest.mark.parametrize("native", [True, False])
-def test_bf16_autocast_trains_and_warns_where_it_is_emulated(
-    tmp_path: Path, monkeypatch, capsys, native: bool
+@pytest.mark.parametrize("precision", ["bf16", "auto"])
+def test_bf16_autocast_trains_where_asked_and_warns_where_it_is_emulated(
+    tmp_path: Path, monkeypatch, capsys, native: bool, precision: str
 ) -> None:
+    """``bf16`` always autocasts, and warns on a device without native bfloat16; ``auto``
+    autocasts only where bfloat16 is native, silently."""
     monkeypatch.setattr("scratchformer.training.trainer.native_bf16", lambda device: native)
-    assert train(tmp_path / "bf16", "train.max_steps=10", "train.precision='bf16'") == 0
-    state = json.loads((tmp_path / "bf16" / "trainer_state.json").read_text())
-    assert state["step"] == 10
-    warned = "this cpu has no native bfloat16" in capsys.readouterr().err
-    assert warned != native
+    autocasts = []
+    real_autocast = torch.autocast
+
+    def spy(*args, **kwargs):
+        autocasts.append(kwargs["enabled"])
+        return real_autocast(*args, **kwargs)
+
+    monkeypatch.setattr("scratchformer.training.trainer.torch.autocast", spy)
+    assert train(tmp_path / "run", "train.max_steps=10", f"train.precision='{precision}'") == 0
+    out, err = capsys.readouterr()
+    bf16 = precision == "bf16" or native
+    assert autocasts == [bf16] * 10
+    assert json.loads(out)["precision"] == ("bf16" if bf16 else "fp32")
+    assert json.loads((tmp_path / "run" / "trainer_state.json").read_text())["step"] == 10
+    warned = "this cpu has no native bfloat16" in err
+    assert warned == (precision == "bf16" and not native)
 
 
 def test_train_compile_computes_what_the_eager_model_computes(tmp_path: Path, data_dir) -> None:

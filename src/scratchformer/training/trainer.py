@@ -114,11 +114,14 @@ class Trainer:
             else exponential_average(self.model, self.config.ema_decay)
         )
         self.state: dict[str, Any] = {"step": 0, "best": None, "best_step": None, "bad_evals": 0}
-        device = self.dist.device
-        if self.config.precision == "bf16" and self.dist.is_main and not native_bf16(device):
+        device, precision = self.dist.device, self.config.precision
+        native = native_bf16(device)
+        self.bf16 = precision == "bf16" or (precision == "auto" and native)  # autocast?
+        if precision == "bf16" and self.dist.is_main and not native:
             warnings.warn(
                 f"train.precision = 'bf16': this {device.type} has no native bfloat16, so "
-                "autocast emulates it, many times slower than train.precision = 'fp32'",
+                "autocast emulates it, many times slower than train.precision = 'fp32' "
+                "(or 'auto')",
                 stacklevel=2,
             )
 
@@ -205,6 +208,7 @@ class Trainer:
             **last_eval,
             "train_seconds": busy,
             "tokens_per_s": seen / max(busy, 1e-9),
+            "precision": "bf16" if self.bf16 else "fp32",
             "best_step": self.state["best_step"],
             f"best_{self.task.metric}": self.state["best"],
         }
@@ -216,9 +220,7 @@ class Trainer:
         ``grad_accum`` micro-batches. So any split of the same batch over processes and
         accumulation computes the same update (exactly, when slices hold equal tokens)."""
         config, dist = self.config, self.dist
-        autocast = torch.autocast(
-            dist.device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16"
-        )
+        autocast = torch.autocast(dist.device.type, dtype=torch.bfloat16, enabled=self.bf16)
         parts = dist.world_size * config.grad_accum
         step_batch = self.task.global_batch(self.state["step"], parts)
         total, tokens = 0.0, 0
