@@ -148,6 +148,22 @@ def test_is_causal_equals_explicit_causal_mask_also_with_fewer_queries() -> None
     torch.testing.assert_close(last, explicit[:, :, 3:], atol=1e-6, rtol=0)
 
 
+@pytest.mark.parametrize("dropout", [0.0, 0.3])
+def test_causal_attention_never_reads_later_positions_also_when_training(dropout: float) -> None:
+    """Changing the last position's input leaves every earlier output as it was, in training
+    mode too (the same dropout draws), where attention dropout takes the written-out path."""
+    attention = MultiHeadAttention(16, 2, dropout=dropout).train()
+    x = torch.randn(2, 5, 16)
+    changed = x.clone()
+    changed[:, -1] += 1.0
+    torch.manual_seed(0)
+    before, _ = attention(x, is_causal=True)
+    torch.manual_seed(0)
+    after, _ = attention(changed, is_causal=True)
+    torch.testing.assert_close(after[:, :-1], before[:, :-1], atol=1e-6, rtol=0)
+    assert not torch.allclose(after[:, -1], before[:, -1])
+
+
 def test_wrong_use_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="d_model=30 is not divisible by n_heads=8"):
         MultiHeadAttention(30, 8)

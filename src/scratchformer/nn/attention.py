@@ -169,10 +169,11 @@ class MultiHeadAttention(nn.Module):
         attention weights on the CPU, else fused."""
         dropout_p = self.dropout if self.training else 0.0
         q_len, k_len = q.shape[-2], k.shape[-2]
-        if is_causal and (need_weights or mask is not None or q_len != k_len):
+        written_out = need_weights or (dropout_p > 0 and q.device.type == "cpu")
+        if is_causal and (written_out or mask is not None or q_len != k_len):
             mask = combine_masks(mask, causal_mask(q_len, k_len, device=q.device))
             is_causal = False
-        if need_weights or (dropout_p > 0 and q.device.type == "cpu"):
+        if written_out:
             return scaled_dot_product_attention(q, k, v, mask, dropout_p)
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal
