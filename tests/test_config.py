@@ -144,6 +144,8 @@ def test_data_and_train_validation() -> None:
         TrainConfig(label_smoothing=1.5)
     with pytest.raises(ValueError, match=r"token_dropout=1.0 must be in \[0, 1\)"):
         TrainConfig(token_dropout=1.0)
+    with pytest.raises(ValueError, match=r"rdrop=-1.0 must be >= 0"):
+        TrainConfig(rdrop=-1.0)
     for decay in (0.0, 1.2):
         with pytest.raises(ValueError, match=rf"layer_lr_decay={decay} must be in \(0, 1\]"):
             TrainConfig(layer_lr_decay=decay)

@@ -9,9 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 from scratchformer.config import Recipe
 from scratchformer.data.readers import DataError
+from scratchformer.models import build_model
 from scratchformer.tasks import build_task
 from scratchformer.tasks.base import IGNORE
 
@@ -85,6 +87,42 @@ def test_token_dropout_hides_only_real_tokens_of_training_batches(tmp_path: Path
     assert torch.equal(evaluated.inputs["input_ids"], clean_evaluated.inputs["input_ids"])
     with pytest.raises(ValueError, match=r"token_dropout=0.1: only encoder tasks"):
         build_task(recipe("lm", train={"token_dropout": 0.1}))
+
+
+def test_rdrop_adds_the_symmetric_kl_of_two_dropout_draws(tmp_path: Path) -> None:
+    """R-Drop's loss, against one written from the paper with ``F.kl_div``: the batch twice
+    in one forward pass (two dropout draws), the mean cross-entropy over the targets that
+    count, plus alpha / 4 times KL(p1 || p2) + KL(p2 || p1) averaged over those targets."""
+    train = tmp_path / "train.txt"
+    train.write_text("Peter B-PER\nBlackburnshire I-PER\nwent O\n\nParis B-LOC\nrocks O\n")
+    data = {"train": str(train), "val": str(train), "tokenizer": "wordpiece", "vocab_size": 40}
+    model_settings = {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32, "dropout": 0.3}
+    settings = {"batch_size": 2, "rdrop": 0.7}
+    task = build_task(recipe("tagging", data=data, model=model_settings, train=settings))
+    task.prepare()
+    model = build_model(task.model_config()).train()
+    batch = task.global_batch(0, 1)
+    torch.manual_seed(0)
+    loss = task.loss(model, batch)
+
+    torch.manual_seed(0)
+    doubled = {k: torch.cat([v, v]) for k, v in batch.inputs.items()}
+    first, second = model(**doubled).logits.chunk(2)
+    counted = batch.targets != IGNORE
+    first, second, targets = first[counted], second[counted], batch.targets[counted]
+    cross_entropy = (F.cross_entropy(first, targets) + F.cross_entropy(second, targets)) / 2
+    log_p, log_q = first.log_softmax(-1), second.log_softmax(-1)
+    kl = F.kl_div(log_q, log_p, log_target=True, reduction="batchmean") + F.kl_div(
+        log_p, log_q, log_target=True, reduction="batchmean"
+    )
+    assert kl > 0.01  # the two draws differ
+    torch.testing.assert_close(loss, cross_entropy + 0.7 * kl / 4, atol=1e-6, rtol=0)
+
+    model.eval()  # no dropout, no second pass: the plain cross-entropy
+    plain = F.cross_entropy(model(**batch.inputs).logits[counted], targets)
+    torch.testing.assert_close(task.loss(model, batch), plain, atol=1e-6, rtol=0)
+    with pytest.raises(ValueError, match=r"rdrop=0.5: R-Drop compares predicted class"):
+        build_task(recipe("regression", data={"dataset": "stsb"}, train={"rdrop": 0.5}))
 
 
 def test_translation_shifts_targets_and_masks_padding(tmp_path: Path) -> None:

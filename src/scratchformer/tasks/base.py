@@ -42,6 +42,11 @@ class Batch:
         inputs = {k: v.to(device, non_blocking=True) for k, v in self.inputs.items()}
         return Batch(inputs, self.targets.to(device, non_blocking=True), self.tokens)
 
+    def doubled(self) -> Batch:
+        """The rows twice over (``[rows; rows]``), for two forward passes in one."""
+        inputs = {k: torch.cat([v, v]) for k, v in self.inputs.items()}
+        return Batch(inputs, torch.cat([self.targets, self.targets]), 2 * self.tokens)
+
     def slice(self, part: int, parts: int) -> Batch:
         """Slice ``part`` of ``parts`` contiguous shares of the rows."""
         rows = self.targets.shape[0]
@@ -186,14 +191,25 @@ class Task(ABC):
         return model(**batch.inputs).logits
 
     def loss(self, model: nn.Module, batch: Batch) -> Tensor:
-        """Mean cross-entropy over the targets that count, with label smoothing."""
-        logits = self.logits(model, batch)
-        return F.cross_entropy(
-            logits.flatten(0, -2).float(),
-            batch.targets.flatten(),
+        """Mean cross-entropy over the targets that count, with label smoothing; with
+        ``train.rdrop`` (R-Drop) in training, the batch runs twice and the two predictions'
+        disagreement is added (:func:`rdrop_loss`)."""
+        twice = self.train_config.rdrop > 0 and model.training
+        if twice:
+            batch = batch.doubled()
+        logits = self.logits(model, batch).flatten(0, -2).float()
+        targets = batch.targets.flatten()
+        loss = F.cross_entropy(
+            logits,
+            targets,
             ignore_index=IGNORE,
             label_smoothing=self.train_config.label_smoothing,
         )
+        if not twice:
+            return loss
+        first, second = logits.chunk(2)
+        counted = targets[: len(targets) // 2] != IGNORE
+        return loss + self.train_config.rdrop * rdrop_loss(first[counted], second[counted])
 
     @torch.no_grad()
     def evaluate(
@@ -234,6 +250,15 @@ class Task(ABC):
         count = max(totals["targets"], 1)
         loss = totals["loss_sum"] / count
         return {"loss": loss, "perplexity": perplexity(loss), "accuracy": totals["correct"] / count}
+
+
+def rdrop_loss(first: Tensor, second: Tensor) -> Tensor:
+    """R-Drop's term for two sets of logits ``(n, classes)`` of the same inputs: the mean
+    over rows of ``(KL(p1 || p2) + KL(p2 || p1)) / 4``. With the mean of the two
+    cross-entropies, that is the paper's loss halved, so ``train.rdrop`` is its alpha."""
+    log_p, log_q = first.log_softmax(-1), second.log_softmax(-1)
+    symmetric = ((log_p.exp() - log_q.exp()) * (log_p - log_q)).sum(-1)
+    return symmetric.mean() / 4 if len(symmetric) else symmetric.sum()
 
 
 def add(totals: dict[str, Any], **values: float) -> None:

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..config import Recipe
 from ..data.batching import pad_batch
 from ..data.readers import LabeledText, read_tsv
 from ..data.registry import sst2_examples, stsb_examples
@@ -164,6 +165,14 @@ class RegressionTask(ClassificationTask):
     head = "regression"
     metric = "pearson"
     regression = True
+
+    def __init__(self, recipe: Recipe) -> None:
+        super().__init__(recipe)
+        if recipe.train.rdrop:
+            raise ValueError(
+                f"[train] rdrop={recipe.train.rdrop}: R-Drop compares predicted class "
+                "distributions, and regression predicts values"
+            )
 
     def loss(self, model: nn.Module, batch: Batch) -> Tensor:
         return F.mse_loss(self.logits(model, batch).squeeze(-1).float(), batch.targets)
