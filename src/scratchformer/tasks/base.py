@@ -258,7 +258,7 @@ def rdrop_loss(first: Tensor, second: Tensor) -> Tensor:
     cross-entropies, that is the paper's loss halved, so ``train.rdrop`` is its alpha."""
     log_p, log_q = first.log_softmax(-1), second.log_softmax(-1)
     symmetric = ((log_p.exp() - log_q.exp()) * (log_p - log_q)).sum(-1)
-    return symmetric.mean() / 4 if len(symmetric) else symmetric.sum()
+    return symmetric.mean() / 4
 
 
 def add(totals: dict[str, Any], **values: float) -> None:
