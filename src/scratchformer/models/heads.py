@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ..nn import Dropout
+from ..nn import Dropout, Linear, linear
 
 
 def pool(hidden: Tensor, attention_mask: Tensor | None, how: str = "mean") -> Tensor:
@@ -34,7 +34,7 @@ class SequenceHead(nn.Module):
         super().__init__()
         self.pooling = pooling
         self.dropout = Dropout(dropout)
-        self.proj = nn.Linear(d_model, output_dim)
+        self.proj = Linear(d_model, output_dim)
 
     def forward(self, hidden: Tensor, attention_mask: Tensor | None = None) -> Tensor:
         return self.proj(self.dropout(pool(hidden, attention_mask, self.pooling)))
@@ -46,7 +46,7 @@ class Pooler(nn.Module):
 
     def __init__(self, d_model: int) -> None:
         super().__init__()
-        self.dense = nn.Linear(d_model, d_model)
+        self.dense = Linear(d_model, d_model)
 
     def forward(self, hidden: Tensor) -> Tensor:
         return torch.tanh(self.dense(hidden[:, 0]))
@@ -58,7 +58,7 @@ class TokenClassificationHead(nn.Module):
     def __init__(self, d_model: int, num_labels: int, dropout: float = 0.0) -> None:
         super().__init__()
         self.dropout = Dropout(dropout)
-        self.proj = nn.Linear(d_model, num_labels)
+        self.proj = Linear(d_model, num_labels)
 
     def forward(self, hidden: Tensor, attention_mask: Tensor | None = None) -> Tensor:
         return self.proj(self.dropout(hidden))
@@ -74,4 +74,4 @@ class LMHead(nn.Module):
         nn.init.normal_(self.weight, std=d_model**-0.5)
 
     def forward(self, hidden: Tensor) -> Tensor:
-        return nn.functional.linear(hidden, self.weight)
+        return linear(hidden, self.weight)

@@ -11,6 +11,7 @@ from .embedding import (
 )
 from .feedforward import FeedForward
 from .layers import DecoderLayer, EncoderLayer
+from .linear import Linear, linear
 from .masks import causal_mask, combine_masks, padding_mask
 from .norm import LayerNorm, layer_norm
 
@@ -22,6 +23,7 @@ __all__ = [
     "FeedForward",
     "LayerNorm",
     "LearnedPositionalEmbedding",
+    "Linear",
     "MultiHeadAttention",
     "SinusoidalPositionalEncoding",
     "TokenEmbedding",
@@ -29,6 +31,7 @@ __all__ = [
     "combine_masks",
     "dropout",
     "layer_norm",
+    "linear",
     "padding_mask",
     "scaled_dot_product_attention",
     "sinusoidal_table",

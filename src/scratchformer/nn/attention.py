@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .dropout import dropout
+from .linear import Linear
 from .masks import causal_mask, combine_masks
 from .packing import Packing
 
@@ -80,11 +81,11 @@ class MultiHeadAttention(nn.Module):
         self.dropout = dropout
         self.cross = cross
         if cross:
-            self.q_proj = nn.Linear(d_model, d_model, bias=bias)
-            self.kv_proj = nn.Linear(d_model, 2 * d_model, bias=bias)
+            self.q_proj = Linear(d_model, d_model, bias=bias)
+            self.kv_proj = Linear(d_model, 2 * d_model, bias=bias)
         else:
-            self.qkv_proj = nn.Linear(d_model, 3 * d_model, bias=bias)
-        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+            self.qkv_proj = Linear(d_model, 3 * d_model, bias=bias)
+        self.out_proj = Linear(d_model, d_model, bias=bias)
 
     def forward(
         self,

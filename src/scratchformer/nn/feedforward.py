@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .dropout import Dropout
+from .linear import Linear
 
 ACTIVATIONS = {
     "relu": F.relu,
@@ -33,8 +34,8 @@ class FeedForward(nn.Module):
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation={activation!r} must be one of {', '.join(ACTIVATIONS)}")
         self.activation = activation
-        self.w1 = nn.Linear(d_model, d_ff, bias=bias)
-        self.w2 = nn.Linear(d_ff, d_model, bias=bias)
+        self.w1 = Linear(d_model, d_ff, bias=bias)
+        self.w2 = Linear(d_ff, d_model, bias=bias)
         self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:

@@ -1,0 +1,80 @@
+"""Speed of ``scratchformer.nn.linear`` against ``torch.nn.functional.linear`` on few rows.
+
+What: the time of one pass through every linear map of generation's config B (6 layers of
+QKV 384->1152, output 384->384, feed-forward 384->1536->384, then the 384->8192 head: the
+maps one decoding step multiplies, 55 MB of fp32 weights, so they come from memory as in
+decoding), with and without bias, for 1 to 64 rows, fp32 on the CPU.
+
+Why: decoding a batch multiplies every weight by one row a sequence. ``linear`` takes the
+product as ``(weight @ x.T).T`` for 2 to 32 rows, the orientation PyTorch's CPU GEMM runs
+faster at these shapes; this shows by how much on the machine at hand, and that it gains
+nothing outside that range (where ``linear`` is ``torch.nn.functional.linear`` itself).
+
+How: both candidates in one process, interleaved after a warm-up (``timing.interleaved``);
+the median of each is reported with its ratio.
+
+    .venv/bin/python benchmarks/linear.py [--repeats 40] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from scratchformer.nn import linear
+from timing import Step, interleaved
+
+D_MODEL, D_FF, VOCAB, N_LAYERS = 384, 1536, 8192, 6
+ROWS = (1, 2, 4, 8, 16, 32, 64)
+SHAPES = [(3 * D_MODEL, D_MODEL), (D_MODEL, D_MODEL), (D_FF, D_MODEL), (D_MODEL, D_FF)] * N_LAYERS
+SHAPES.append((VOCAB, D_MODEL))
+"""``(out, in)`` of every weight one decoding step of config B multiplies."""
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=40, help="timed passes per candidate")
+    parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
+    args = parser.parse_args()
+    if args.repeats < 3 or args.threads < 1:
+        parser.error("need --repeats >= 3 and --threads >= 1")
+    return args
+
+
+Linear = Callable[[Tensor, Tensor, Tensor | None], Tensor]
+
+
+def one_pass(
+    apply: Linear, inputs: list[Tensor], weights: list[Tensor], biases: list[Tensor | None]
+) -> Step:
+    """Every weight times its input, by ``apply`` (``linear`` or ``F.linear``)."""
+    return lambda: [apply(x, w, b) for x, w, b in zip(inputs, weights, biases, strict=True)]
+
+
+def main() -> None:
+    args = parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    weights = [torch.randn(shape) / shape[1] ** 0.5 for shape in SHAPES]
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, fp32 CPU")
+    megabytes = sum(w.numel() for w in weights) * 4 / 1e6
+    print(f"one pass = {len(SHAPES)} linear maps, {megabytes:.0f} MB")
+    print(f"{'rows':>4} {'bias':>5} {'F.linear ms':>12} {'ours ms':>8} {'speed-up':>9}")
+    for rows in ROWS:
+        inputs = [torch.randn(rows, w.shape[1]) for w in weights]
+        for bias in (True, False):
+            biases = [torch.randn(w.shape[0]) if bias else None for w in weights]
+            candidates = [one_pass(f, inputs, weights, biases) for f in (F.linear, linear)]
+            theirs, ours = interleaved(candidates, args.repeats, warmup=3)
+            print(
+                f"{rows:>4} {bias!s:>5} {theirs.median_s * 1e3:>12.2f} "
+                f"{ours.median_s * 1e3:>8.2f} {theirs.median_s / ours.median_s:>8.2f}x"
+            )
+
+
+if __name__ == "__main__":
+    main()

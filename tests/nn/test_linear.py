@@ -1,0 +1,56 @@
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from scratchformer.nn import Linear, linear
+from scratchformer.nn.linear import FEW_ROWS
+
+
+@pytest.mark.parametrize("shape", [(1, 48), (2, 48), (8, 1, 48), (4, 8, 48), (33, 48), (3, 40, 48)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_matches_torch_linear_values_and_gradients(shape: tuple[int, ...], bias: bool) -> None:
+    theirs = nn.Linear(48, 80, bias=bias)
+    ours = Linear(48, 80, bias=bias)
+    ours.load_state_dict(theirs.state_dict())
+    x = torch.randn(shape, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_()
+    out, expected = ours(x), theirs(x_ref)
+    assert out.shape == expected.shape and out.is_contiguous()
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    grad = torch.randn(expected.shape)
+    out.backward(grad)
+    expected.backward(grad)
+    torch.testing.assert_close(x.grad, x_ref.grad, atol=1e-5, rtol=1e-5)
+    for mine, reference in zip(ours.parameters(), theirs.parameters(), strict=True):
+        torch.testing.assert_close(mine.grad, reference.grad, atol=1e-4, rtol=1e-5)
+
+
+def test_few_rows_take_the_transposed_product(monkeypatch: pytest.MonkeyPatch) -> None:
+    """2 to 32 rows go through ``weight @ x.T`` (addmm with the weight first); one row and
+    many rows through ``torch.nn.functional.linear``."""
+    calls: list[str] = []
+    addmm, functional_linear = torch.addmm, F.linear
+
+    def spy_addmm(*args: torch.Tensor) -> torch.Tensor:
+        calls.append("addmm")
+        return addmm(*args)
+
+    def spy_linear(*args: torch.Tensor | None) -> torch.Tensor:
+        calls.append("linear")
+        return functional_linear(*args)
+
+    monkeypatch.setattr(torch, "addmm", spy_addmm)
+    monkeypatch.setattr(F, "linear", spy_linear)
+    weight, bias = torch.randn(16, 8), torch.randn(16)
+    for rows in (1, FEW_ROWS.start, 8, FEW_ROWS.stop - 1, FEW_ROWS.stop):
+        calls.clear()
+        linear(torch.randn(rows, 8), weight, bias)
+        assert calls == ["addmm" if rows in FEW_ROWS else "linear"], rows
+
+
+def test_state_dict_is_torch_linears() -> None:
+    """Checkpoints and Hugging Face weights load as into ``torch.nn.Linear``."""
+    ours, theirs = Linear(4, 3), nn.Linear(4, 3)
+    assert ours.state_dict().keys() == theirs.state_dict().keys()
+    assert isinstance(ours, nn.Linear)
