@@ -11,7 +11,8 @@ faster at these shapes; this shows by how much on the machine at hand, and that 
 nothing outside that range (where ``linear`` is ``torch.nn.functional.linear`` itself).
 
 How: both candidates in one process, interleaved after a warm-up (``timing.interleaved``);
-the median of each is reported with its ratio.
+the median of each is reported with its ratio, and the rate at which ours reads the weights
+(GB/s): at one row, what bounds the speed of decoding a single sequence.
 
     .venv/bin/python benchmarks/linear.py [--repeats 40] [--threads 2]
 """
@@ -63,7 +64,7 @@ def main() -> None:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, fp32 CPU")
     megabytes = sum(w.numel() for w in weights) * 4 / 1e6
     print(f"one pass = {len(SHAPES)} linear maps, {megabytes:.0f} MB")
-    print(f"{'rows':>4} {'bias':>5} {'F.linear ms':>12} {'ours ms':>8} {'speed-up':>9}")
+    print(f"{'rows':>4} {'bias':>5} {'F.linear ms':>12} {'ours ms':>8} {'speed-up':>9} {'GB/s':>6}")
     for rows in ROWS:
         inputs = [torch.randn(rows, w.shape[1]) for w in weights]
         for bias in (True, False):
@@ -72,7 +73,8 @@ def main() -> None:
             theirs, ours = interleaved(candidates, args.repeats, warmup=3)
             print(
                 f"{rows:>4} {bias!s:>5} {theirs.median_s * 1e3:>12.2f} "
-                f"{ours.median_s * 1e3:>8.2f} {theirs.median_s / ours.median_s:>8.2f}x"
+                f"{ours.median_s * 1e3:>8.2f} {theirs.median_s / ours.median_s:>8.2f}x "
+                f"{megabytes / 1e3 / ours.median_s:>6.1f}"
             )
 
 
