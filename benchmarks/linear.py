@@ -46,11 +46,11 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-Linear = Callable[[Tensor, Tensor, Tensor | None], Tensor]
+LinearMap = Callable[[Tensor, Tensor, Tensor | None], Tensor]
 
 
 def one_pass(
-    apply: Linear, inputs: list[Tensor], weights: list[Tensor], biases: list[Tensor | None]
+    apply: LinearMap, inputs: list[Tensor], weights: list[Tensor], biases: list[Tensor | None]
 ) -> Step:
     """Every weight times its input, by ``apply`` (``linear`` or ``F.linear``)."""
     return lambda: [apply(x, w, b) for x, w, b in zip(inputs, weights, biases, strict=True)]
