@@ -1,6 +1,6 @@
 """Speed of ``scratchformer.nn.linear`` against ``torch.nn.functional.linear`` on few rows.
 
-What: the time of one pass through every linear map of generation's config B (6 layers of
+What: the time of one pass through every linear map of ``generate.py``'s model (6 layers of
 QKV 384->1152, output 384->384, feed-forward 384->1536->384, then the 384->8192 head: the
 maps one decoding step multiplies, 55 MB of fp32 weights, so they come from memory as in
 decoding), with and without bias, for 1 to 64 rows, fp32 on the CPU.
@@ -26,10 +26,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from generate import D_FF, D_MODEL, N_LAYERS, VOCAB
 from scratchformer.nn import linear
 from timing import Step, interleaved
 
-D_MODEL, D_FF, VOCAB, N_LAYERS = 384, 1536, 8192, 6
 ROWS = (1, 2, 4, 8, 16, 32, 64)
 SHAPES = [(3 * D_MODEL, D_MODEL), (D_MODEL, D_MODEL), (D_FF, D_MODEL), (D_MODEL, D_FF)] * N_LAYERS
 SHAPES.append((VOCAB, D_MODEL))

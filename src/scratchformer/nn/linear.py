@@ -21,7 +21,7 @@ FEW_ROWS = range(2, 33)
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``x @ weight.T + bias`` over the last dimension of ``x``, as
     ``torch.nn.functional.linear``; a contiguous result either way."""
-    rows = x.numel() // x.shape[-1]
+    rows = x.shape[:-1].numel()
     if x.device.type != "cpu" or rows not in FEW_ROWS:
         return F.linear(x, weight, bias)
     columns = x.reshape(rows, x.shape[-1]).T
