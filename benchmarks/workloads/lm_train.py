@@ -24,6 +24,7 @@ from workloads.report import (
 )
 from workloads.training import (
     Candidate,
+    cross_entropy_of,
     hf_attention,
     our_candidate,
     our_variants,
@@ -109,11 +110,11 @@ def lm_candidate(name: str, s: LMShape) -> Candidate:
             dropout=0.0,
             max_len=s.context,
         )
-        logits_of = lambda run: lambda ids: run(ids).logits  # noqa: E731
-        return our_candidate(name, build_model(config).train(), logits_of)
+        loss_of = lambda run: lambda ids, labels: run(ids, labels=labels).loss  # noqa: E731
+        return our_candidate(name, build_model(config).train(), loss_of)
     if name == TORCH:
         model = TorchLM(s).train()
-        return Candidate(name, model, model)
+        return Candidate(name, model, cross_entropy_of(model))
     config = GPT2Config(
         vocab_size=s.vocab,
         n_positions=s.context,
@@ -127,7 +128,7 @@ def lm_candidate(name: str, s: LMShape) -> Candidate:
         attn_pdrop=0.0,
     )
     hf = GPT2LMHeadModel(config).train()
-    return Candidate(name, hf, lambda ids: hf(ids, use_cache=False).logits)
+    return Candidate(name, hf, cross_entropy_of(lambda ids: hf(ids, use_cache=False).logits))
 
 
 def lm_batch(s: LMShape) -> tuple[tuple[Tensor, ...], Tensor]:

@@ -23,6 +23,7 @@ from workloads.report import (
 )
 from workloads.training import (
     Candidate,
+    cross_entropy_of,
     hf_attention,
     our_candidate,
     our_variants,
@@ -139,21 +140,21 @@ def seq2seq_candidates(s: Seq2SeqShape, variants: tuple[str, ...]) -> list[Candi
         forced_eos_token_id=None,
     )
     marian = MarianMTModel(marian_config).train()
+    loss_of = lambda run: lambda src, tgt, labels: run(src, tgt, labels=labels).loss  # noqa: E731
     candidates = [
-        Candidate(OURS, ours, lambda src, tgt: ours(src, tgt).logits),
-        Candidate(TORCH, theirs, theirs),
+        our_candidate(OURS, ours, loss_of),
+        Candidate(TORCH, theirs, cross_entropy_of(theirs)),
         Candidate(
             MARIAN,
             marian,
-            lambda src, tgt: marian(input_ids=src, decoder_input_ids=tgt, use_cache=False).logits,
+            cross_entropy_of(
+                lambda src, tgt: marian(
+                    input_ids=src, decoder_input_ids=tgt, use_cache=False
+                ).logits
+            ),
         ),
     ]
-    candidates += [
-        our_candidate(
-            name, build_model(config).train(), lambda run: lambda src, tgt: run(src, tgt).logits
-        )
-        for name in variants
-    ]
+    candidates += [our_candidate(name, build_model(config).train(), loss_of) for name in variants]
     return candidates
 
 

@@ -30,33 +30,45 @@ def trainer_adamw(model: nn.Module) -> torch.optim.Optimizer:
 
 @dataclass(frozen=True)
 class Candidate:
-    """A model, how to get its logits from the inputs of the case, and its optimiser."""
+    """A model, how to get its mean cross-entropy from the inputs and the targets of the
+    case (``loss(*inputs, targets)``), and its optimiser."""
 
     name: str
     model: nn.Module
-    logits: Callable[..., Tensor]
+    loss: Callable[..., Tensor]
     optimizer: Callable[[nn.Module], torch.optim.Optimizer] = torch_adamw
 
 
+def cross_entropy_of(logits: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    """The loss of a model that gives logits: their cross-entropy against the targets."""
+
+    def loss(*inputs_and_targets: Tensor) -> Tensor:
+        *inputs, targets = inputs_and_targets
+        out = logits(*inputs)
+        return F.cross_entropy(out.reshape(-1, out.shape[-1]), targets.reshape(-1))
+
+    return loss
+
+
 def our_candidate(
-    name: str, model: nn.Module, logits_of: Callable[[nn.Module], Callable[..., Tensor]]
+    name: str, model: nn.Module, loss_of: Callable[[nn.Module], Callable[..., Tensor]]
 ) -> Candidate:
     """Our ``model`` as candidate ``name``: eager, compiled (``COMPILED``) or stepped by the
-    trainer's optimizer (``TRAINER_ADAMW``); ``logits_of(run)`` gets logits from inputs."""
+    trainer's optimizer (``TRAINER_ADAMW``); ``loss_of(run)`` gets the loss from inputs and
+    targets, as training does: the targets are the model's ``labels``."""
     run = torch.compile(model) if name == COMPILED else model
     optimizer = trainer_adamw if name == TRAINER_ADAMW else torch_adamw
-    return Candidate(name, model, logits_of(run), optimizer)
+    return Candidate(name, model, loss_of(run), optimizer)
 
 
 def training_step(candidate: Candidate, inputs: tuple[Tensor, ...], targets: Tensor) -> Step:
-    """One step: clear gradients, logits, cross-entropy against ``targets``, backward,
-    AdamW. The step returns the loss."""
+    """One step: clear gradients, the loss against ``targets``, backward, AdamW. The step
+    returns the loss."""
     optimizer = candidate.optimizer(candidate.model)
 
     def step() -> float:
         optimizer.zero_grad(set_to_none=True)
-        logits = candidate.logits(*inputs)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        loss = candidate.loss(*inputs, targets)
         loss.backward()
         optimizer.step()
         return loss.item()

@@ -120,3 +120,28 @@ def test_fully_padded_row_gives_no_nan(name) -> None:
     assert torch.isfinite(out).all()
     out.sum().backward()
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+@pytest.mark.parametrize("name", [n for n in CONFIGS if not n.startswith("encoder")])
+def test_labels_give_the_cross_entropy_of_the_logits(name) -> None:
+    """``labels`` make a language model return the loss of its logits (label smoothing and
+    ignored positions included) with the same gradients, tied weights too."""
+    model = make(name)
+    ids = torch.randint(0, VOCAB, (3, 6))
+    tgt = ids[:, :4] % 19
+    labels = (ids if model.config.arch == "decoder" else tgt).clone()
+    labels[0, 1] = -100
+    inputs = (ids, tgt) if model.config.arch == "seq2seq" else (ids,)
+    logits = model(*inputs).logits
+    expected = torch.nn.functional.cross_entropy(
+        logits.flatten(0, 1), labels.flatten(), label_smoothing=0.1
+    )
+    expected.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+    out = model(*inputs, labels=labels, label_smoothing=0.1)
+    assert out.logits is None
+    torch.testing.assert_close(out.loss, expected, atol=1e-6, rtol=1e-6)
+    out.loss.backward()
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, grads[n], atol=1e-6, rtol=1e-5, msg=n)

@@ -12,6 +12,7 @@ from torch import Tensor, nn
 from ..config import ModelConfig
 from ..nn import Embedding, LayerNorm
 from ..nn.attention import CrossAttentionCache, SelfAttentionCache
+from .heads import LMHead
 
 
 @dataclass
@@ -19,13 +20,30 @@ class ModelOutput:
     """``logits``: the head's output (``None`` for a bare encoder); ``last_hidden_state``:
     ``(batch, seq, d_model)`` of the last stack; ``attentions``: when requested, per kind
     (``encoder``, ``decoder``, ``cross``) one ``(batch, heads, q_len, k_len)`` tensor a layer;
-    ``pooler_output``: ``(batch, d_model)`` of an encoder with a pooler (BERT).
+    ``pooler_output``: ``(batch, d_model)`` of an encoder with a pooler (BERT); ``loss``:
+    the mean cross-entropy against the ``labels`` given to a language model's forward
+    (which then forms no logits).
     """
 
     logits: Tensor | None
     last_hidden_state: Tensor
     attentions: dict[str, list[Tensor]] | None = None
     pooler_output: Tensor | None = None
+    loss: Tensor | None = None
+
+
+def lm_output(
+    head: LMHead,
+    hidden: Tensor,
+    attentions: dict[str, list[Tensor]] | None,
+    labels: Tensor | None,
+    label_smoothing: float,
+) -> ModelOutput:
+    """A language model's output: the logits of ``hidden``; or, given ``labels``, their
+    mean cross-entropy, computed without forming the logits (which are then ``None``)."""
+    if labels is None:
+        return ModelOutput(head(hidden), hidden, attentions)
+    return ModelOutput(None, hidden, attentions, loss=head.loss(hidden, labels, label_smoothing))
 
 
 def layer_kwargs(config: ModelConfig) -> dict[str, Any]:

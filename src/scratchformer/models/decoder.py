@@ -14,6 +14,7 @@ from .base import (
     final_norm,
     init_linear_weights,
     layer_kwargs,
+    lm_output,
 )
 from .heads import LMHead
 
@@ -100,16 +101,19 @@ class DecoderLM(nn.Module):
         need_weights: bool = False,
         cache: DecoderCache | None = None,
         positions: Tensor | None = None,
+        labels: Tensor | None = None,
+        label_smoothing: float = 0.0,
     ) -> ModelOutput:
         """``input_ids``: ``(batch, seq)``; ``attention_mask``: 1/True at real tokens.
         ``logits[:, t]`` predicts token ``t + 1``. With a ``cache``, ``input_ids`` are the
         new tokens only and ``attention_mask`` covers all tokens so far. ``positions``:
         position ids ``(batch, seq)`` (default: counting on from the cache's length; left-
-        padded prompts pass their own so that every row starts at position 0)."""
+        padded prompts pass their own so that every row starts at position 0).
+        With ``labels`` ``(batch, seq)``, the tokens to predict (-100 where none counts),
+        the output holds their mean cross-entropy as ``loss`` in place of the logits."""
         x = self.embedding(input_ids, positions=cache_positions(input_ids, cache, positions))
         hidden, weights, _ = self.decoder(
             x, attention_mask=attention_mask, need_weights=need_weights, cache=cache
         )
-        return ModelOutput(
-            self.lm_head(hidden), hidden, {"decoder": weights} if need_weights else None
-        )
+        attentions = {"decoder": weights} if need_weights else None
+        return lm_output(self.lm_head, hidden, attentions, labels, label_smoothing)

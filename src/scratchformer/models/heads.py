@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ..nn import Dropout, Linear, linear
+from ..nn import Dropout, Linear, linear, linear_cross_entropy
 
 
 def pool(hidden: Tensor, attention_mask: Tensor | None, how: str = "mean") -> Tensor:
@@ -75,3 +75,8 @@ class LMHead(nn.Module):
 
     def forward(self, hidden: Tensor) -> Tensor:
         return linear(hidden, self.weight)
+
+    def loss(self, hidden: Tensor, labels: Tensor, label_smoothing: float = 0.0) -> Tensor:
+        """Mean cross-entropy of the logits against ``labels`` (-100: not counted), computed
+        without forming the logits (:func:`~scratchformer.nn.linear_cross_entropy`)."""
+        return linear_cross_entropy(hidden, self.weight, labels, label_smoothing)

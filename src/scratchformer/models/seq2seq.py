@@ -5,7 +5,14 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from ..config import ModelConfig
-from .base import DecoderCache, ModelOutput, cache_positions, embedding_for, init_linear_weights
+from .base import (
+    DecoderCache,
+    ModelOutput,
+    cache_positions,
+    embedding_for,
+    init_linear_weights,
+    lm_output,
+)
 from .decoder import Decoder
 from .encoder import Encoder
 from .heads import LMHead
@@ -55,11 +62,23 @@ class Transformer(nn.Module):
         """Logits ``(batch, tgt_len, tgt_vocab)``, the decoder's hidden states, and its self-
         and cross-attention weights. With a ``cache``, ``tgt_ids`` are the new tokens only
         (and ``tgt_mask``, if given, covers all target tokens so far)."""
-        x = self.tgt_embedding(tgt_ids, positions=cache_positions(tgt_ids, cache, None))
-        hidden, self_weights, cross_weights = self.decoder(
-            x, memory, tgt_mask, src_mask, need_weights, cache
+        hidden, self_weights, cross_weights = self._decoder_states(
+            tgt_ids, memory, src_mask, tgt_mask, need_weights, cache
         )
         return self.lm_head(hidden), hidden, self_weights, cross_weights
+
+    def _decoder_states(
+        self,
+        tgt_ids: Tensor,
+        memory: Tensor,
+        src_mask: Tensor | None,
+        tgt_mask: Tensor | None,
+        need_weights: bool,
+        cache: DecoderCache | None = None,
+    ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+        """The decoder's hidden states and its self- and cross-attention weights."""
+        x = self.tgt_embedding(tgt_ids, positions=cache_positions(tgt_ids, cache, None))
+        return self.decoder(x, memory, tgt_mask, src_mask, need_weights, cache)
 
     def forward(
         self,
@@ -68,11 +87,15 @@ class Transformer(nn.Module):
         src_mask: Tensor | None = None,
         tgt_mask: Tensor | None = None,
         need_weights: bool = False,
+        labels: Tensor | None = None,
+        label_smoothing: float = 0.0,
     ) -> ModelOutput:
         """``src_ids`` ``(batch, src_len)``, ``tgt_ids`` ``(batch, tgt_len)``: the decoder input;
-        the masks are ``(batch, len)``, 1/True at real tokens."""
+        the masks are ``(batch, len)``, 1/True at real tokens. With ``labels`` ``(batch,
+        tgt_len)``, the tokens to predict (-100 where none counts), the output holds their
+        mean cross-entropy as ``loss`` in place of the logits."""
         memory, encoder_weights = self.encode(src_ids, src_mask, need_weights)
-        logits, hidden, self_weights, cross_weights = self.decode(
+        hidden, self_weights, cross_weights = self._decoder_states(
             tgt_ids, memory, src_mask, tgt_mask, need_weights
         )
         attentions = None
@@ -82,4 +105,4 @@ class Transformer(nn.Module):
                 "decoder": self_weights,
                 "cross": cross_weights,
             }
-        return ModelOutput(logits, hidden, attentions)
+        return lm_output(self.lm_head, hidden, attentions, labels, label_smoothing)

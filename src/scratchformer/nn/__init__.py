@@ -12,6 +12,7 @@ from .embedding import (
 from .feedforward import FeedForward
 from .layers import DecoderLayer, EncoderLayer
 from .linear import Linear, linear
+from .loss import linear_cross_entropy
 from .masks import causal_mask, combine_masks, padding_mask
 from .norm import LayerNorm, layer_norm
 
@@ -32,6 +33,7 @@ __all__ = [
     "dropout",
     "layer_norm",
     "linear",
+    "linear_cross_entropy",
     "padding_mask",
     "scaled_dot_product_attention",
     "sinusoidal_table",

@@ -24,8 +24,9 @@ from ..config import ModelConfig, Recipe
 from ..data.batching import fixed_size_batches, token_budget_batches
 from ..data.tokenizer import Tokenizer
 from ..metrics import perplexity
+from ..nn.loss import IGNORE_INDEX
 
-IGNORE = -100
+IGNORE = IGNORE_INDEX
 """Target id that the loss and the metrics skip (padding, non-first word pieces)."""
 
 
@@ -193,18 +194,17 @@ class Task(ABC):
     def loss(self, model: nn.Module, batch: Batch) -> Tensor:
         """Mean cross-entropy over the targets that count, with label smoothing; with
         ``train.rdrop`` (R-Drop) in training, the batch runs twice and the two predictions'
-        disagreement is added (:func:`rdrop_loss`)."""
+        disagreement is added (:func:`rdrop_loss`). Language models (decoder, seq2seq)
+        compute it in their forward without forming the logits, unless R-Drop needs them."""
+        smoothing = self.train_config.label_smoothing
         twice = self.train_config.rdrop > 0 and model.training
+        if not twice and self.arch != "encoder":
+            return model(**batch.inputs, labels=batch.targets, label_smoothing=smoothing).loss
         if twice:
             batch = batch.doubled()
         logits = self.logits(model, batch).flatten(0, -2).float()
         targets = batch.targets.flatten()
-        loss = F.cross_entropy(
-            logits,
-            targets,
-            ignore_index=IGNORE,
-            label_smoothing=self.train_config.label_smoothing,
-        )
+        loss = F.cross_entropy(logits, targets, ignore_index=IGNORE, label_smoothing=smoothing)
         if not twice:
             return loss
         first, second = logits.chunk(2)
