@@ -140,19 +140,15 @@ def seq2seq_candidates(s: Seq2SeqShape, variants: tuple[str, ...]) -> list[Candi
         forced_eos_token_id=None,
     )
     marian = MarianMTModel(marian_config).train()
+
+    def marian_logits(src: Tensor, tgt: Tensor) -> Tensor:
+        return marian(input_ids=src, decoder_input_ids=tgt, use_cache=False).logits
+
     loss_of = lambda run: lambda src, tgt, labels: run(src, tgt, labels=labels).loss  # noqa: E731
     candidates = [
         our_candidate(OURS, ours, loss_of),
         Candidate(TORCH, theirs, cross_entropy_of(theirs)),
-        Candidate(
-            MARIAN,
-            marian,
-            cross_entropy_of(
-                lambda src, tgt: marian(
-                    input_ids=src, decoder_input_ids=tgt, use_cache=False
-                ).logits
-            ),
-        ),
+        Candidate(MARIAN, marian, cross_entropy_of(marian_logits)),
     ]
     candidates += [our_candidate(name, build_model(config).train(), loss_of) for name in variants]
     return candidates
