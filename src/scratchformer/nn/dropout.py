@@ -29,7 +29,9 @@ def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
     keep = slices >= dropped_levels - _LEVELS // 2
     scale = _LEVELS / (_LEVELS - dropped_levels)
     if x.dtype in (torch.float32, torch.float64):
-        return x * (keep * scale)  # one multiply forward and backward: the fastest form
+        # one multiply forward and backward: the fastest form; converting the mask, then
+        # scaling it in place, is faster than ``keep * scale``
+        return x * keep.to(x.dtype).mul_(scale)
     # In bf16/fp16 a mask of scales would round the scale itself (1/0.9 -> 1.109 in bf16),
     # biasing every kept value alike; scaling element by element rounds each one instead.
     return torch.where(keep, x * scale, 0.0)
