@@ -54,3 +54,13 @@ def test_state_dict_is_torch_linears() -> None:
     ours, theirs = Linear(4, 3), nn.Linear(4, 3)
     assert ours.state_dict().keys() == theirs.state_dict().keys()
     assert isinstance(ours, nn.Linear)
+
+
+def test_traces_with_symbolic_sizes() -> None:
+    """``torch.compile`` with dynamic shapes traces the row count as a symbol; the choice
+    of route must still trace (dynamo only: the backend does not matter here)."""
+    compiled = torch.compile(linear, dynamic=True, backend="eager", fullgraph=True)
+    weight, bias = torch.randn(80, 48), torch.randn(80)
+    for rows in (4, 40):
+        x = torch.randn(rows, 48)
+        torch.testing.assert_close(compiled(x, weight, bias), F.linear(x, weight, bias))

@@ -102,3 +102,14 @@ def test_bad_arguments_are_named(kwargs, message) -> None:
     args = dict(hidden=torch.randn(3, 8), weight=torch.randn(13, 8), targets=torch.zeros(3).long())
     with pytest.raises(ValueError, match=message):
         linear_cross_entropy(**{**args, **kwargs})
+
+
+def test_runs_under_torch_compile_with_symbolic_sizes() -> None:
+    compiled = torch.compile(linear_cross_entropy, dynamic=True, backend="eager")
+    weight = torch.randn(13, 8, requires_grad=True)
+    for rows in (6, 9):
+        hidden, targets = torch.randn(rows, 8), torch.randint(0, 13, (rows,))
+        torch.testing.assert_close(
+            compiled(hidden, weight, targets, 0.1, chunk_rows=4),
+            reference(hidden, weight, targets, 0.1),
+        )

@@ -22,7 +22,8 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``x @ weight.T + bias`` over the last dimension of ``x``, as
     ``torch.nn.functional.linear``; a contiguous result either way."""
     rows = x.shape[:-1].numel()
-    if x.device.type != "cpu" or rows not in FEW_ROWS:
+    # compared, not looked up ``in`` the range: torch.compile may trace ``rows`` as a symbol
+    if x.device.type != "cpu" or not FEW_ROWS.start <= rows < FEW_ROWS.stop:
         return F.linear(x, weight, bias)
     columns = x.reshape(rows, x.shape[-1]).T
     out = weight @ columns if bias is None else torch.addmm(bias[:, None], weight, columns)
