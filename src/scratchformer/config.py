@@ -26,7 +26,7 @@ else:  # pragma: no cover
 
 ARCHITECTURES = ("encoder", "decoder", "seq2seq")
 POSITIONALS = ("sinusoidal", "learned")
-HEADS = ("classification", "regression", "token_classification")
+HEADS = ("classification", "regression", "similarity", "token_classification")
 POOLINGS = ("mean", "first")
 
 C = TypeVar("C", bound="ConfigBase")
@@ -176,7 +176,8 @@ class ModelConfig(ConfigBase):
     tie_output: bool = True
     """Tie the output projection to the (target) token embedding."""
     head: str | None = None
-    """``encoder`` only: ``classification``, ``regression``, ``token_classification`` or none."""
+    """``encoder`` only: ``classification``, ``regression``, ``similarity`` (the cosine of two
+    sentences encoded apart), ``token_classification`` or none."""
     num_labels: int = 2
     """Classes, tags, or regression outputs (``output_dim``) of the head."""
     pooling: str = "mean"
@@ -232,7 +233,15 @@ class ModelConfig(ConfigBase):
         return self.norm_first if self.final_norm is None else self.final_norm
 
 
-TASKS = ("lm", "translation", "synthetic", "classification", "regression", "tagging")
+TASKS = (
+    "lm",
+    "translation",
+    "synthetic",
+    "classification",
+    "regression",
+    "similarity",
+    "tagging",
+)
 PRECISIONS = ("fp32", "bf16", "auto")
 TAG_SCHEMES = ("iob2", "none")
 

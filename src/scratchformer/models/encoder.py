@@ -8,7 +8,7 @@ from ..config import ModelConfig
 from ..nn import EncoderLayer, padding_mask
 from ..nn.packing import packing_for
 from .base import ModelOutput, embedding_for, final_norm, init_linear_weights, layer_kwargs
-from .heads import Pooler, SequenceHead, TokenClassificationHead
+from .heads import Pooler, SequenceHead, SimilarityHead, TokenClassificationHead
 
 
 class Encoder(nn.Module):
@@ -65,6 +65,8 @@ class EncoderModel(nn.Module):
             self.head = SequenceHead(
                 config.d_model, config.num_labels, config.pooling, config.dropout
             )
+        elif config.head == "similarity":
+            self.head = SimilarityHead(config.pooling)
         elif config.head == "token_classification":
             self.head = TokenClassificationHead(config.d_model, config.num_labels, config.dropout)
         init_linear_weights(self)
@@ -77,7 +79,18 @@ class EncoderModel(nn.Module):
         token_type_ids: Tensor | None = None,
     ) -> ModelOutput:
         """``input_ids``: ``(batch, seq)``; ``attention_mask``: 1/True at real tokens;
-        ``token_type_ids``: segment ids (0 / 1) of a sentence pair."""
+        ``token_type_ids``: segment ids (0 / 1) of a sentence pair. With the similarity
+        head, ``input_ids`` and ``attention_mask`` are ``(pairs, 2, seq)``, each sentence
+        encoded on its own: the hidden states are ``(pairs * 2, seq, d_model)``."""
+        if self.config.head == "similarity":
+            if input_ids.dim() != 3 or input_ids.shape[1] != 2:
+                raise ValueError(
+                    f"the similarity head compares pairs: input_ids (pairs, 2, seq), "
+                    f"not {tuple(input_ids.shape)}"
+                )
+            input_ids = input_ids.flatten(0, 1)
+            if attention_mask is not None:
+                attention_mask = attention_mask.flatten(0, 1)
         x = self.embedding(input_ids, segments=token_type_ids)
         hidden, weights = self.encoder(x, attention_mask, need_weights)
         logits = None if self.head is None else self.head(hidden, attention_mask)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..nn import Dropout, Linear, linear, linear_cross_entropy
@@ -38,6 +39,22 @@ class SequenceHead(nn.Module):
 
     def forward(self, hidden: Tensor, attention_mask: Tensor | None = None) -> Tensor:
         return self.proj(self.dropout(pool(hidden, attention_mask, self.pooling)))
+
+
+class SimilarityHead(nn.Module):
+    """The cosine similarity of two sentences' pooled vectors: a bi-encoder (Sentence-BERT),
+    which encodes each sentence apart, so that sentence vectors can be kept and compared
+    at will. Rows ``2i`` and ``2i + 1`` of the hidden states are pair ``i``; the output is
+    ``(pairs, 1)``."""
+
+    def __init__(self, pooling: str = "mean") -> None:
+        super().__init__()
+        self.pooling = pooling
+
+    def forward(self, hidden: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+        vectors = pool(hidden, attention_mask, self.pooling)
+        first, second = vectors.view(-1, 2, vectors.shape[-1]).unbind(1)
+        return F.cosine_similarity(first, second, dim=-1)[:, None]
 
 
 class Pooler(nn.Module):

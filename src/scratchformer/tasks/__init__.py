@@ -6,6 +6,7 @@ from ..config import Recipe
 from .base import Batch, ExampleTask, Task
 from .classification import ClassificationTask, RegressionTask
 from .lm import LanguageModelTask
+from .similarity import SimilarityTask
 from .synthetic import SyntheticTask
 from .tagging import TaggingTask
 from .translation import TranslationTask
@@ -18,6 +19,7 @@ TASKS: dict[str, type[Task]] = {
         SyntheticTask,
         ClassificationTask,
         RegressionTask,
+        SimilarityTask,
         TaggingTask,
     )
 }
@@ -35,6 +37,7 @@ __all__ = [
     "ExampleTask",
     "LanguageModelTask",
     "RegressionTask",
+    "SimilarityTask",
     "SyntheticTask",
     "TaggingTask",
     "Task",

@@ -1,0 +1,100 @@
+"""Semantic similarity of sentence pairs with a bi-encoder: each sentence is encoded on its
+own, and the cosine of the two sentence vectors is the prediction (Sentence-BERT).
+
+Against the cross-encoder of :class:`~.classification.RegressionTask` (both sentences in one
+input), the bi-encoder starts from a useful place -- the mean vectors of two sentences that
+share words are close even before training -- and gives sentence vectors that can be
+stored and compared. It learns with CoSENT (Su, 2022): only the order of the gold scores
+counts, so the cosine need not be mapped to their scale.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..config import Recipe
+from ..data.batching import pad_batch
+from ..metrics import correlations
+from .base import Batch, add
+from .classification import RegressionTask
+
+COSENT_SCALE = 20.0
+"""How sharply CoSENT punishes a pair ranked the wrong way (the paper's lambda)."""
+
+
+@dataclass(frozen=True)
+class EncodedPair:
+    """``[CLS] a [SEP]`` and ``[CLS] b [SEP]`` token ids, and the gold score."""
+
+    first: list[int]
+    second: list[int]
+    target: float
+
+
+def cosent_loss(similarities: Tensor, targets: Tensor, scale: float = COSENT_SCALE) -> Tensor:
+    """``log(1 + sum exp(scale * (s_j - s_i)))`` over the pairs ``(i, j)`` of the batch with
+    ``targets[i] > targets[j]``: every pair the similarities ``s`` rank the wrong way costs,
+    the more the wronger."""
+    differences = scale * (similarities[None, :] - similarities[:, None])  # [i, j]: s_j - s_i
+    ranked = targets[:, None] > targets[None, :]
+    differences = differences.masked_fill(~ranked, float("-inf")).flatten()
+    return torch.cat([differences.new_zeros(1), differences]).logsumexp(0)
+
+
+class SimilarityTask(RegressionTask):
+    """Sentence pairs -> the encoder, a sentence at a time -> mean-pooled vectors -> their
+    cosine; CoSENT loss; Pearson and Spearman correlation with the gold scores."""
+
+    name = "similarity"
+    head = "similarity"
+
+    def __init__(self, recipe: Recipe) -> None:
+        super().__init__(recipe)
+        if not self._has_pairs():
+            raise ValueError(
+                "the similarity task compares sentence pairs: set data.dataset = 'stsb' or "
+                "two data.text_columns"
+            )
+
+    def model_sizes(self) -> dict[str, Any]:
+        # each sentence is encoded alone: no segment embeddings
+        return {**super().model_sizes(), "type_vocab_size": self.recipe.model.type_vocab_size}
+
+    def encode_texts(self, texts: Sequence[str], target: int | float = 0) -> EncodedPair:  # type: ignore[override]
+        """Each sentence of the pair as ``[CLS] text [SEP]``."""
+        tokenizer, limit = self.tokenizer(), self.data.max_len
+        first, second = (
+            [tokenizer.cls_id, *tokenizer.encode(text)[: limit - 2], tokenizer.sep_id]
+            for text in texts
+        )
+        return EncodedPair(first, second, float(target))
+
+    def length(self, example: EncodedPair) -> int:  # type: ignore[override]
+        return 2 * max(len(example.first), len(example.second))
+
+    def collate(self, examples: Sequence[EncodedPair]) -> Batch:  # type: ignore[override]
+        """``input_ids`` and ``attention_mask`` of shape ``(pairs, 2, seq)``."""
+        sentences = [ids for e in examples for ids in (e.first, e.second)]
+        ids, mask = pad_batch(sentences, self.tokenizer().pad_id)
+        inputs = {
+            "input_ids": ids.view(len(examples), 2, -1),
+            "attention_mask": mask.view(len(examples), 2, -1),
+        }
+        targets = torch.tensor([e.target for e in examples], dtype=torch.float32)
+        return Batch(inputs, targets, int(mask.sum()))
+
+    def loss(self, model: nn.Module, batch: Batch) -> Tensor:
+        return cosent_loss(self.logits(model, batch).squeeze(-1).float(), batch.targets)
+
+    def accumulate(self, totals: dict[str, Any], logits: Tensor, targets: Tensor) -> None:
+        add(totals, targets=len(targets))
+        totals.setdefault("predictions", []).extend(logits.squeeze(-1).tolist())
+        totals.setdefault("gold", []).extend(targets.tolist())
+
+    def summarize(self, totals: dict[str, Any]) -> dict[str, float]:
+        return correlations(totals["predictions"], totals["gold"])
