@@ -19,7 +19,6 @@ the median of each is reported with its ratio, and the rate at which ours reads 
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable
 
 import torch
@@ -28,22 +27,12 @@ from torch import Tensor
 
 from generate import D_FF, D_MODEL, N_LAYERS, VOCAB
 from scratchformer.nn import linear
-from timing import Step, interleaved
+from timing import Step, interleaved, repeats_and_threads
 
 ROWS = (1, 2, 4, 8, 16, 32, 64)
 SHAPES = [(3 * D_MODEL, D_MODEL), (D_MODEL, D_MODEL), (D_FF, D_MODEL), (D_MODEL, D_FF)] * N_LAYERS
 SHAPES.append((VOCAB, D_MODEL))
 """``(out, in)`` of every weight one decoding step of config B multiplies."""
-
-
-def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=40, help="timed passes per candidate")
-    parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
-    args = parser.parse_args()
-    if args.repeats < 3 or args.threads < 1:
-        parser.error("need --repeats >= 3 and --threads >= 1")
-    return args
 
 
 LinearMap = Callable[[Tensor, Tensor, Tensor | None], Tensor]
@@ -57,7 +46,7 @@ def one_pass(
 
 
 def main() -> None:
-    args = parse_args()
+    args = repeats_and_threads(__doc__.split("\n\n")[0], 40, "passes")
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     weights = [torch.randn(shape) / shape[1] ** 0.5 for shape in SHAPES]

@@ -20,7 +20,6 @@ the median of each is reported with its ratio.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable
 
 import torch
@@ -28,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from scratchformer.nn import linear_cross_entropy
-from timing import Step, interleaved
+from timing import Step, interleaved, repeats_and_threads
 from workloads.lm_train import LM_SHAPES
 from workloads.seq2seq_train import SEQ2SEQ
 
@@ -39,16 +38,6 @@ CASES = {
     "LM B": (B.batch * B.context, B.d_model, B.vocab),
 }
 """``(tokens, d_model, vocab)`` of each case."""
-
-
-def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=20, help="timed steps per candidate")
-    parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
-    args = parser.parse_args()
-    if args.repeats < 3 or args.threads < 1:
-        parser.error("need --repeats >= 3 and --threads >= 1")
-    return args
 
 
 def two_steps(hidden: Tensor, weight: Tensor, targets: Tensor, label_smoothing: float) -> Tensor:
@@ -70,7 +59,7 @@ def loss_step(loss_fn: LossFunction, hidden: Tensor, weight: Tensor, targets: Te
 
 
 def main() -> None:
-    args = parse_args()
+    args = repeats_and_threads(__doc__.split("\n\n")[0], 20, "steps")
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, fp32 CPU")

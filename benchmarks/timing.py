@@ -8,6 +8,7 @@ is its figure. The spread says how far the figure can be trusted.
 
 from __future__ import annotations
 
+import argparse
 import gc
 import os
 import statistics
@@ -77,3 +78,15 @@ def load_warning(threshold: float = 0.5) -> str | None:
     if load <= threshold:
         return None
     return f"warning: load average {load:.2f} before the start; other work competes for the CPU"
+
+
+def repeats_and_threads(description: str, repeats: int, what: str) -> argparse.Namespace:
+    """The command line of a benchmark of two candidates: ``--repeats`` (timed ``what`` per
+    candidate, ``repeats`` by default) and ``--threads``, checked."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--repeats", type=int, default=repeats, help=f"timed {what} per candidate")
+    parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
+    args = parser.parse_args()
+    if args.repeats < 3 or args.threads < 1:
+        parser.error("need --repeats >= 3 and --threads >= 1")
+    return args
