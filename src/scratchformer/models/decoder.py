@@ -109,8 +109,9 @@ class DecoderLM(nn.Module):
         new tokens only and ``attention_mask`` covers all tokens so far. ``positions``:
         position ids ``(batch, seq)`` (default: counting on from the cache's length; left-
         padded prompts pass their own so that every row starts at position 0).
-        With ``labels`` ``(batch, seq)``, the tokens to predict (-100 where none counts),
-        the output holds their mean cross-entropy as ``loss`` in place of the logits."""
+        With ``labels`` ``(batch, seq)``, where ``labels[:, t]`` is the token position ``t``
+        predicts (already shifted, unlike Hugging Face's; -100 where none counts), the output
+        holds their mean cross-entropy as ``loss`` in place of the logits."""
         x = self.embedding(input_ids, positions=cache_positions(input_ids, cache, positions))
         hidden, weights, _ = self.decoder(
             x, attention_mask=attention_mask, need_weights=need_weights, cache=cache
