@@ -101,6 +101,10 @@ def test_task_batches_pairs_and_learns_their_order(tmp_path: Path) -> None:
     assert metrics["spearman"] == pytest.approx(1.0)
     predicted = task.predict(model.eval(), ["a cat sleeps\tthe stock market fell"])
     assert len(predicted) == 1 and -1 <= predicted[0] <= 1
+    vectors = task.embed(model, ["a cat sleeps", "the stock market fell"], batch_size=1)
+    assert vectors.shape == (2, 16)
+    torch.testing.assert_close(vectors.norm(dim=-1), torch.ones(2))
+    assert (vectors[0] @ vectors[1]).item() == pytest.approx(predicted[0], abs=1e-5)
 
 
 def test_single_sentences_are_refused(tmp_path: Path) -> None:

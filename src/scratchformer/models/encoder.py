@@ -71,6 +71,18 @@ class EncoderModel(nn.Module):
             self.head = TokenClassificationHead(config.d_model, config.num_labels, config.dropout)
         init_linear_weights(self)
 
+    def encode(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        need_weights: bool = False,
+        token_type_ids: Tensor | None = None,
+    ) -> tuple[Tensor, list[Tensor]]:
+        """Hidden states ``(batch, seq, d_model)`` of ``(batch, seq)`` inputs, without the
+        head, and the per-layer attention weights (empty unless ``need_weights``)."""
+        x = self.embedding(input_ids, segments=token_type_ids)
+        return self.encoder(x, attention_mask, need_weights)
+
     def forward(
         self,
         input_ids: Tensor,
@@ -91,8 +103,7 @@ class EncoderModel(nn.Module):
             input_ids = input_ids.flatten(0, 1)
             if attention_mask is not None:
                 attention_mask = attention_mask.flatten(0, 1)
-        x = self.embedding(input_ids, segments=token_type_ids)
-        hidden, weights = self.encoder(x, attention_mask, need_weights)
+        hidden, weights = self.encode(input_ids, attention_mask, need_weights, token_type_ids)
         logits = None if self.head is None else self.head(hidden, attention_mask)
         return ModelOutput(
             logits,

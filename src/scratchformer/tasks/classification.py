@@ -96,13 +96,21 @@ class ClassificationTask(ExampleTask):
 
     def encode_texts(self, texts: Sequence[str], target: int | float = 0) -> Encoded:
         """``[CLS] text [SEP]``, or ``[CLS] a [SEP] b [SEP]`` with segments 0 and 1."""
-        tokenizer, limit = self.tokenizer(), self.data.max_len
         if len(texts) == 2:
-            ids, segments = tokenizer.encode_pair(*texts, max_len=limit)
+            ids, segments = self.tokenizer().encode_pair(*texts, max_len=self.data.max_len)
         else:
-            ids = [tokenizer.cls_id, *tokenizer.encode(texts[0])[: limit - 2], tokenizer.sep_id]
+            ids = self.sentence_ids(texts[0])
             segments = [0] * len(ids)
         return Encoded(ids, segments, target)
+
+    def sentence_ids(self, text: str) -> list[int]:
+        """``[CLS] text [SEP]``, the text cut to fit ``data.max_len``."""
+        tokenizer = self.tokenizer()
+        return [
+            tokenizer.cls_id,
+            *tokenizer.encode(text)[: self.data.max_len - 2],
+            tokenizer.sep_id,
+        ]
 
     def predict(self, model: nn.Module, lines: Sequence[str]) -> list[tuple[str, float]]:
         """For each line (a sentence, or two tab-separated sentences for pair tasks): the

@@ -15,11 +15,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import Recipe
 from ..data.batching import pad_batch
 from ..metrics import correlations
+from ..models.heads import pool
 from .base import Batch, add
 from .classification import RegressionTask
 
@@ -67,12 +69,22 @@ class SimilarityTask(RegressionTask):
 
     def encode_texts(self, texts: Sequence[str], target: int | float = 0) -> EncodedPair:  # type: ignore[override]
         """Each sentence of the pair as ``[CLS] text [SEP]``."""
-        tokenizer, limit = self.tokenizer(), self.data.max_len
-        first, second = (
-            [tokenizer.cls_id, *tokenizer.encode(text)[: limit - 2], tokenizer.sep_id]
-            for text in texts
-        )
-        return EncodedPair(first, second, float(target))
+        first, second = texts
+        return EncodedPair(self.sentence_ids(first), self.sentence_ids(second), float(target))
+
+    @torch.no_grad()
+    def embed(self, model: nn.Module, texts: Sequence[str], batch_size: int = 64) -> Tensor:
+        """Unit-length sentence vectors ``(len(texts), d_model)`` of a similarity model:
+        the dot product of two is the cosine the model predicts for the pair."""
+        device = next(model.parameters()).device
+        vectors = []
+        for start in range(0, len(texts), batch_size):
+            sentences = [self.sentence_ids(text) for text in texts[start : start + batch_size]]
+            ids, mask = pad_batch(sentences, self.tokenizer().pad_id)
+            ids, mask = ids.to(device), mask.to(device)
+            hidden, _ = model.encode(ids, mask)
+            vectors.append(F.normalize(pool(hidden, mask, model.config.pooling).float(), dim=-1))
+        return torch.cat(vectors).cpu()
 
     def length(self, example: EncodedPair) -> int:  # type: ignore[override]
         return 2 * max(len(example.first), len(example.second))
