@@ -99,6 +99,26 @@ def test_sentence_pairs_use_their_segments(tmp_path: Path) -> None:
     assert_rows_sum_to_one(maps.weights["encoder"])
 
 
+def test_similarity_model_reads_one_sentence(tmp_path: Path) -> None:
+    """A bi-encoder encodes each sentence alone: the picture is of one sentence, as the
+    model sees it within a pair."""
+    data = tmp_path / "pairs.tsv"
+    data.write_text("a man plays\ta man sings\t4.0\nthe cat\tthe dog\t1.0\n" * 3)
+    task, model = prepared(
+        "similarity",
+        {"train": str(data), "text_columns": [0, 1], "label_column": 2, "header": False},
+    )
+    maps = capture_attention(task, model, "a man plays")
+    tokens = maps.queries["encoder"]
+    assert tokens[0] == "[CLS]" and tokens[-1] == "[SEP]" and tokens.count("[SEP]") == 1
+    first, second = task.sentence_ids("a man plays"), task.sentence_ids("the cat")
+    ids = torch.zeros(1, 2, len(first), dtype=torch.long)
+    ids[0, 0], ids[0, 1, : len(second)] = torch.tensor(first), torch.tensor(second)
+    out = model(ids, ids != 0, need_weights=True)
+    within_pair = torch.cat([layer[:1] for layer in out.attentions["encoder"]])
+    torch.testing.assert_close(maps.weights["encoder"], within_pair)
+
+
 def test_tagger_reads_words(tmp_path: Path) -> None:
     data = tmp_path / "train.txt"
     data.write_text("Peter B-PER\nwent O\nto O\nParis B-LOC\n\n")

@@ -87,9 +87,9 @@ class _LinearCrossEntropy(torch.autograd.Function):
         smoothing, sharpness = label_smoothing, 1.0 - label_smoothing
         need_hidden, need_weight = ctx.needs_input_grad[:2]
         target_rows = weight[targets]
-        mean_row = weight.mean(0)
+        mean_row = weight.mean(0) if smoothing else None
         losses = -sharpness * (hidden * target_rows).sum(-1)  # the target logits' part
-        if smoothing:
+        if mean_row is not None:
             losses -= smoothing * (hidden @ mean_row)  # mean(z) = hidden . mean_row
         d_hidden = torch.empty_like(hidden) if need_hidden else None
         d_weight = torch.zeros_like(weight) if need_weight else None
@@ -111,7 +111,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         # the target distribution's part of the gradient: (1 - e) onehot + e / V
         if need_hidden:
             d_hidden.sub_(target_rows, alpha=sharpness)
-            if smoothing:
+            if mean_row is not None:
                 d_hidden.sub_(mean_row, alpha=smoothing)
         if need_weight:
             d_weight.index_add_(0, targets, hidden, alpha=-sharpness)

@@ -9,7 +9,14 @@ import torch
 from torch import Tensor, nn
 
 from ..inference.translate import translate
-from ..tasks import ClassificationTask, LanguageModelTask, TaggingTask, Task, TranslationTask
+from ..tasks import (
+    ClassificationTask,
+    LanguageModelTask,
+    SimilarityTask,
+    TaggingTask,
+    Task,
+    TranslationTask,
+)
 from .maps import AttentionMaps
 
 
@@ -23,7 +30,8 @@ def capture_attention(
     A translation model reads ``text`` as the source and ``target`` as the output (its own
     greedy translation when ``target`` is None); its decoder queries are the decoder's
     inputs, BOS first. A classifier of sentence pairs takes ``"first<TAB>second"``; a
-    tagger reads words split on whitespace.
+    similarity model (a bi-encoder) one sentence, as it encodes each alone; a tagger reads
+    words split on whitespace.
     """
     if not text.strip():
         raise ValueError("the text is empty: give the model something to attend to")
@@ -59,6 +67,11 @@ def _capture(task: Task, model: nn.Module, text: str, target: str | None) -> Att
         output = task.target_tokenizer().labels(batch.inputs["tgt_ids"][0].tolist())
         tokens = {"encoder": (source, source), "decoder": (output, output)}
         tokens["cross"] = (output, source)
+    elif isinstance(task, SimilarityTask):  # a bi-encoder reads each sentence alone
+        ids = torch.tensor([task.sentence_ids(text)], device=device)
+        _, weights = model.encode(ids, need_weights=True)
+        words = task.tokenizer().labels(ids[0].tolist())
+        return _maps({"encoder": weights}, {"encoder": (words, words)})
     elif isinstance(task, ClassificationTask | TaggingTask):
         if isinstance(task, ClassificationTask):
             example = task.encode_texts(task.split_line(text))
