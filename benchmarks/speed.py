@@ -36,7 +36,10 @@ random inputs, with random weights (translation excepted):
   construction and inputs (activations, gradients, optimizer state, caches, workspace);
   the total peak is printed beside it. Every child imports the same modules.
 
-Every candidate steps ``torch.optim.AdamW`` with its defaults. The training workloads
+Every candidate steps ``torch.optim.AdamW`` with its defaults. Ours computes its loss as
+``scratchformer train`` does, from ``labels`` in its forward, without forming the logits
+(``scratchformer.nn.linear_cross_entropy``); the others take ``F.cross_entropy`` of their
+logits. The training workloads
 also time two variants of ours, whose ratios are printed on lines of their own: stepped by
 the trainer's optimizer (torch's fused AdamW, what ``scratchformer train`` runs), and
 through ``torch.compile`` (what ``train.compile`` does; ``--no-compile`` skips it). The
