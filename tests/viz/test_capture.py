@@ -23,6 +23,14 @@ def prepared(task: str, data: dict, **model: object) -> tuple[Task, torch.nn.Mod
     return runnable, build_model(runnable.model_config()).eval()
 
 
+def prepared_on_pairs(task: str, tmp_path: Path) -> tuple[Task, torch.nn.Module]:
+    """A ``task`` of sentence pairs with scores, from a small TSV file."""
+    data = tmp_path / "pairs.tsv"
+    data.write_text("a man plays\ta man sings\t4.0\nthe cat\tthe dog\t1.0\n" * 3)
+    columns = {"text_columns": [0, 1], "label_column": 2, "header": False}
+    return prepared(task, {"train": str(data), **columns})
+
+
 def assert_rows_sum_to_one(weights: torch.Tensor) -> None:
     torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]))
 
@@ -79,12 +87,7 @@ def test_language_model_attention_is_causal(tmp_path: Path) -> None:
 
 
 def test_sentence_pairs_use_their_segments(tmp_path: Path) -> None:
-    data = tmp_path / "pairs.tsv"
-    data.write_text("a man plays\ta man sings\t4.0\nthe cat\tthe dog\t1.0\n" * 3)
-    task, model = prepared(
-        "regression",
-        {"train": str(data), "text_columns": [0, 1], "label_column": 2, "header": False},
-    )
+    task, model = prepared_on_pairs("regression", tmp_path)
     maps = capture_attention(task, model, "a man plays\tthe dog")
     tokens = maps.queries["encoder"]
     assert tokens[0] == "[CLS]" and tokens.count("[SEP]") == 2
@@ -102,12 +105,7 @@ def test_sentence_pairs_use_their_segments(tmp_path: Path) -> None:
 def test_similarity_model_reads_one_sentence(tmp_path: Path) -> None:
     """A bi-encoder encodes each sentence alone: the picture is of one sentence, as the
     model sees it within a pair."""
-    data = tmp_path / "pairs.tsv"
-    data.write_text("a man plays\ta man sings\t4.0\nthe cat\tthe dog\t1.0\n" * 3)
-    task, model = prepared(
-        "similarity",
-        {"train": str(data), "text_columns": [0, 1], "label_column": 2, "header": False},
-    )
+    task, model = prepared_on_pairs("similarity", tmp_path)
     maps = capture_attention(task, model, "a man plays")
     tokens = maps.queries["encoder"]
     assert tokens[0] == "[CLS]" and tokens[-1] == "[SEP]" and tokens.count("[SEP]") == 1
