@@ -110,8 +110,8 @@ def test_similarity_model_reads_one_sentence(tmp_path: Path) -> None:
     tokens = maps.queries["encoder"]
     assert tokens[0] == "[CLS]" and tokens[-1] == "[SEP]" and tokens.count("[SEP]") == 1
     first, second = task.sentence_ids("a man plays"), task.sentence_ids("the cat")
-    ids = torch.zeros(1, 2, len(first), dtype=torch.long)
-    ids[0, 0], ids[0, 1, : len(second)] = torch.tensor(first), torch.tensor(second)
+    ids = torch.zeros(2, len(first), dtype=torch.long)
+    ids[0], ids[1, : len(second)] = torch.tensor(first), torch.tensor(second)
     out = model(ids, ids != 0, need_weights=True)
     within_pair = torch.cat([layer[:1] for layer in out.attentions["encoder"]])
     torch.testing.assert_close(maps.weights["encoder"], within_pair)

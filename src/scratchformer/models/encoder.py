@@ -91,18 +91,8 @@ class EncoderModel(nn.Module):
         token_type_ids: Tensor | None = None,
     ) -> ModelOutput:
         """``input_ids``: ``(batch, seq)``; ``attention_mask``: 1/True at real tokens;
-        ``token_type_ids``: segment ids (0 / 1) of a sentence pair. With the similarity
-        head, ``input_ids`` and ``attention_mask`` are ``(pairs, 2, seq)``, each sentence
-        encoded on its own: the hidden states are ``(pairs * 2, seq, d_model)``."""
-        if self.config.head == "similarity":
-            if input_ids.dim() != 3 or input_ids.shape[1] != 2:
-                raise ValueError(
-                    f"the similarity head compares pairs: input_ids (pairs, 2, seq), "
-                    f"not {tuple(input_ids.shape)}"
-                )
-            input_ids = input_ids.flatten(0, 1)
-            if attention_mask is not None:
-                attention_mask = attention_mask.flatten(0, 1)
+        ``token_type_ids``: segment ids (0 / 1) of a sentence pair. The similarity head
+        compares rows ``2i`` and ``2i + 1``, each sentence encoded on its own."""
         hidden, weights = self.encode(input_ids, attention_mask, need_weights, token_type_ids)
         logits = None if self.head is None else self.head(hidden, attention_mask)
         return ModelOutput(

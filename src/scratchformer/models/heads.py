@@ -52,6 +52,11 @@ class SimilarityHead(nn.Module):
         self.pooling = pooling
 
     def forward(self, hidden: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+        if hidden.shape[0] % 2:
+            raise ValueError(
+                f"the similarity head compares rows 2i and 2i + 1: an even number of rows, "
+                f"not {hidden.shape[0]}"
+            )
         vectors = pool(hidden, attention_mask, self.pooling)
         first, second = vectors.view(-1, 2, vectors.shape[-1]).unbind(1)
         return F.cosine_similarity(first, second, dim=-1)[:, None]

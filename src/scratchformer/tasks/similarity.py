@@ -90,7 +90,8 @@ class SimilarityTask(RegressionTask):
         return 2 * max(len(example.first), len(example.second))
 
     def collate(self, examples: Sequence[EncodedPair]) -> Batch:  # type: ignore[override]
-        """``input_ids`` and ``attention_mask`` of shape ``(pairs, 2, seq)``."""
+        """``input_ids`` and ``attention_mask`` of shape ``(pairs, 2, seq)``: a batch's rows
+        are pairs, so that it slices (processes, accumulation) as other batches do."""
         sentences = [ids for e in examples for ids in (e.first, e.second)]
         ids, mask = pad_batch(sentences, self.tokenizer().pad_id)
         inputs = {
@@ -99,6 +100,10 @@ class SimilarityTask(RegressionTask):
         }
         targets = torch.tensor([e.target for e in examples], dtype=torch.float32)
         return Batch(inputs, targets, int(mask.sum()))
+
+    def logits(self, model: nn.Module, batch: Batch) -> Tensor:
+        """The model's cosines: each pair's two sentences go in as rows ``2i``, ``2i + 1``."""
+        return model(**{k: v.flatten(0, 1) for k, v in batch.inputs.items()}).logits
 
     def loss(self, model: nn.Module, batch: Batch) -> Tensor:
         return cosent_loss(self.logits(model, batch).squeeze(-1).float(), batch.targets)
