@@ -18,6 +18,11 @@ from scratchformer.models import build_model, count_parameters
         (dict(activation="tanh"), "activation='tanh' must be one of relu, gelu, gelu_tanh"),
         (dict(arch="rnn"), "arch='rnn' must be one of"),
         (dict(positional="rope"), "positional='rope' must be one of"),
+        (dict(positional="rotary"), "positional='rotary' needs arch='decoder'"),
+        (
+            dict(arch="decoder", positional="rotary", d_model=24, n_heads=8),
+            "positional='rotary' needs an even head width, got d_model / n_heads = 3",
+        ),
         (dict(head="classification"), "head='classification' needs arch='encoder'"),
         (dict(arch="encoder", head="ner"), "head='ner' must be one of"),
         (dict(share_embeddings=True, tgt_vocab_size=7), "tgt_vocab_size=7 equal to vocab_size"),

@@ -25,7 +25,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 ARCHITECTURES = ("encoder", "decoder", "seq2seq")
-POSITIONALS = ("sinusoidal", "learned")
+POSITIONALS = ("sinusoidal", "learned", "rotary")
 HEADS = ("classification", "regression", "similarity", "token_classification")
 POOLINGS = ("mean", "first")
 
@@ -163,8 +163,10 @@ class ModelConfig(ConfigBase):
     layer_norm_eps: float = 1e-5
     bias: bool = True
     positional: str = "sinusoidal"
+    """Added ``sinusoidal`` encodings (the paper) or ``learned`` embeddings; or ``rotary``
+    (RoPE, ``arch="decoder"`` only): queries and keys rotated by their positions."""
     max_len: int = 512
-    """Longest sequence for learned positions (sinusoidal ones extend on demand)."""
+    """Longest sequence for learned positions (sinusoidal and rotary ones extend on demand)."""
     type_vocab_size: int = 0
     """Segment (token-type) embeddings for sentence pairs; 0: none."""
     scale_embedding: bool = True
@@ -205,6 +207,13 @@ class ModelConfig(ConfigBase):
         _require(self.layer_norm_eps > 0, f"layer_norm_eps={self.layer_norm_eps!r} must be > 0")
         _one_of(self, "activation", tuple(ACTIVATIONS))
         _one_of(self, "positional", POSITIONALS)
+        if self.positional == "rotary":
+            _require(self.arch == "decoder", "positional='rotary' needs arch='decoder'")
+            _require(
+                self.d_model // self.n_heads % 2 == 0,
+                f"positional='rotary' needs an even head width, got d_model / n_heads = "
+                f"{self.d_model // self.n_heads}",
+            )
         _one_of(self, "pooling", POOLINGS)
         if self.head is not None:
             _one_of(self, "head", HEADS)

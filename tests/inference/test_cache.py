@@ -13,7 +13,7 @@ SMALL = dict(vocab_size=29, d_model=32, n_heads=4, n_layers=2, d_ff=64)
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
-@pytest.mark.parametrize("positional", ["sinusoidal", "learned"])
+@pytest.mark.parametrize("positional", ["sinusoidal", "learned", "rotary"])
 def test_lm_step_by_step_equals_full_recomputation(norm_first, positional) -> None:
     model = build_model(
         ModelConfig(arch="decoder", norm_first=norm_first, positional=positional, **SMALL)
@@ -27,8 +27,9 @@ def test_lm_step_by_step_equals_full_recomputation(norm_first, positional) -> No
     assert cache.length == 9
 
 
-def test_left_padded_prompts_match_each_prompt_alone() -> None:
-    model = build_model(ModelConfig(arch="decoder", positional="learned", **SMALL)).eval()
+@pytest.mark.parametrize("positional", ["learned", "rotary"])
+def test_left_padded_prompts_match_each_prompt_alone(positional: str) -> None:
+    model = build_model(ModelConfig(arch="decoder", positional=positional, **SMALL)).eval()
     short, long = torch.randint(1, 29, (1, 3)), torch.randint(1, 29, (1, 6))
     ids = torch.cat([torch.cat([torch.zeros(1, 3, dtype=torch.long), short], 1), long])
     mask = ids != 0

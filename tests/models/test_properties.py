@@ -19,6 +19,7 @@ CONFIGS = {
     "encoder-pre-LN": dict(arch="encoder", head="classification", norm_first=True),
     "decoder": dict(arch="decoder"),
     "decoder-learned": dict(arch="decoder", positional="learned", norm_first=True),
+    "decoder-rotary": dict(arch="decoder", positional="rotary", norm_first=True),
     "seq2seq": dict(arch="seq2seq", tgt_vocab_size=19),
     "seq2seq-pre-LN": dict(arch="seq2seq", tgt_vocab_size=19, norm_first=True),
 }

@@ -72,8 +72,14 @@ def test_embedding_composes_tokens_and_positions() -> None:
     ids = torch.tensor([[4, 2, 9]])
     expected = embedding.tokens.weight[ids] * math.sqrt(8) + sinusoidal_table(3, 8)
     torch.testing.assert_close(embedding(ids), expected)
-    with pytest.raises(ValueError, match="positional='rotary'"):
-        Embedding(30, 8, positional="rotary")
+    with pytest.raises(ValueError, match="positional='alibi'"):
+        Embedding(30, 8, positional="alibi")
+
+
+def test_rotary_positions_add_nothing_to_the_tokens() -> None:
+    embedding = Embedding(30, 8, positional="rotary", scale=False).eval()
+    ids = torch.tensor([[4, 2, 9]])
+    torch.testing.assert_close(embedding(ids), embedding.tokens.weight[ids])
 
 
 def test_segment_embeddings_are_added_per_token() -> None:

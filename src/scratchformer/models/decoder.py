@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 from ..config import ModelConfig
-from ..nn import DecoderLayer, causal_mask, combine_masks, padding_mask
+from ..nn import DecoderLayer, RotaryEmbedding, causal_mask, combine_masks, padding_mask
 from .base import (
     DecoderCache,
     ModelOutput,
@@ -30,6 +31,9 @@ class Decoder(nn.Module):
             for _ in range(n_layers)
         )
         self.norm = final_norm(config)
+        self.rotary = None
+        if config.positional == "rotary":
+            self.rotary = RotaryEmbedding(config.d_model // config.n_heads)
 
     def forward(
         self,
@@ -39,13 +43,16 @@ class Decoder(nn.Module):
         memory_attention_mask: Tensor | None = None,
         need_weights: bool = False,
         cache: DecoderCache | None = None,
+        positions: Tensor | None = None,
     ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
         """``x``: embedded target ``(batch, tgt_len, d_model)``; ``memory``: encoder output;
         the two attention masks are ``(batch, len)``, 1/True at real tokens. With a
         ``cache`` (``scratchformer.inference.DecoderCache``), ``x`` holds only the new
         positions and ``attention_mask`` covers all positions so far, the new ones included.
-        Returns the hidden states and the per-layer self- and cross-attention weights
-        (empty lists unless ``need_weights``)."""
+        ``positions``: ids of the new positions for rotary embeddings, ``(seq,)`` or
+        ``(batch, seq)`` (default: counting on from the cache's length). Returns the hidden
+        states and the per-layer self- and cross-attention weights (empty lists unless
+        ``need_weights``)."""
         new = x.shape[1]
         seen = new if cache is None else cache.length + new
         self_mask = None
@@ -56,6 +63,12 @@ class Decoder(nn.Module):
         memory_mask = None
         if memory_attention_mask is not None:
             memory_mask = padding_mask(memory_attention_mask)
+        rotation = None
+        if self.rotary is not None:
+            positions = cache_positions(x, cache, positions)
+            rotation = self.rotary(
+                torch.arange(new, device=x.device) if positions is None else positions
+            )
         self_weights, cross_weights = [], []
         for i, layer in enumerate(self.layers):
             x, sw, cw = layer(
@@ -67,6 +80,7 @@ class Decoder(nn.Module):
                 need_weights=need_weights,
                 self_cache=None if cache is None else cache.self_attn[i],
                 cross_cache=None if cache is None else cache.cross_attn[i],
+                rotation=rotation,
             )
             if sw is not None:
                 self_weights.append(sw)
@@ -112,9 +126,14 @@ class DecoderLM(nn.Module):
         With ``labels`` ``(batch, seq)``, where ``labels[:, t]`` is the token position ``t``
         predicts (already shifted, unlike Hugging Face's; -100 where none counts), the output
         holds their mean cross-entropy as ``loss`` in place of the logits."""
-        x = self.embedding(input_ids, positions=cache_positions(input_ids, cache, positions))
+        positions = cache_positions(input_ids, cache, positions)
+        x = self.embedding(input_ids, positions=positions)
         hidden, weights, _ = self.decoder(
-            x, attention_mask=attention_mask, need_weights=need_weights, cache=cache
+            x,
+            attention_mask=attention_mask,
+            need_weights=need_weights,
+            cache=cache,
+            positions=positions,
         )
         attentions = {"decoder": weights} if need_weights else None
         return lm_output(self.lm_head, hidden, attentions, labels, label_smoothing)

@@ -15,6 +15,7 @@ from .linear import Linear, linear
 from .loss import linear_cross_entropy
 from .masks import causal_mask, combine_masks, padding_mask
 from .norm import LayerNorm, layer_norm
+from .rotary import RotaryEmbedding, Rotation
 
 __all__ = [
     "DecoderLayer",
@@ -26,6 +27,8 @@ __all__ = [
     "LearnedPositionalEmbedding",
     "Linear",
     "MultiHeadAttention",
+    "RotaryEmbedding",
+    "Rotation",
     "SinusoidalPositionalEncoding",
     "TokenEmbedding",
     "causal_mask",

@@ -13,6 +13,7 @@ from .dropout import dropout
 from .linear import Linear
 from .masks import causal_mask, combine_masks
 from .packing import Packing
+from .rotary import Rotation
 
 
 class SelfAttentionCache(Protocol):
@@ -96,14 +97,16 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool = False,
         cache: SelfAttentionCache | CrossAttentionCache | None = None,
         packing: Packing | None = None,
+        rotation: Rotation | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """``x``: ``(batch, q_len, d_model)``; ``source``: the encoder output for
         cross-attention. ``is_causal`` adds a causal mask to ``mask`` (aligned to the last
         keys when a cache makes keys outnumber queries). With ``packing``, ``x`` and the
-        output are the packed real tokens ``(tokens, d_model)`` of a padded batch. Returns
-        the output and, if ``need_weights``, the per-head weights
+        output are the packed real tokens ``(tokens, d_model)`` of a padded batch. A
+        ``rotation`` (rotary embeddings) turns the new queries and keys of self-attention by
+        their positions. Returns the output and, if ``need_weights``, the per-head weights
         ``(batch, heads, q_len, k_len)``."""
-        q, k, v = self.project(x, source, cache, packing)
+        q, k, v = self.project(x, source, cache, packing, rotation)
         out, weights = self.attend(q, k, v, mask, is_causal, need_weights)
         out = self.merge_heads(out)
         return self.out_proj(out if packing is None else packing.pack(out)), weights
@@ -114,14 +117,15 @@ class MultiHeadAttention(nn.Module):
         source: Tensor | None = None,
         cache: SelfAttentionCache | CrossAttentionCache | None = None,
         packing: Packing | None = None,
+        rotation: Rotation | None = None,
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Queries, keys and values, each ``(batch, heads, len, d_head)``. With a cache,
-        self-attention appends the new keys and values to it and attends to all of them;
-        cross-attention projects the source once and reuses it. Self-attention projects
-        packed tokens (``packing``) before unpacking them."""
+        self-attention appends the new keys and values to it (rotated, with a ``rotation``)
+        and attends to all of them; cross-attention projects the source once and reuses it.
+        Self-attention projects packed tokens (``packing``) before unpacking them."""
         if self.cross:
-            if packing is not None:
-                raise ValueError("cross-attention takes no packed tokens")
+            if packing is not None or rotation is not None:
+                raise ValueError("cross-attention takes no packed tokens and no rotation")
             q = self.split_heads(self.q_proj(x), 1)[0]
             if cache is not None:
                 return q, *cache.get(lambda: self.project_kv(self._source(source)))  # type: ignore[union-attr]
@@ -130,6 +134,8 @@ class MultiHeadAttention(nn.Module):
             raise ValueError("self-attention takes no source; build with cross=True")
         qkv = self.qkv_proj(x)
         q, k, v = self.split_heads(qkv if packing is None else packing.unpack(qkv), 3)
+        if rotation is not None:
+            q, k = rotation.apply(q), rotation.apply(k)
         if cache is not None:
             k, v = cache.append(k, v)  # type: ignore[union-attr]
         return q, k, v

@@ -95,6 +95,8 @@ class LearnedPositionalEmbedding(nn.Module):
 
 class Embedding(nn.Module):
     """Token embedding plus positional encoding, with dropout on the sum (paper sec. 5.4).
+    With ``positional="rotary"`` no positions are added: the attention layers rotate
+    queries and keys instead (:mod:`.rotary`).
 
     With ``n_segments > 0`` a learned segment embedding is added too (BERT's token types:
     which sentence of a pair a token belongs to). A ``norm`` (BERT's LayerNorm) applies to
@@ -115,12 +117,13 @@ class Embedding(nn.Module):
         super().__init__()
         self.tokens = TokenEmbedding(vocab_size, d_model, scale=scale)
         self.segments = TokenEmbedding(n_segments, d_model, scale=False) if n_segments else None
+        self.positions: nn.Module | None = None  # rotary: attention rotates queries and keys
         if positional == "sinusoidal":
-            self.positions: nn.Module = SinusoidalPositionalEncoding(d_model, max_len)
+            self.positions = SinusoidalPositionalEncoding(d_model, max_len)
         elif positional == "learned":
             self.positions = LearnedPositionalEmbedding(d_model, max_len)
-        else:
-            raise ValueError(f"positional={positional!r} must be sinusoidal or learned")
+        elif positional != "rotary":
+            raise ValueError(f"positional={positional!r} must be sinusoidal, learned or rotary")
         self.norm = norm
         self.dropout = Dropout(dropout)
 
@@ -133,5 +136,6 @@ class Embedding(nn.Module):
             x = x + (self.segments.weight[0] if segments is None else self.segments(segments))
         elif segments is not None:
             raise ValueError("segment ids given to an embedding without segments")
-        x = self.positions(x, positions)
+        if self.positions is not None:
+            x = self.positions(x, positions)
         return self.dropout(x if self.norm is None else self.norm(x))

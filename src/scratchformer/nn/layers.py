@@ -15,6 +15,7 @@ from .dropout import Dropout
 from .feedforward import FeedForward
 from .norm import LayerNorm
 from .packing import Packing
+from .rotary import Rotation
 
 
 class EncoderLayer(nn.Module):
@@ -69,6 +70,7 @@ class EncoderLayer(nn.Module):
         need_weights: bool,
         cache: SelfAttentionCache | None = None,
         packing: Packing | None = None,
+        rotation: Rotation | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         h, weights = self.self_attn(
             self._sublayer_input(self.self_attn_norm, x),
@@ -77,6 +79,7 @@ class EncoderLayer(nn.Module):
             need_weights=need_weights,
             cache=cache,
             packing=packing,
+            rotation=rotation,
         )
         return self._residual(self.self_attn_norm, x, h), weights
 
@@ -124,12 +127,16 @@ class DecoderLayer(EncoderLayer):
         need_weights: bool = False,
         self_cache: SelfAttentionCache | None = None,
         cross_cache: CrossAttentionCache | None = None,
+        rotation: Rotation | None = None,
     ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """``memory``: the encoder output ``(batch, src_len, d_model)``; ``self_mask`` and
         ``memory_mask`` mask target and source keys; the caches keep keys and values for
-        incremental decoding. Returns the new ``x`` and, if asked, the self- and
-        cross-attention weights."""
-        x, self_weights = self._self_attention(x, self_mask, is_causal, need_weights, self_cache)
+        incremental decoding; ``rotation`` rotates self-attention's queries and keys (rotary
+        embeddings). Returns the new ``x`` and, if asked, the self- and cross-attention
+        weights."""
+        x, self_weights = self._self_attention(
+            x, self_mask, is_causal, need_weights, self_cache, rotation=rotation
+        )
         cross_weights = None
         if self.cross_attn is not None and self.cross_attn_norm is not None:
             if memory is None:
