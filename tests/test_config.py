@@ -18,7 +18,6 @@ from scratchformer.models import build_model, count_parameters
         (dict(activation="tanh"), "activation='tanh' must be one of relu, gelu, gelu_tanh"),
         (dict(arch="rnn"), "arch='rnn' must be one of"),
         (dict(positional="rope"), "positional='rope' must be one of"),
-        (dict(positional="rotary"), "positional='rotary' needs arch='decoder'"),
         (
             dict(arch="decoder", positional="rotary", d_model=24, n_heads=8),
             "positional='rotary' needs an even head width, got d_model / n_heads = 3",

@@ -164,7 +164,7 @@ class ModelConfig(ConfigBase):
     bias: bool = True
     positional: str = "sinusoidal"
     """Added ``sinusoidal`` encodings (the paper) or ``learned`` embeddings; or ``rotary``
-    (RoPE, ``arch="decoder"`` only): queries and keys rotated by their positions."""
+    (RoPE): every self-attention rotates its queries and keys by their positions."""
     max_len: int = 512
     """Longest sequence for learned positions (sinusoidal and rotary ones extend on demand)."""
     type_vocab_size: int = 0
@@ -208,7 +208,6 @@ class ModelConfig(ConfigBase):
         _one_of(self, "activation", tuple(ACTIVATIONS))
         _one_of(self, "positional", POSITIONALS)
         if self.positional == "rotary":
-            _require(self.arch == "decoder", "positional='rotary' needs arch='decoder'")
             _require(
                 self.d_model // self.n_heads % 2 == 0,
                 f"positional='rotary' needs an even head width, got d_model / n_heads = "

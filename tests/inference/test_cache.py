@@ -46,8 +46,10 @@ def test_left_padded_prompts_match_each_prompt_alone(positional: str) -> None:
     torch.testing.assert_close(step[0, -1], expected, atol=TOL, rtol=0)
 
 
-def test_seq2seq_cached_decoding_equals_full_decoding() -> None:
-    model = build_model(ModelConfig(arch="seq2seq", tgt_vocab_size=31, **SMALL)).eval()
+@pytest.mark.parametrize("positional", ["sinusoidal", "rotary"])
+def test_seq2seq_cached_decoding_equals_full_decoding(positional: str) -> None:
+    config = ModelConfig(arch="seq2seq", tgt_vocab_size=31, positional=positional, **SMALL)
+    model = build_model(config).eval()
     src, tgt = torch.randint(1, 29, (2, 7)), torch.randint(1, 31, (2, 6))
     src_mask = torch.tensor([[True] * 7, [True] * 4 + [False] * 3])
     memory, _ = model.encode(src, src_mask)

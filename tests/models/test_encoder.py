@@ -51,3 +51,63 @@ def test_pooler_is_dense_and_tanh_on_the_first_token() -> None:
     dense = model.pooler.dense
     torch.testing.assert_close(out.pooler_output, torch.tanh(dense(out.last_hidden_state[:, 0])))
     assert EncoderModel(config()).eval()(torch.randint(0, 30, (2, 5))).pooler_output is None
+
+
+def test_rotary_encoder_matches_hugging_face_roformer() -> None:
+    """RoFormer is BERT with rotary self-attention, on interleaved pairs of dimensions
+    (2i, 2i + 1); ours pairs i with i + d_head / 2, so its query and key rows are reordered
+    within each head (the same reordering of both leaves every score unchanged)."""
+    from transformers import RoFormerConfig, RoFormerModel
+
+    from scratchformer.interop.hf_weights import bert_table, from_hf
+
+    torch.manual_seed(0)
+    heads, d_head = 4, 8
+    roformer = RoFormerModel(
+        RoFormerConfig(
+            vocab_size=30,
+            embedding_size=32,
+            hidden_size=32,
+            num_attention_heads=heads,
+            num_hidden_layers=2,
+            intermediate_size=64,
+            hidden_act="gelu",
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+        )
+    ).eval()
+    rotary = ModelConfig(
+        arch="encoder",
+        vocab_size=30,
+        d_model=32,
+        n_heads=heads,
+        n_layers=2,
+        d_ff=64,
+        dropout=0.0,
+        activation="gelu",
+        positional="rotary",
+        type_vocab_size=2,
+        scale_embedding=False,
+        embedding_norm=True,
+        layer_norm_eps=1e-12,
+    )
+    model = EncoderModel(rotary).eval()
+    table = bert_table(rotary)
+    del table["embedding.positions.weight"]
+    weights = from_hf(roformer.state_dict(), table)
+    half_layout = torch.cat([torch.arange(0, d_head, 2), torch.arange(1, d_head, 2)])
+    rows = (torch.arange(heads)[:, None] * d_head + half_layout).flatten()
+    for i in range(2):
+        for kind in ("weight", "bias"):
+            name = f"encoder.layers.{i}.self_attn.qkv_proj.{kind}"
+            q, k, v = weights[name].chunk(3)
+            weights[name] = torch.cat([q[rows], k[rows], v])
+    model.load_state_dict(weights)
+    ids = torch.randint(0, 30, (2, 9))
+    mask = torch.ones(2, 9, dtype=torch.long)
+    mask[1, 6:] = 0
+    with torch.no_grad():
+        expected = roformer(ids, attention_mask=mask).last_hidden_state
+        ours = model(ids, mask).last_hidden_state
+    real = mask.bool()
+    torch.testing.assert_close(ours[real], expected[real], atol=1e-5, rtol=1e-4)

@@ -20,8 +20,10 @@ CONFIGS = {
     "decoder": dict(arch="decoder"),
     "decoder-learned": dict(arch="decoder", positional="learned", norm_first=True),
     "decoder-rotary": dict(arch="decoder", positional="rotary", norm_first=True),
+    "encoder-rotary": dict(arch="encoder", head="token_classification", positional="rotary"),
     "seq2seq": dict(arch="seq2seq", tgt_vocab_size=19),
     "seq2seq-pre-LN": dict(arch="seq2seq", tgt_vocab_size=19, norm_first=True),
+    "seq2seq-rotary": dict(arch="seq2seq", tgt_vocab_size=19, positional="rotary"),
 }
 ALL = pytest.mark.parametrize("name", CONFIGS)
 PROPERTY = settings(max_examples=15, deadline=None)

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from scratchformer.config import Recipe
+from scratchformer.nn.loss import IGNORE_INDEX
 from scratchformer.tasks import build_task
-from scratchformer.tasks.base import IGNORE
 from scratchformer.tasks.tag_scheme import best_valid_tags, iob2_transitions, may_follow
 
 LABELS = ("B-LOC", "B-PER", "I-LOC", "I-PER", "O")
@@ -84,5 +84,5 @@ def test_the_tagging_task_decodes_by_its_scheme(
     task.prepare()
     assert tuple(task.labels()) == LABELS
     logits = torch.tensor([[[0.0, 0, 0, 0, 5], [9, 9, 9, 9, 9], [0, 3, 0, 4, 0]]])
-    targets = torch.tensor([[4, IGNORE, 3]])  # two words, the first's second piece ignored
+    targets = torch.tensor([[4, IGNORE_INDEX, 3]])  # two words, the first's second piece ignored
     assert task.word_tags(logits, targets) == [expected]

@@ -14,8 +14,8 @@ import torch.nn.functional as F
 from scratchformer.config import Recipe
 from scratchformer.data.readers import DataError
 from scratchformer.models import build_model
+from scratchformer.nn.loss import IGNORE_INDEX
 from scratchformer.tasks import build_task
-from scratchformer.tasks.base import IGNORE
 
 
 def recipe(task: str, **sections: dict) -> Recipe:
@@ -56,7 +56,7 @@ def test_tagging_labels_first_subwords_and_checks_tags(tmp_path: Path) -> None:
     task.prepare()
     assert task.labels() == ["B-LOC", "B-PER", "I-PER", "O"]
     ids, targets = task.examples("train")[0]
-    words = [t for t in targets if t != IGNORE]
+    words = [t for t in targets if t != IGNORE_INDEX]
     assert [task.labels()[t] for t in words] == ["B-PER", "I-PER", "O"]
     assert len(ids) == len(targets) > 3  # a long word became several pieces
     with pytest.raises(DataError, match=rf"^{val}:2: tag 'B-ROCK' is not one of"):
@@ -108,7 +108,7 @@ def test_rdrop_adds_the_symmetric_kl_of_two_dropout_draws(tmp_path: Path) -> Non
     torch.manual_seed(0)
     doubled = {k: torch.cat([v, v]) for k, v in batch.inputs.items()}
     first, second = model(**doubled).logits.chunk(2)
-    counted = batch.targets != IGNORE
+    counted = batch.targets != IGNORE_INDEX
     first, second, targets = first[counted], second[counted], batch.targets[counted]
     cross_entropy = (F.cross_entropy(first, targets) + F.cross_entropy(second, targets)) / 2
     log_p, log_q = first.log_softmax(-1), second.log_softmax(-1)
@@ -137,7 +137,7 @@ def test_translation_shifts_targets_and_masks_padding(tmp_path: Path) -> None:
     tgt_in, targets, mask = batch.inputs["tgt_ids"], batch.targets, batch.inputs["tgt_mask"]
     assert tgt_in[:, 0].eq(tokenizer.bos_id).all()
     assert torch.equal(tgt_in[:, 1:][mask[:, 1:]], targets[:, :-1][mask[:, 1:]])
-    assert (targets == IGNORE).sum() == (~mask).sum()
+    assert (targets == IGNORE_INDEX).sum() == (~mask).sum()
     lengths = mask.sum(1)
     assert targets[torch.arange(2), lengths - 1].eq(tokenizer.eos_id).all()
     with pytest.raises(ValueError, match=r"data\.val must list two files"):

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from ..config import ModelConfig
-from ..nn import Embedding, LayerNorm
+from ..nn import Embedding, LayerNorm, RotaryEmbedding, Rotation
 from ..nn.attention import CrossAttentionCache, SelfAttentionCache
 from .heads import LMHead
 
@@ -94,6 +94,27 @@ def cache_positions(
     if positions is not None or cache is None:
         return positions
     return torch.arange(cache.length, cache.length + ids.shape[1], device=ids.device)
+
+
+def rotary_for(config: ModelConfig) -> RotaryEmbedding | None:
+    """The rotary embedding of a stack's self-attention, if the config asks for one."""
+    if config.positional != "rotary":
+        return None
+    return RotaryEmbedding(config.d_model // config.n_heads)
+
+
+def rotation_for(
+    rotary: RotaryEmbedding | None,
+    x: Tensor,
+    cache: DecoderCache | None = None,
+    positions: Tensor | None = None,
+) -> Rotation | None:
+    """The rotation of the positions of ``x`` ``(batch, seq, ...)``: the given ids, else
+    counting on from the cache's length (from 0 without a cache); ``None`` without rotary."""
+    if rotary is None:
+        return None
+    positions = cache_positions(x, cache, positions)
+    return rotary(torch.arange(x.shape[1], device=x.device) if positions is None else positions)
 
 
 def norm_for(config: ModelConfig) -> LayerNorm:

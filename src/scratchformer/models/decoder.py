@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor, nn
 
 from ..config import ModelConfig
-from ..nn import DecoderLayer, RotaryEmbedding, causal_mask, combine_masks, padding_mask
+from ..nn import DecoderLayer, causal_mask, combine_masks, padding_mask
 from .base import (
     DecoderCache,
     ModelOutput,
@@ -16,6 +15,8 @@ from .base import (
     init_linear_weights,
     layer_kwargs,
     lm_output,
+    rotary_for,
+    rotation_for,
 )
 from .heads import LMHead
 
@@ -31,9 +32,7 @@ class Decoder(nn.Module):
             for _ in range(n_layers)
         )
         self.norm = final_norm(config)
-        self.rotary = None
-        if config.positional == "rotary":
-            self.rotary = RotaryEmbedding(config.d_model // config.n_heads)
+        self.rotary = rotary_for(config)
 
     def forward(
         self,
@@ -63,12 +62,7 @@ class Decoder(nn.Module):
         memory_mask = None
         if memory_attention_mask is not None:
             memory_mask = padding_mask(memory_attention_mask)
-        rotation = None
-        if self.rotary is not None:
-            positions = cache_positions(x, cache, positions)
-            rotation = self.rotary(
-                torch.arange(new, device=x.device) if positions is None else positions
-            )
+        rotation = rotation_for(self.rotary, x, cache, positions)
         self_weights, cross_weights = [], []
         for i, layer in enumerate(self.layers):
             x, sw, cw = layer(

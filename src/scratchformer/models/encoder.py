@@ -7,7 +7,15 @@ from torch import Tensor, nn
 from ..config import ModelConfig
 from ..nn import EncoderLayer, padding_mask
 from ..nn.packing import packing_for
-from .base import ModelOutput, embedding_for, final_norm, init_linear_weights, layer_kwargs
+from .base import (
+    ModelOutput,
+    embedding_for,
+    final_norm,
+    init_linear_weights,
+    layer_kwargs,
+    rotary_for,
+    rotation_for,
+)
 from .heads import Pooler, SequenceHead, SimilarityHead, TokenClassificationHead
 
 
@@ -20,6 +28,7 @@ class Encoder(nn.Module):
             EncoderLayer(**layer_kwargs(config)) for _ in range(config.n_layers)
         )
         self.norm = final_norm(config)
+        self.rotary = rotary_for(config)
 
     def forward(
         self,
@@ -35,11 +44,12 @@ class Encoder(nn.Module):
         sees the padded shape (see :mod:`scratchformer.nn.packing`)."""
         mask = None if attention_mask is None else padding_mask(attention_mask)
         packing = None if need_weights else packing_for(attention_mask)
+        rotation = rotation_for(self.rotary, x)
         if packing is not None:
             x = packing.pack(x)
         weights = []
         for layer in self.layers:
-            x, w = layer(x, mask=mask, need_weights=need_weights, packing=packing)
+            x, w = layer(x, mask, need_weights=need_weights, packing=packing, rotation=rotation)
             if w is not None:
                 weights.append(w)
         if self.norm is not None:

@@ -48,11 +48,15 @@ class EncoderLayer(nn.Module):
         is_causal: bool = False,
         need_weights: bool = False,
         packing: Packing | None = None,
+        rotation: Rotation | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """``x``: ``(batch, len, d_model)``, or with ``packing`` the packed real tokens
-        ``(tokens, d_model)``; ``mask``: True = may attend. Returns the new ``x`` and, if
-        ``need_weights``, the attention weights ``(batch, heads, len, len)``."""
-        x, weights = self._self_attention(x, mask, is_causal, need_weights, packing=packing)
+        ``(tokens, d_model)``; ``mask``: True = may attend; ``rotation`` rotates queries and
+        keys (rotary embeddings). Returns the new ``x`` and, if ``need_weights``, the
+        attention weights ``(batch, heads, len, len)``."""
+        x, weights = self._self_attention(
+            x, mask, is_causal, need_weights, packing=packing, rotation=rotation
+        )
         return self._feed_forward(x), weights
 
     def _sublayer_input(self, norm: LayerNorm, x: Tensor) -> Tensor:

@@ -20,7 +20,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 IGNORE_INDEX = -100
-"""Target that counts for nothing (padding), as in ``torch.nn.functional.cross_entropy``."""
+"""Target that the loss and the metrics skip (padding, non-first word pieces), as in
+``torch.nn.functional.cross_entropy``."""
 
 CHUNK_ROWS = 256
 """Rows per block: enough for full-speed products, few enough to keep the logits small."""

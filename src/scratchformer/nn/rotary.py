@@ -1,12 +1,13 @@
 """Rotary position embedding (RoPE; Su et al., 2021), an alternative to the paper's added
-positional encodings for decoder-only models.
+positional encodings.
 
 Positions are not added to the token vectors; instead every query and key is rotated by an
 angle proportional to its position, pair of dimensions by pair of dimensions, at the
 frequencies of the sinusoidal encoding. The dot product of a query at position ``m`` and a
 key at ``n`` then depends on ``m - n`` only, so attention sees relative positions, and no
 table limits the length. Dimension ``i`` is paired with ``i + d_head / 2`` (the layout of
-GPT-NeoX and Llama, so weights and numbers carry over).
+GPT-NeoX and Llama, so weights and numbers carry over; RoFormer pairs ``2i`` with ``2i + 1``,
+which a reordering of the query and key weights maps to this one).
 """
 
 from __future__ import annotations

@@ -26,9 +26,6 @@ from ..data.tokenizer import Tokenizer
 from ..metrics import perplexity
 from ..nn.loss import IGNORE_INDEX
 
-IGNORE = IGNORE_INDEX
-"""Target id that the loss and the metrics skip (padding, non-first word pieces)."""
-
 
 @dataclass
 class Batch:
@@ -204,11 +201,13 @@ class Task(ABC):
             batch = batch.doubled()
         logits = self.logits(model, batch).flatten(0, -2).float()
         targets = batch.targets.flatten()
-        loss = F.cross_entropy(logits, targets, ignore_index=IGNORE, label_smoothing=smoothing)
+        loss = F.cross_entropy(
+            logits, targets, ignore_index=IGNORE_INDEX, label_smoothing=smoothing
+        )
         if not twice:
             return loss
         first, second = logits.chunk(2)
-        counted = targets[: len(targets) // 2] != IGNORE
+        counted = targets[: len(targets) // 2] != IGNORE_INDEX
         return loss + self.train_config.rdrop * rdrop_loss(first[counted], second[counted])
 
     @torch.no_grad()
@@ -236,9 +235,9 @@ class Task(ABC):
 
     def accumulate(self, totals: dict[str, Any], logits: Tensor, targets: Tensor) -> None:
         """Add a batch to ``totals``: sums of cross-entropy, counted targets, correct ones."""
-        counted = targets != IGNORE
+        counted = targets != IGNORE_INDEX
         loss = F.cross_entropy(
-            logits.flatten(0, -2), targets.flatten(), reduction="sum", ignore_index=IGNORE
+            logits.flatten(0, -2), targets.flatten(), reduction="sum", ignore_index=IGNORE_INDEX
         )
         correct = (logits.argmax(-1) == targets) & counted
         add(

@@ -10,7 +10,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .base import IGNORE, add
+from ..nn.loss import IGNORE_INDEX
+from .base import add
 from .translation import TranslationTask
 
 OPERATIONS = {"copy": lambda s: s, "reverse": lambda s: s[::-1]}
@@ -62,7 +63,7 @@ class SyntheticTask(TranslationTask):
         """Token sums, plus sequences whose every target is predicted: under teacher forcing
         that is exactly when greedy decoding reproduces the target."""
         super().accumulate(totals, logits, targets)
-        right = (logits.argmax(-1) == targets) | (targets == IGNORE)
+        right = (logits.argmax(-1) == targets) | (targets == IGNORE_INDEX)
         add(totals, sequences=targets.shape[0], exact=torch.all(right, dim=-1).sum().item())
 
     def summarize(self, totals: dict[str, Any]) -> dict[str, float]:

@@ -12,14 +12,15 @@ from ..data.batching import pad_batch
 from ..data.readers import DataError, TaggedSentence, read_conll
 from ..data.registry import conll_examples
 from ..metrics import entity_scores
-from .base import IGNORE, Batch, ExampleTask
+from ..nn.loss import IGNORE_INDEX
+from .base import Batch, ExampleTask
 from .classification import DEV_SPLIT
 from .tag_scheme import best_valid_tags, iob2_transitions
 
 SPECIALS = ("pad", "unk", "cls", "sep")
 
 Tagged = tuple[list[int], list[int]]
-"""Sub-word ids; per sub-word the tag id on a word's first piece, else IGNORE."""
+"""Sub-word ids; per sub-word the tag id on a word's first piece, else IGNORE_INDEX."""
 
 
 class TaggingTask(ExampleTask):
@@ -73,10 +74,12 @@ class TaggingTask(ExampleTask):
 
     def encode_words(self, words: Sequence[str], tags: Sequence[int] | None = None) -> Tagged:
         """Sub-word ids of the words, and targets: a word's tag id (or 0 when ``tags`` is
-        not given) on its first sub-word, IGNORE elsewhere; at most ``data.max_len``."""
+        not given) on its first sub-word, IGNORE_INDEX elsewhere; at most ``data.max_len``."""
         ids, word_of = self.tokenizer().encode_words(words)
         targets = [
-            (0 if tags is None else tags[word]) if i == 0 or word_of[i - 1] != word else IGNORE
+            (0 if tags is None else tags[word])
+            if i == 0 or word_of[i - 1] != word
+            else IGNORE_INDEX
             for i, word in enumerate(word_of)
         ]
         return ids[: self.data.max_len], targets[: self.data.max_len]
@@ -98,10 +101,10 @@ class TaggingTask(ExampleTask):
     def word_tags(self, logits: Tensor, targets: Tensor) -> list[list[str]]:
         """The predicted tags of the words of a batch of sentences, from the logits
         ``(sentences, pieces, tags)`` of their first sub-words (where ``targets`` is not
-        IGNORE): with ``data.tag_scheme = "iob2"`` the most likely valid IOB2 sequences,
+        IGNORE_INDEX): with ``data.tag_scheme = "iob2"`` the most likely valid IOB2 sequences,
         else each word's most likely tag."""
         names, logits = self.labels(), logits.float().cpu()  # Viterbi: small sequential steps
-        first = targets.cpu() != IGNORE
+        first = targets.cpu() != IGNORE_INDEX
         lengths = first.sum(1)
         order = first.int().argsort(dim=1, descending=True, stable=True)  # first pieces in front
         order = order[:, : int(lengths.max()), None]
@@ -119,13 +122,13 @@ class TaggingTask(ExampleTask):
 
     def collate(self, examples: Sequence[Tagged]) -> Batch:
         ids, mask = pad_batch([ids for ids, _ in examples], self.tokenizer().pad_id)
-        targets, _ = pad_batch([targets for _, targets in examples], IGNORE)
+        targets, _ = pad_batch([targets for _, targets in examples], IGNORE_INDEX)
         return Batch({"input_ids": ids, "attention_mask": mask}, targets, int(mask.sum()))
 
     def accumulate(self, totals: dict[str, Any], logits: Tensor, targets: Tensor) -> None:
         super().accumulate(totals, logits, targets)
         names = self.labels()
-        gold = [[names[i] for i in row[row != IGNORE].tolist()] for row in targets]
+        gold = [[names[i] for i in row[row != IGNORE_INDEX].tolist()] for row in targets]
         totals.setdefault("gold", []).extend(gold)
         totals.setdefault("predicted", []).extend(self.word_tags(logits, targets))
 

@@ -9,7 +9,8 @@ from ..data.batching import pad_batch
 from ..data.readers import read_parallel
 from ..data.registry import parallel_examples
 from ..data.tokenizer import Tokenizer
-from .base import IGNORE, Batch, ExampleTask
+from ..nn.loss import IGNORE_INDEX
+from .base import Batch, ExampleTask
 
 SPECIALS = ("pad", "unk", "bos", "eos")
 SPLIT_FILES = {"train": "train", "val": "val", "test": "test_2016_flickr"}
@@ -86,7 +87,7 @@ class TranslationTask(ExampleTask):
         src_ids, src_mask = pad_batch([s for s, _ in examples], self.source_tokenizer().pad_id)
         tgt_ids, tgt_mask = pad_batch([t[:-1] for _, t in examples], pad)
         targets, target_mask = pad_batch([t[1:] for _, t in examples], pad)
-        targets = targets.masked_fill(~target_mask, IGNORE)
+        targets = targets.masked_fill(~target_mask, IGNORE_INDEX)
         inputs = {
             "src_ids": src_ids,
             "tgt_ids": tgt_ids,
