@@ -24,7 +24,7 @@ def shown(metric: str, value: float) -> str:
     if metric in PERCENT:
         return f"{100 * value:.1f}%"
     digits = 2 if metric.startswith("bleu") else 3
-    return f"{value:.{digits}f}".rstrip("0").rstrip(".")
+    return f"{value:.{digits}f}"  # trailing zeros kept: 38.00 is a rounded value, not 38
 
 
 def cpu(result: dict[str, Any]) -> str:
