@@ -20,11 +20,14 @@ PERCENT = ("accuracy", "exact_match", "entity_f1")
 """Metrics shown in percent; the others (loss, BLEU, correlations) as they are."""
 
 
-def shown(metric: str, value: float) -> str:
+def shown(metric: str, value: float, exact: bool = False) -> str:
+    """A measured value keeps its trailing zeros (38.00 is rounded, not 38); an ``exact``
+    one, a target, drops them (>= 36)."""
     if metric in PERCENT:
         return f"{100 * value:.1f}%"
     digits = 2 if metric.startswith("bleu") else 3
-    return f"{value:.{digits}f}"  # trailing zeros kept: 38.00 is a rounded value, not 38
+    text = f"{value:.{digits}f}"
+    return text.rstrip("0").rstrip(".") if exact else text
 
 
 def cpu(result: dict[str, Any]) -> str:
@@ -39,7 +42,7 @@ def cpu(result: dict[str, Any]) -> str:
 def row(result: dict[str, Any]) -> str:
     metric = result["metric"]
     sign = ">=" if result["higher_is_better"] else "<="
-    target = f"{sign} {shown(metric, result['target'])}"
+    target = f"{sign} {shown(metric, result['target'], exact=True)}"
     if not result["required"]:
         verdict = "aim " + ("reached" if result["met"] else "not reached")
     else:

@@ -80,3 +80,5 @@ def test_rows_show_value_target_and_verdict(tmp_path: Path) -> None:
         "| `multi30k-de-en` | bleu_tokenized_lc, test | 35.04 (sacreBLEU 33.2, chrF 55.5) "
         "| >= 36 | **missed** | 30 min | 29.9 min | 1234 | 9.50 M | — |"
     )
+    assert results_table.shown("bleu_tokenized_lc", 38.004) == "38.00"  # rounded, not 38
+    assert results_table.shown("loss", 1.5, exact=True) == "1.5"
