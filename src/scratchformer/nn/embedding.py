@@ -38,15 +38,19 @@ def positions_for(x: Tensor, positions: Tensor | None) -> tuple[Tensor, int]:
     return positions, int(positions.max()) + 1 if positions.numel() else 0
 
 
-def sinusoidal_table(length: int, d_model: int) -> Tensor:
-    """``PE(pos, 2i) = sin(pos / 10000^(2i/d))``, ``PE(pos, 2i+1) = cos(pos / 10000^(2i/d))``.
+def inverse_frequencies(d: int, base: float = 10000.0) -> Tensor:
+    """``base^(-2i/d)`` for ``i = 0 .. ceil(d/2) - 1``, in float64: how fast the angle of each
+    pair of dimensions turns with the position, in the sinusoidal encoding and in the
+    rotary embedding alike. ``2i`` is the even column index itself, so the exponent is
+    ``column / d``."""
+    return torch.pow(base, -torch.arange(0, d, 2, dtype=torch.float64) / d)
 
-    ``2i`` is the even column index itself, so the exponent is ``column / d`` for the sine
-    column and for its cosine partner alike.
-    """
+
+def sinusoidal_table(length: int, d_model: int) -> Tensor:
+    """``PE(pos, 2i) = sin(pos / 10000^(2i/d))``, ``PE(pos, 2i+1) = cos(pos / 10000^(2i/d))``:
+    the sine column and its cosine partner share one frequency."""
     position = torch.arange(length, dtype=torch.float64)[:, None]
-    even_columns = torch.arange(0, d_model, 2, dtype=torch.float64)
-    angle = position / torch.pow(10000.0, even_columns / d_model)
+    angle = position * inverse_frequencies(d_model)
     table = torch.zeros(length, d_model, dtype=torch.float64)
     table[:, 0::2] = torch.sin(angle)
     table[:, 1::2] = torch.cos(angle[:, : d_model // 2])

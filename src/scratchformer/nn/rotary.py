@@ -17,6 +17,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
+from .embedding import inverse_frequencies
+
 
 class Rotation(NamedTuple):
     """Cosines and sines of the angles of some positions: ``(batch or 1, 1, seq, d_head / 2)``
@@ -41,8 +43,8 @@ class RotaryEmbedding(nn.Module):
         super().__init__()
         if d_head % 2:
             raise ValueError(f"rotary embeddings need an even head width, got d_head={d_head}")
-        exponents = torch.arange(0, d_head, 2, dtype=torch.float64) / d_head
-        self.register_buffer("inv_freq", (base**-exponents).float(), persistent=False)
+        inv_freq = inverse_frequencies(d_head, base).float()
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
 
     def forward(self, positions: Tensor) -> Rotation:
         """``positions``: ``(seq,)`` or ``(batch, seq)`` position ids."""
