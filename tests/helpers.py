@@ -6,6 +6,9 @@ import io
 from collections.abc import Iterable
 from pathlib import Path
 
+import torch
+
+from scratchformer import ModelConfig, build_model
 from scratchformer.cli import main
 
 
@@ -36,3 +39,28 @@ def run(capsys, monkeypatch, stdin: str, *args: str) -> tuple[int, list[str], st
     status = main(["--quiet", *args])
     out, err = capsys.readouterr()
     return status, out.splitlines(), err
+
+
+TINY_VOCAB = 29
+PROMPTS = [[5, 9, 2], [7], [3, 1, 4, 1, 5, 9], [8, 8]]
+"""Prompts of different lengths, for generation from :func:`tiny_lm`."""
+
+
+def tiny_lm(positional: str = "learned", peaked: float = 4.0) -> torch.nn.Module:
+    """A random decoder-only LM whose output weights are scaled up, so that its next-token
+    distributions are peaked and greedy decisions are not near-ties."""
+    config = ModelConfig(
+        arch="decoder",
+        vocab_size=TINY_VOCAB,
+        d_model=32,
+        n_heads=4,
+        n_layers=2,
+        d_ff=64,
+        positional=positional,
+        max_len=32,
+        tie_output=False,
+    )
+    model = build_model(config).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(peaked)
+    return model

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from scratchformer import ModelConfig, build_model
+from helpers import PROMPTS, TINY_VOCAB, tiny_lm
 from scratchformer.inference import (
     ban_repeated_ngrams,
     filter_top_k,
@@ -20,28 +20,6 @@ from scratchformer.inference import (
 )
 
 INF = float("inf")
-VOCAB = 29
-PROMPTS = [[5, 9, 2], [7], [3, 1, 4, 1, 5, 9], [8, 8]]
-
-
-def tiny_lm(positional: str = "learned", peaked: float = 4.0) -> torch.nn.Module:
-    """A random decoder-only LM whose output weights are scaled up, so that its next-token
-    distributions are peaked and greedy decisions are not near-ties."""
-    config = ModelConfig(
-        arch="decoder",
-        vocab_size=VOCAB,
-        d_model=32,
-        n_heads=4,
-        n_layers=2,
-        d_ff=64,
-        positional=positional,
-        max_len=32,
-        tie_output=False,
-    )
-    model = build_model(config).eval()
-    with torch.no_grad():
-        model.lm_head.weight.mul_(peaked)
-    return model
 
 
 # --- logits processors -------------------------------------------------------------------
@@ -196,5 +174,5 @@ def test_sampling_follows_the_model_distribution() -> None:
     prompt = [[4, 2]]
     probs = model(torch.tensor(prompt)).logits[0, -1].softmax(-1)
     draws = generate(model, prompt * 2000, max_new_tokens=1, seed=0, use_cache=False)
-    counts = torch.bincount(torch.tensor(draws).flatten(), minlength=VOCAB).float()
+    counts = torch.bincount(torch.tensor(draws).flatten(), minlength=TINY_VOCAB).float()
     assert (counts / 2000 - probs).abs().max() < 4 * math.sqrt(0.25 / 2000)

@@ -2,6 +2,7 @@
 
 from .beam import Hypothesis, beam_search, gnmt_penalty, greedy_decode
 from .cache import CrossKV, DecoderCache, KVCache
+from .compiled import CompiledLM
 from .generate import (
     ban_repeated_ngrams,
     filter_top_k,
@@ -13,6 +14,7 @@ from .generate import (
 )
 
 __all__ = [
+    "CompiledLM",
     "CrossKV",
     "DecoderCache",
     "Hypothesis",

@@ -29,6 +29,8 @@ class KVCache:
         self.keys = torch.zeros(batch, n_heads, max_len, d_head, dtype=dtype, device=device)
         self.values = torch.zeros_like(self.keys)
         self.length = 0
+        for buffer in (self.keys, self.values):  # for torch.compile: one graph for any length
+            torch._dynamo.maybe_mark_dynamic(buffer, 2)
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Store the new positions' keys and values; return all stored so far."""

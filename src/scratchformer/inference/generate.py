@@ -167,6 +167,7 @@ def stream(
     decoding too. With learned positions, the longest prompt plus ``max_new_tokens`` must
     fit in ``model.config.max_len``, else ValueError (prompts are never silently cut).
     ``use_cache=False`` recomputes the whole sequence every step (for tests and benchmarks).
+    ``model`` may be a :class:`~.compiled.CompiledLM`: the same tokens, faster steps.
     """
     device = decoding_device(model)
     choose = Sampling(temperature, top_k, top_p, repetition_penalty, no_repeat_ngram_size, greedy)
@@ -208,11 +209,12 @@ def stream(
         tokens = torch.tensor([[pad_id if t is None else t] for t in step], device=device)
         ids = torch.cat([ids, tokens], dim=1)
         mask = torch.cat([mask, torch.ones_like(tokens, dtype=torch.bool)], dim=1)
-        positions = torch.cat([positions, positions[:, -1:] + 1], dim=1)
+        new_positions = positions[:, -1:] + 1
+        positions = torch.cat([positions, new_positions], dim=1)
         if cache is None:
             fed, fed_positions = ids, positions
         else:
-            fed, fed_positions = tokens, positions[:, -1:]
+            fed, fed_positions = tokens, new_positions
 
 
 def generate(model: nn.Module, prompts: Sequence[Sequence[int]], **options: Any) -> list[list[int]]:

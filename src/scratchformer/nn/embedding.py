@@ -32,10 +32,17 @@ class TokenEmbedding(nn.Module):
 
 
 def positions_for(x: Tensor, positions: Tensor | None) -> tuple[Tensor, int]:
-    """Position ids (the given ones, else ``0 .. seq_len - 1``) and the table length they need."""
+    """Position ids (the given ones, else ``0 .. seq_len - 1``) and the table length they need.
+
+    Under ``torch.compile`` the length of given ids is not read (0): reading it from the
+    data would split the compiled graph at every step. An id beyond the table then fails
+    in the lookup instead (``generate`` checks learned positions against ``max_len`` first).
+    """
     if positions is None:
         return torch.arange(x.shape[1], device=x.device), x.shape[1]
-    return positions, int(positions.max()) + 1 if positions.numel() else 0
+    if torch.compiler.is_compiling() or not positions.numel():
+        return positions, 0
+    return positions, int(positions.max()) + 1
 
 
 def inverse_frequencies(d: int, base: float = 10000.0) -> Tensor:

@@ -1,0 +1,60 @@
+"""A language model compiled for decoding: ``torch.compile`` with frozen, autotuned weights.
+
+Decoding a few sequences multiplies every weight matrix by a handful of rows a step, so a
+step costs a pass over all the weights plus the Python of every layer. Eager PyTorch runs
+such products on one thread (at batch 1 of a GPT-2-small-sized model, 13-19 GB/s on a
+2-core CPU that streams memory at 32-40). Compiled with the weights frozen in as constants
+(``torch._inductor.config.freezing``) and GEMM kernels chosen by benchmarking
+(``max-autotune``), the products run on every core at memory speed and the step's Python
+is gone: ``python benchmarks/generate.py`` measures both.
+
+Freezing is read while Dynamo traces, which happens lazily at a call, so every call runs
+inside the setting rather than the setting being changed for the whole process.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from torch._inductor import config as inductor_config
+
+from ..models.base import ModelOutput
+
+MODE = "max-autotune-no-cudagraphs"
+"""Autotuned kernels; CUDA graphs left out, since a decode step's KV cache changes size."""
+
+
+class CompiledLM(nn.Module):
+    """``model`` (a decoder-only LM in eval mode) with its forward compiled for decoding:
+    pass it to :func:`~.generate.generate` or :func:`~.generate.stream` in place of the
+    model. The first calls compile (tens of seconds: once for the prompt, again for the
+    steps after it; a new batch size or prompt length may add one).
+
+    For inference only: calls with gradients enabled are refused, and the weights are read
+    once, when compiling, so changing them afterwards needs a new ``CompiledLM``.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        if model.training:
+            raise ValueError("the model is in training mode; call model.eval() first")
+        self.model = model
+        self.compiled_forward = torch.compile(model.forward, mode=MODE)
+        self.train(False)
+
+    @property
+    def config(self) -> Any:
+        return self.model.config
+
+    @property
+    def decoder(self) -> nn.Module:
+        return self.model.decoder
+
+    def forward(self, *args: Any, **kwargs: Any) -> ModelOutput:
+        """The model's forward, compiled; the same arguments and output."""
+        if torch.is_grad_enabled():
+            raise RuntimeError("a CompiledLM is for inference: call it under torch.no_grad()")
+        with inductor_config.patch(freezing=True):
+            return self.compiled_forward(*args, **kwargs)

@@ -1,0 +1,50 @@
+"""CompiledLM: decoding through torch.compile (frozen, autotuned weights) computes what the
+eager model computes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from helpers import PROMPTS, tiny_lm
+from scratchformer.inference import CompiledLM, DecoderCache, generate
+from scratchformer.inference.generate import left_pad
+
+
+def prompt_and_step_logits(model: torch.nn.Module, cache_of: torch.nn.Module) -> torch.Tensor:
+    """The logits of the left-padded ``PROMPTS`` and of one step after them, as ``stream``
+    feeds a model; ``cache_of`` is the eager model the cache is built for."""
+    ids, mask = left_pad(PROMPTS, 0, torch.device("cpu"))
+    positions = (mask.cumsum(1) - 1).clamp(min=0)
+    cache = DecoderCache(cache_of.decoder, len(PROMPTS), ids.shape[1] + 1)
+    with torch.no_grad():
+        prompt = model(ids, mask, cache=cache, positions=positions).logits
+        token = prompt[:, -1:].argmax(-1)
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+        step = model(token, mask, cache=cache, positions=positions[:, -1:] + 1).logits
+    return torch.cat([prompt, step], dim=1)
+
+
+@pytest.mark.parametrize("positional", ["learned", "rotary"])
+def test_compiled_decoding_gives_the_eager_logits_and_tokens(positional: str) -> None:
+    model = tiny_lm(positional)
+    compiled = CompiledLM(model)
+    torch.testing.assert_close(
+        prompt_and_step_logits(compiled, model),
+        prompt_and_step_logits(model, model),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+    for max_new_tokens in (7, 12):  # a longer run reuses the graphs: the cache's length varies
+        expected = generate(model, PROMPTS, max_new_tokens=max_new_tokens, greedy=True)
+        assert generate(compiled, PROMPTS, max_new_tokens=max_new_tokens, greedy=True) == expected
+
+
+def test_compiled_lm_is_for_inference_only() -> None:
+    model = tiny_lm()
+    with pytest.raises(ValueError, match="training mode"):
+        CompiledLM(model.train())
+    compiled = CompiledLM(model.eval())
+    assert not compiled.training and compiled.config is model.config
+    with pytest.raises(RuntimeError, match="no_grad"):
+        compiled(torch.tensor([PROMPTS[0]]))
