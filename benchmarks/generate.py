@@ -1,25 +1,29 @@
 """Generation speed: our decoder-only LM with and without the KV cache, and Hugging Face GPT-2.
 
 What: new tokens per second of greedy decoding, 256 new tokens after 16-token prompts, at
-batch 1 and batch 8, fp32 on the CPU, for three candidates of the same shape (GPT-2 small
+batch 1 and batch 8, fp32 on the CPU, for four candidates of the same shape (GPT-2 small
 scaled down: 6 layers, d_model 384, 6 heads, d_ff 1536, vocab 8192, learned positions,
 pre-LN, GELU with tanh, head tied to the embedding) with random weights, on the same prompts:
 ``scratchformer.inference.generate`` with the KV cache; the same without it (the whole
-sequence recomputed every step); ``transformers``' ``GPT2LMHeadModel.generate`` with its
-cache. Nothing stops early: ours gets ``eos_id=None``, Hugging Face ``min_new_tokens``,
-and every run is checked to have produced all its tokens.
+sequence recomputed every step); ours through ``scratchformer.inference.CompiledLM``
+(``torch.compile`` with frozen, autotuned weights, the cache on; one per batch size, its
+first run compiling); ``transformers``' ``GPT2LMHeadModel.generate`` with its cache.
+Nothing stops early: ours gets ``eos_id=None``, Hugging Face ``min_new_tokens``, and every
+run is checked to have produced all its tokens.
 
 Why: the cache is what makes generation usable, and a from-scratch loop should not be
 slower than the library everyone uses: the goal is ours with the cache faster than Hugging
 Face at both batch sizes.
 
-How: all candidates live in one process. Each is warmed up with a short generation; then
-repetitions alternate the candidates (cached, Hugging Face, uncached, cached, ...) so that
-drift in machine speed hits them alike, and the median time of each is reported. Uncached
-decoding at 256 tokens is slow, so it runs fewer repetitions (``--uncached-repeats``).
+How: all candidates live in one process. Each is warmed up with a short generation (the
+compiled one compiles then; that time is printed); then repetitions alternate the
+candidates (cached, Hugging Face, uncached, cached, ...) so that drift in machine speed
+hits them alike, and the median time of each is reported. Uncached decoding at 256 tokens
+is slow, so it runs fewer repetitions (``--uncached-repeats``). The compiled candidate
+must give the cached one's tokens.
 
     .venv/bin/python benchmarks/generate.py [--repeats 3] [--uncached-repeats 1]
-        [--threads 2] [--new-tokens 256] [--json results.json]
+        [--threads 2] [--new-tokens 256] [--no-compile] [--json results.json]
 """
 
 from __future__ import annotations
@@ -37,8 +41,8 @@ from torch import Tensor, nn
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from scratchformer import ModelConfig, build_model, count_parameters
-from scratchformer.inference import generate
-from timing import Timing, interleaved, load_warning
+from scratchformer.inference import CompiledLM, generate
+from timing import Timing, interleaved, load_warning, timed
 
 N_LAYERS = 6
 D_MODEL = 384
@@ -50,6 +54,7 @@ PROMPT_LEN = 16
 BATCHES = (1, 8)
 WARMUP_TOKENS = 16
 CACHED, HF, UNCACHED = "ours, KV cache", "Hugging Face", "ours, no cache"
+COMPILED = "ours, compiled"
 
 Run = Callable[[int], list[list[int]]]
 """Generate that many new tokens after every prompt of the batch; return them."""
@@ -61,6 +66,7 @@ class Config:
     repeats: int
     uncached_repeats: int
     threads: int
+    compile: bool = True
     prompt_len: int = PROMPT_LEN
     batches: tuple[int, ...] = BATCHES
 
@@ -74,12 +80,14 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Result:
-    """Timed runs of one candidate at one batch size; the last returned its tokens."""
+    """Timed runs of one candidate at one batch size; the last returned its tokens.
+    ``warmup_s``: its untimed first run (for the compiled one, compiling included)."""
 
     candidate: str
     batch: int
     new_tokens: int
     timing: Timing
+    warmup_s: float
 
     @property
     def samples_s(self) -> list[float]:
@@ -109,6 +117,7 @@ class Result:
             "median_s": self.median_s,
             "tokens_per_s": self.tokens_per_s,
             "samples_s": self.samples_s,
+            "warmup_s": self.warmup_s,
         }
 
 
@@ -120,6 +129,9 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
     parser.add_argument("--new-tokens", type=int, default=256, help="tokens generated a prompt")
+    parser.add_argument(
+        "--no-compile", action="store_true", help="leave out ours through torch.compile"
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write results here")
     args = parser.parse_args()
     if args.repeats < 1 or args.uncached_repeats < 0 or args.threads < 1:
@@ -206,22 +218,23 @@ def checked_run(candidate: Candidate, new_tokens: int, batch: int) -> list[list[
 
 
 def interleaved_results(candidates: list[Candidate], cfg: Config, batch: int) -> list[Result]:
-    """Per-candidate timings: a short warm-up of each, then runs in turn, each candidate
-    until it has its own number of repetitions."""
-    for candidate in candidates:
-        checked_run(candidate, WARMUP_TOKENS, batch)
+    """Per-candidate timings: a short warm-up of each (timed once), then runs in turn, each
+    candidate until it has its own number of repetitions."""
+    warmups = [timed(partial(checked_run, c, WARMUP_TOKENS, batch))[0] for c in candidates]
     timings = interleaved(
         [partial(checked_run, c, cfg.new_tokens, batch) for c in candidates],
         [c.repeats for c in candidates],
     )
     return [
-        Result(c.name, batch, cfg.new_tokens, timing)
-        for c, timing in zip(candidates, timings, strict=True)
+        Result(c.name, batch, cfg.new_tokens, timing, warmup_s)
+        for c, timing, warmup_s in zip(candidates, timings, warmups, strict=True)
     ]
 
 
 def run_batch(cfg: Config, batch: int, mine: nn.Module, theirs: GPT2LMHeadModel) -> list[Result]:
-    """The results of every candidate at ``batch``, all on the same random prompts."""
+    """The results of every candidate at ``batch``, all on the same random prompts; ours
+    compiled afresh for this batch size (with ``cfg.compile``), which must give the cached
+    candidate's tokens: compiling must not change the result."""
     seeded = torch.Generator().manual_seed(batch)
     prompts = torch.randint(1, VOCAB, (batch, cfg.prompt_len), generator=seeded)
     candidates = [
@@ -229,12 +242,20 @@ def run_batch(cfg: Config, batch: int, mine: nn.Module, theirs: GPT2LMHeadModel)
         Candidate(HF, hugging_face(theirs, prompts), cfg.repeats),
         Candidate(UNCACHED, ours(mine, prompts, use_cache=False), cfg.uncached_repeats),
     ]
-    return interleaved_results([c for c in candidates if c.repeats], cfg, batch)
+    if cfg.compile:
+        compiled = ours(CompiledLM(mine), prompts, use_cache=True)
+        candidates.insert(1, Candidate(COMPILED, compiled, cfg.repeats))
+    results = interleaved_results([c for c in candidates if c.repeats], cfg, batch)
+    by_name = {r.candidate: r for r in results}
+    if COMPILED in by_name and by_name[COMPILED].tokens != by_name[CACHED].tokens:
+        raise RuntimeError(f"{COMPILED} gave other tokens than {CACHED}")
+    return results
 
 
 def comparison(results: list[Result]) -> dict[str, object]:
     """Speed-ups of ours with the cache (other's time / ours), whether it beats Hugging
-    Face, and how many rows greedy decoding gave the same tokens with and without cache."""
+    Face, how many rows greedy decoding gave the same tokens with and without cache, and
+    the compiled candidate's speed-up over Hugging Face."""
     by_name = {r.candidate: r for r in results}
     cached = by_name[CACHED]
     summary: dict[str, object] = {"speedup_vs_hf": by_name[HF].median_s / cached.median_s}
@@ -245,6 +266,10 @@ def comparison(results: list[Result]) -> dict[str, object]:
         summary["rows_same_as_uncached"] = sum(
             a == b for a, b in zip(cached.tokens, uncached.tokens, strict=True)
         )
+    if COMPILED in by_name:
+        compiled = by_name[COMPILED]
+        summary["compiled_speedup_vs_hf"] = by_name[HF].median_s / compiled.median_s
+        summary["compile_warmup_s"] = compiled.warmup_s
     return summary
 
 
@@ -261,7 +286,8 @@ def print_header(cfg: Config, mine: nn.Module, theirs: GPT2LMHeadModel) -> None:
     )
     print(
         f"prompt {cfg.prompt_len} tokens, {cfg.new_tokens} new tokens a row, never stopped "
-        f"early (ours eos_id=None, HF min_new_tokens); warm-up {WARMUP_TOKENS} tokens each; "
+        f"early (ours eos_id=None, HF min_new_tokens); warm-up {WARMUP_TOKENS} tokens each "
+        f"(compiling ours, compiled); "
         f"median of {cfg.repeats} interleaved runs, ours without cache {cfg.uncached_repeats}"
     )
     warning = load_warning()
@@ -281,6 +307,11 @@ def print_batch(results: list[Result], summary: dict[str, object]) -> None:
         )
     verdict = "ok" if summary["beats_hf"] else "MISSED"
     line = f"{'':>5}  ours with cache vs HF: {summary['speedup_vs_hf']:.2f}x (goal > 1: {verdict})"
+    if "compiled_speedup_vs_hf" in summary:
+        line += (
+            f"; compiled vs HF: {summary['compiled_speedup_vs_hf']:.2f}x, the same tokens, "
+            f"its warm-up (compiling) {summary['compile_warmup_s']:.1f} s"
+        )
     if "speedup_vs_uncached" in summary:
         line += (
             f"; vs ours without cache: {summary['speedup_vs_uncached']:.1f}x, same tokens in "
@@ -306,7 +337,9 @@ def main() -> None:
     args = parse_args()
     torch.set_num_threads(args.threads)
     transformers.logging.set_verbosity_error()  # GPT-2's default eos id lies outside VOCAB
-    cfg = Config(args.new_tokens, args.repeats, args.uncached_repeats, args.threads)
+    cfg = Config(
+        args.new_tokens, args.repeats, args.uncached_repeats, args.threads, not args.no_compile
+    )
     torch.manual_seed(0)
     mine, theirs = our_model(), hf_model()
     print_header(cfg, mine, theirs)

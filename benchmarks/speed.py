@@ -17,7 +17,9 @@ random inputs, with random weights (translation excepted):
   which post-LN does not have); ``MarianMTModel``. All post-LN, ReLU, sinusoidal positions.
 - ``generate``: greedy generation, 16-token prompts and 256 new tokens, batch 1 and 8: ours
   with the KV cache against ``GPT2LMHeadModel.generate`` with its cache, the models and
-  runs of ``benchmarks/generate.py`` (size B, but GPT-2's GELU-tanh and 512 positions).
+  runs of ``benchmarks/generate.py`` (size B, but GPT-2's GELU-tanh and 512 positions);
+  ours through ``CompiledLM`` too (``torch.compile``, frozen autotuned weights), a variant
+  on a line of its own, its warm-up (which compiles) in its note.
 - ``encoder-infer``: a classification forward in eval mode under ``torch.inference_mode()``
   on 32 sentences of random lengths up to 64, padded to the longest (vocab 8000, 4 layers,
   d_model 256, 4 heads, d_ff 1024, post-LN, learned positions, mean pooling over real
@@ -42,9 +44,9 @@ Every candidate steps ``torch.optim.AdamW`` with its defaults. Ours computes its
 logits. The training workloads
 also time two variants of ours, whose ratios are printed on lines of their own: stepped by
 the trainer's optimizer (torch's fused AdamW, what ``scratchformer train`` runs), and
-through ``torch.compile`` (what ``train.compile`` does; ``--no-compile`` skips it). The
-first step of every candidate, which for the compiled one includes compiling, is in its
-note.
+through ``torch.compile`` (what ``train.compile`` does; ``--no-compile`` skips it and the
+compiled generation). The first step of every candidate, which for the compiled one
+includes compiling, is in its note.
 
 Why: the project claims to be fast on a laptop CPU; these workloads make the claim
 testable against the two implementations a user would otherwise pick. The targets, ours /
@@ -112,9 +114,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
     parser.add_argument("--json", type=Path, default=None, help="also write every row here")
     parser.add_argument("--quick", action="store_true", help="few runs: checks, not figures")
-    parser.add_argument(
-        "--no-compile", action="store_true", help="skip ours through torch.compile (training)"
-    )
+    parser.add_argument("--no-compile", action="store_true", help="skip ours through torch.compile")
     parser.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if (args.repeats is not None and args.repeats < 1) or args.threads < 1:

@@ -89,6 +89,9 @@ def test_generate_is_reproducible_with_a_seed(tmp_path, capsys, monkeypatch) -> 
     second = run(capsys, monkeypatch, "", *args)
     assert first[0] == 0 and first[1] == second[1]
     assert first[1][0].startswith("to be")
+    greedy = [*args[:6], "--greedy"]
+    eager = run(capsys, monkeypatch, "", *greedy)
+    assert run(capsys, monkeypatch, "", *greedy, "--compile")[:2] == eager[:2]
 
 
 def test_demo_trains_decodes_and_draws(tmp_path, capsys, monkeypatch) -> None:

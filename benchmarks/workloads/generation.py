@@ -1,4 +1,5 @@
-"""The ``generate`` workload: greedy generation with the KV cache against Hugging Face."""
+"""The ``generate`` workload: greedy generation with the KV cache against Hugging Face, and
+ours compiled (``CompiledLM``) as a variant."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ GENERATE_TARGETS = {1: 3.0, 8: 1.5}
 
 def generation(settings: Settings) -> list[Row]:
     """Greedy generation through ``benchmarks/generate.py``: its models, prompts and
-    checked, interleaved runs; ours without the cache is left to that script."""
-    cfg = gen.Config(settings.new_tokens, settings.repeats_or(3, quick=1), 0, settings.threads)
+    checked, interleaved runs; ours without the cache is left to that script. The
+    compiled variant's note gives its warm-up, which compiles."""
+    repeats = settings.repeats_or(3, quick=1)
+    cfg = gen.Config(settings.new_tokens, repeats, 0, settings.threads, settings.compile)
     torch.manual_seed(0)
     mine, theirs = gen.our_model(), gen.hf_model()
     description = (
@@ -24,15 +27,9 @@ def generation(settings: Settings) -> list[Row]:
     )
     rows = []
     for batch, bound in GENERATE_TARGETS.items():
+        results = gen.run_batch(cfg, batch, mine, theirs)
         figures = [
-            Figure(
-                r.candidate,
-                r.tokens_per_s,
-                "tokens/s",
-                r.timing,
-                note=f"{batch} x {r.new_tokens} new tokens, all generated",
-            )
-            for r in gen.run_batch(cfg, batch, mine, theirs)
+            Figure(r.candidate, r.tokens_per_s, "tokens/s", r.timing, note=note(r)) for r in results
         ]
         rows.append(
             Row(
@@ -42,7 +39,16 @@ def generation(settings: Settings) -> list[Row]:
                 figures,
                 [Target(gen.HF, bound)],
                 ours=gen.CACHED,
+                variants=(gen.COMPILED,) if settings.compile else (),
             )
         )
         print_row(rows[-1])
     return rows
+
+
+def note(result: gen.Result) -> str:
+    """What a candidate did; for the compiled one, how long its warm-up (compiling) took."""
+    done = f"{result.batch} x {result.new_tokens} new tokens, all generated"
+    if result.candidate != gen.COMPILED:
+        return done
+    return f"{done}; warm-up (compiling) {result.warmup_s:.1f} s"

@@ -15,7 +15,8 @@ from workloads.flops import PEAK_SIZE
 
 OURS, TORCH = "ours", "torch.nn"
 COMPILED = "ours, compiled"
-"""Ours through ``torch.compile`` (``train.compile``); its first step includes compiling."""
+"""Ours through ``torch.compile`` (``train.compile``; ``CompiledLM`` for generation); its
+first step or warm-up includes compiling."""
 TRAINER_ADAMW = "ours, fused AdamW"
 """Ours stepped by the trainer's optimizer, torch's fused AdamW; every other candidate runs
 ``torch.optim.AdamW`` with its defaults (a loop over parameters on CPU)."""
@@ -33,7 +34,7 @@ class Settings:
     peak_gflops: float | None = None
     """The machine's fp32 matmul peak (not measured in a memory child)."""
     compile: bool = True
-    """Also time ours through ``torch.compile`` in the training workloads."""
+    """Also time ours through ``torch.compile`` in the training and generation workloads."""
 
     def repeats_or(self, default: int, quick: int) -> int:
         """``--repeats`` if given, else the workload's default (``quick`` under --quick)."""
