@@ -8,14 +8,8 @@ such products on one thread (at batch 1 of a GPT-2-small-sized model, 13-19 GB/s
 (``max-autotune``), the products run on every core at memory speed and the step's Python
 is gone: ``python benchmarks/generate.py`` measures both.
 
-What is left of a step's overhead is mostly Dynamo checking, before every call, that the
-compiled graph still applies (about a thousand guards on the model and the cache): the
-shape guards run in C++, and the model's subtrees are skipped while their attributes are
-unchanged. That lifts batch-1 decoding by about a tenth.
-
-These settings are read while Dynamo traces, lazily at a call, and when it checks guards,
-at every call: so every call runs inside them, and nothing changes for the rest of the
-process.
+Freezing is read while Dynamo traces, which happens lazily at a call, so every call runs
+inside the setting rather than the setting being changed for the whole process.
 """
 
 from __future__ import annotations
@@ -24,7 +18,6 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch._dynamo import config as dynamo_config
 from torch._inductor import config as inductor_config
 
 from ..models.base import ModelOutput
@@ -63,10 +56,5 @@ class CompiledLM(nn.Module):
         """The model's forward, compiled; the same arguments and output."""
         if torch.is_grad_enabled():
             raise RuntimeError("a CompiledLM is for inference: call it under torch.no_grad()")
-        with (
-            inductor_config.patch(freezing=True),
-            dynamo_config.patch(
-                enable_cpp_symbolic_shape_guards=True, use_recursive_dict_tags_for_guards=True
-            ),
-        ):
+        with inductor_config.patch(freezing=True):
             return self.compiled_forward(*args, **kwargs)
