@@ -40,6 +40,16 @@ def test_compiled_decoding_gives_the_eager_logits_and_tokens(positional: str) ->
         assert generate(compiled, PROMPTS, max_new_tokens=max_new_tokens, greedy=True) == expected
 
 
+def test_two_compiled_models_of_one_shape_each_decode_as_themselves() -> None:
+    """Their weights are frozen into their own graphs: the second must not reuse the first's."""
+    torch.manual_seed(1)
+    first, second = tiny_lm(), tiny_lm()
+    expected = [generate(m, PROMPTS, max_new_tokens=8, greedy=True) for m in (first, second)]
+    assert expected[0] != expected[1]
+    compiled = [CompiledLM(first), CompiledLM(second)]
+    assert [generate(c, PROMPTS, max_new_tokens=8, greedy=True) for c in compiled] == expected
+
+
 def test_compiled_lm_is_for_inference_only() -> None:
     model = tiny_lm()
     with pytest.raises(ValueError, match="training mode"):
