@@ -132,9 +132,13 @@ def generate(args: argparse.Namespace) -> int:
     stops = list(args.stop)
     new: list[int] = []
     shown = ""
+    if args.compile:
+        model = CompiledLM(model)
+        if not args.quiet:
+            print("compiling the model: the first tokens take tens of seconds", file=sys.stderr)
     sys.stdout.write(args.prompt)
     for step in stream(
-        CompiledLM(model) if args.compile else model,
+        model,
         [prompt],
         max_new_tokens=args.max_new_tokens,
         temperature=args.temperature,
@@ -456,6 +460,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("always")
+            # what torch deprecates in its own internals (seen while compiling) is not the user's
+            warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.")
+            warnings.filterwarnings("ignore", message="TypedStorage is deprecated")
             warnings.showwarning = print_warning
             return int(args.handler(args) or 0)
     except (ValueError, OSError) as error:

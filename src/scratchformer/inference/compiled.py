@@ -24,6 +24,12 @@ from ..models.base import ModelOutput
 
 MODE = "max-autotune-no-cudagraphs"
 """Autotuned kernels; CUDA graphs left out, since a decode step's KV cache changes size."""
+QUIET_FROZEN = {
+    "freezing": True,
+    "autotune_num_choices_displayed": 0,
+    "max_autotune_report_choices_stats": False,
+}
+"""Inductor settings of every call: weights frozen in; the kernel timings not printed."""
 
 
 class CompiledLM(nn.Module):
@@ -56,5 +62,5 @@ class CompiledLM(nn.Module):
         """The model's forward, compiled; the same arguments and output."""
         if torch.is_grad_enabled():
             raise RuntimeError("a CompiledLM is for inference: call it under torch.no_grad()")
-        with inductor_config.patch(freezing=True):
+        with inductor_config.patch(QUIET_FROZEN):
             return self.compiled_forward(*args, **kwargs)
