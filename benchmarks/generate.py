@@ -286,8 +286,8 @@ def print_header(cfg: Config, mine: nn.Module, theirs: GPT2LMHeadModel) -> None:
     )
     print(
         f"prompt {cfg.prompt_len} tokens, {cfg.new_tokens} new tokens a row, never stopped "
-        f"early (ours eos_id=None, HF min_new_tokens); warm-up {WARMUP_TOKENS} tokens each "
-        f"(compiling ours, compiled); "
+        f"early (ours eos_id=None, HF min_new_tokens); warm-up {WARMUP_TOKENS} tokens each"
+        f"{' (compiling ours, compiled)' if cfg.compile else ''}; "
         f"median of {cfg.repeats} interleaved runs, ours without cache {cfg.uncached_repeats}"
     )
     warning = load_warning()
