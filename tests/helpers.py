@@ -41,26 +41,26 @@ def run(capsys, monkeypatch, stdin: str, *args: str) -> tuple[int, list[str], st
     return status, out.splitlines(), err
 
 
+TINY = {"d_model": 32, "n_heads": 4, "n_layers": 2, "d_ff": 64, "tie_output": False}
+"""The sizes of the tiny models of the decoding tests (an untied head, to be scaled)."""
 TINY_VOCAB = 29
 PROMPTS = [[5, 9, 2], [7], [3, 1, 4, 1, 5, 9], [8, 8]]
 """Prompts of different lengths, for generation from :func:`tiny_lm`."""
 
 
-def tiny_lm(positional: str = "learned", peaked: float = 4.0) -> torch.nn.Module:
-    """A random decoder-only LM whose output weights are scaled up, so that its next-token
-    distributions are peaked and greedy decisions are not near-ties."""
-    config = ModelConfig(
-        arch="decoder",
-        vocab_size=TINY_VOCAB,
-        d_model=32,
-        n_heads=4,
-        n_layers=2,
-        d_ff=64,
-        positional=positional,
-        max_len=32,
-        tie_output=False,
-    )
+def peaked(config: ModelConfig, scale: float) -> torch.nn.Module:
+    """A random model of ``config`` in eval mode whose output weights are scaled by
+    ``scale``, so that its next-token distributions are peaked and greedy decisions are not
+    near-ties."""
     model = build_model(config).eval()
     with torch.no_grad():
-        model.lm_head.weight.mul_(peaked)
+        model.lm_head.weight.mul_(scale)
     return model
+
+
+def tiny_lm(positional: str = "learned", peaked_by: float = 4.0) -> torch.nn.Module:
+    """A small random decoder-only LM with peaked output distributions (:func:`peaked`)."""
+    config = ModelConfig(
+        arch="decoder", vocab_size=TINY_VOCAB, positional=positional, max_len=32, **TINY
+    )
+    return peaked(config, peaked_by)

@@ -7,29 +7,17 @@ import itertools
 import pytest
 import torch
 
-from scratchformer import ModelConfig, build_model
+from helpers import TINY, peaked
+from scratchformer import ModelConfig
 from scratchformer.inference import beam_search, greedy_decode
 
 BOS, EOS = 1, 2
 
 
-def tiny_seq2seq(tgt_vocab_size: int = 23, peaked: float = 3.0) -> torch.nn.Module:
-    """A random encoder-decoder whose output weights are scaled up so that its next-token
-    distributions are peaked and decisions are not near-ties."""
-    config = ModelConfig(
-        arch="seq2seq",
-        vocab_size=19,
-        tgt_vocab_size=tgt_vocab_size,
-        d_model=32,
-        n_heads=4,
-        n_layers=2,
-        d_ff=64,
-        tie_output=False,
-    )
-    model = build_model(config).eval()
-    with torch.no_grad():
-        model.lm_head.weight.mul_(peaked)
-    return model
+def tiny_seq2seq(tgt_vocab_size: int = 23, peaked_by: float = 3.0) -> torch.nn.Module:
+    """A small random encoder-decoder with peaked output distributions (:func:`peaked`)."""
+    config = ModelConfig(arch="seq2seq", vocab_size=19, tgt_vocab_size=tgt_vocab_size, **TINY)
+    return peaked(config, peaked_by)
 
 
 def sources() -> tuple[torch.Tensor, torch.Tensor]:
@@ -67,9 +55,9 @@ def test_greedy_decode_follows_the_argmax_of_full_forward_passes() -> None:
         assert tokens == [t for t in prefix[1:] if t != eos]
 
 
-@pytest.mark.parametrize("peaked", [1.0, 3.0])
-def test_beam_size_1_equals_greedy(peaked: float) -> None:
-    model = tiny_seq2seq(peaked=peaked)
+@pytest.mark.parametrize("scale", [1.0, 3.0])
+def test_beam_size_1_equals_greedy(scale: float) -> None:
+    model = tiny_seq2seq(peaked_by=scale)
     src, mask = sources()
     eos = emitted_token(model, src, mask)
     greedy = greedy_decode(model, src, mask, bos_id=BOS, eos_id=eos, max_len=12)
@@ -93,7 +81,7 @@ def test_beam_search_finds_the_exhaustive_optimum() -> None:
     a beam of 5 * 4**3 every candidate of every step ranks within the beam, so nothing is
     pruned and the n-best must be those of scoring every possible output by full forward
     passes: any of the 4 non-eos tokens, 0 to 3 of them then eos, or 4 without eos."""
-    model = tiny_seq2seq(tgt_vocab_size=5, peaked=1.0)
+    model = tiny_seq2seq(tgt_vocab_size=5, peaked_by=1.0)
     src = torch.randint(3, 19, (1, 6))
     max_len, alpha, words = 4, 0.6, [0, 1, 3, 4]
     candidates = []  # (score, tokens)
@@ -126,7 +114,7 @@ def test_beam_search_finds_the_exhaustive_optimum() -> None:
 @torch.no_grad()
 def test_hypothesis_scores_are_length_penalised_log_probs_and_sorted() -> None:
     """Lengths count the eos token; hypotheses cut at ``max_len`` have none."""
-    model = tiny_seq2seq(peaked=1.0)
+    model = tiny_seq2seq(peaked_by=1.0)
     src, mask = sources()
     max_len = 6
     nbest = beam_search(
@@ -148,7 +136,7 @@ def test_hypothesis_scores_are_length_penalised_log_probs_and_sorted() -> None:
 
 @pytest.mark.parametrize("early_stopping", [True, False])
 def test_batched_beam_search_equals_each_sentence_alone(early_stopping: bool) -> None:
-    model = tiny_seq2seq(peaked=1.5)
+    model = tiny_seq2seq(peaked_by=1.5)
     src, mask = sources()
     eos = emitted_token(model, src, mask)
     options = dict(bos_id=BOS, eos_id=eos, beam_size=4, n_best=3, early_stopping=early_stopping)
@@ -162,7 +150,7 @@ def test_batched_beam_search_equals_each_sentence_alone(early_stopping: bool) ->
 def test_decoding_without_the_cache_gives_the_same_hypotheses() -> None:
     """The KV cache is an optimisation only: recomputing every prefix finds the same
     beams with the same scores, and the same greedy outputs."""
-    model = tiny_seq2seq(peaked=1.5)
+    model = tiny_seq2seq(peaked_by=1.5)
     src, mask = sources()
     eos = emitted_token(model, src, mask)
     options = dict(bos_id=BOS, eos_id=eos, beam_size=4, n_best=3, max_len=10)
@@ -179,7 +167,7 @@ def test_decoding_without_the_cache_gives_the_same_hypotheses() -> None:
 
 def test_searching_on_never_does_worse_than_early_stopping() -> None:
     """Without early stopping the same search goes on, so its best can only improve."""
-    model = tiny_seq2seq(peaked=1.0)
+    model = tiny_seq2seq(peaked_by=1.0)
     src, mask = sources()
     eos = emitted_token(model, src, mask)
     options = dict(bos_id=BOS, eos_id=eos, beam_size=3, max_len=12, length_penalty=2.0)

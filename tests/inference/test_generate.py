@@ -97,13 +97,13 @@ def test_greedy_continues_the_argmax_of_full_forward_passes() -> None:
 
 
 def test_top_k_1_sampling_equals_greedy() -> None:
-    model = tiny_lm(peaked=1.0)
+    model = tiny_lm(peaked_by=1.0)
     greedy = generate(model, PROMPTS, max_new_tokens=8, greedy=True)
     assert generate(model, PROMPTS, max_new_tokens=8, top_k=1, seed=3) == greedy
 
 
 def test_same_seed_same_samples_different_seed_different_samples() -> None:
-    model = tiny_lm(peaked=0.5)  # flat distributions: samples vary
+    model = tiny_lm(peaked_by=0.5)  # flat distributions: samples vary
     torch.manual_seed(0)
     first = generate(model, PROMPTS, max_new_tokens=10, seed=1)
     torch.manual_seed(1)  # the global RNG plays no part
@@ -119,7 +119,7 @@ def test_penalties_take_effect_in_generation() -> None:
 
 
 def test_eos_ends_a_row_and_is_left_out() -> None:
-    model = tiny_lm(peaked=0.5)
+    model = tiny_lm(peaked_by=0.5)
     free = generate(model, [PROMPTS[0]], max_new_tokens=12, seed=5)[0]
     eos = free[4]
     out = generate(model, [PROMPTS[0]], max_new_tokens=12, seed=5, eos_id=eos)[0]
@@ -170,7 +170,7 @@ def test_bad_arguments_are_clear_errors() -> None:
 
 def test_sampling_follows_the_model_distribution() -> None:
     """One-step samples from a flat model: their frequencies match its softmax."""
-    model = tiny_lm(peaked=0.3)
+    model = tiny_lm(peaked_by=0.3)
     prompt = [[4, 2]]
     probs = model(torch.tensor(prompt)).logits[0, -1].softmax(-1)
     draws = generate(model, prompt * 2000, max_new_tokens=1, seed=0, use_cache=False)
