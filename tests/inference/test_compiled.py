@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch._inductor.exc import InvalidCxxCompiler
 
 from helpers import PROMPTS, tiny_lm
 from scratchformer.inference import CompiledLM, DecoderCache, generate
@@ -58,3 +59,12 @@ def test_compiled_lm_is_for_inference_only() -> None:
     assert not compiled.training and compiled.config is model.config
     with pytest.raises(RuntimeError, match="no_grad"):
         compiled(torch.tensor([PROMPTS[0]]))
+
+
+def test_a_missing_cpp_compiler_is_a_clear_error(monkeypatch) -> None:
+    def no_compiler() -> str:
+        raise InvalidCxxCompiler
+
+    monkeypatch.setattr("scratchformer.inference.compiled.get_cpp_compiler", no_compiler)
+    with pytest.raises(ValueError, match="needs a C\\+\\+ compiler"):
+        CompiledLM(tiny_lm())

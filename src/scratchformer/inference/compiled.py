@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 from torch._inductor import config as inductor_config
+from torch._inductor.cpp_builder import get_cpp_compiler
 
 from ..models.base import ModelOutput
 
@@ -46,6 +47,11 @@ class CompiledLM(nn.Module):
         super().__init__()
         if model.training:
             raise ValueError("the model is in training mode; call model.eval() first")
+        if next(model.parameters()).device.type == "cpu":
+            try:  # now, rather than deep inside the first call
+                get_cpp_compiler()
+            except RuntimeError as error:
+                raise ValueError(f"compiling for the CPU needs a C++ compiler: {error}") from None
         self.model = model
         self.compiled_forward = torch.compile(model.forward, mode=MODE)
         self.train(False)
