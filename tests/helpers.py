@@ -41,7 +41,7 @@ def run(capsys, monkeypatch, stdin: str, *args: str) -> tuple[int, list[str], st
     return status, out.splitlines(), err
 
 
-TINY = {"d_model": 32, "n_heads": 4, "n_layers": 2, "d_ff": 64, "tie_output": False}
+TINY_SIZES = {"d_model": 32, "n_heads": 4, "n_layers": 2, "d_ff": 64, "tie_output": False}
 """The sizes of the tiny models of the decoding tests (an untied head, to be scaled)."""
 TINY_VOCAB = 29
 PROMPTS = [[5, 9, 2], [7], [3, 1, 4, 1, 5, 9], [8, 8]]
@@ -61,6 +61,6 @@ def peaked(config: ModelConfig, scale: float) -> torch.nn.Module:
 def tiny_lm(positional: str = "learned", peaked_by: float = 4.0) -> torch.nn.Module:
     """A small random decoder-only LM with peaked output distributions (:func:`peaked`)."""
     config = ModelConfig(
-        arch="decoder", vocab_size=TINY_VOCAB, positional=positional, max_len=32, **TINY
+        arch="decoder", vocab_size=TINY_VOCAB, positional=positional, max_len=32, **TINY_SIZES
     )
     return peaked(config, peaked_by)
