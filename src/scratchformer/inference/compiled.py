@@ -22,6 +22,7 @@ from torch._inductor import config as inductor_config
 from torch._inductor.cpp_builder import get_cpp_compiler
 
 from ..models.base import ModelOutput
+from .generate import decoding_device
 
 MODE = "max-autotune-no-cudagraphs"
 """Autotuned kernels; CUDA graphs left out, since a decode step's KV cache changes size."""
@@ -45,9 +46,7 @@ class CompiledLM(nn.Module):
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
-        if model.training:
-            raise ValueError("the model is in training mode; call model.eval() first")
-        if next(model.parameters()).device.type == "cpu":
+        if decoding_device(model).type == "cpu":  # (which refuses a model in training mode)
             try:  # now, rather than deep inside the first call
                 get_cpp_compiler()
             except RuntimeError as error:
