@@ -5,8 +5,9 @@ step costs a pass over all the weights plus the Python of every layer. Eager PyT
 such products on one thread (at batch 1 of a GPT-2-small-sized model, 13-19 GB/s on a
 2-core CPU that streams memory at 32-40). Compiled with the weights frozen in as constants
 (``torch._inductor.config.freezing``) and GEMM kernels chosen by benchmarking
-(``max-autotune``), the products run on every core at memory speed and the step's Python
-is gone: ``python benchmarks/generate.py`` measures both.
+(``max-autotune``), the products run on every core at memory speed, and the Python of
+every layer gives way to one call of generated code (Dynamo's check of its guards, about
+0.2 ms a call, remains): ``python benchmarks/generate.py`` measures both.
 
 Freezing is read while Dynamo traces, which happens lazily at a call, so every call runs
 inside the setting rather than the setting being changed for the whole process.
@@ -41,7 +42,9 @@ class CompiledLM(nn.Module):
     steps after it; a new batch size or prompt length may add one).
 
     For inference only: calls with gradients enabled are refused, and the weights are read
-    once, when compiling, so changing them afterwards needs a new ``CompiledLM``.
+    once, when compiling, so changing them afterwards needs a new ``CompiledLM``. Positions
+    must stay within the model's ``max_len``: compiled, a sinusoidal table does not grow
+    (:func:`~scratchformer.nn.embedding.positions_for`).
     """
 
     def __init__(self, model: nn.Module) -> None:
