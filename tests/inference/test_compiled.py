@@ -41,6 +41,14 @@ def test_compiled_decoding_gives_the_eager_logits_and_tokens(positional: str) ->
         assert generate(compiled, PROMPTS, max_new_tokens=max_new_tokens, greedy=True) == expected
 
 
+def test_compiled_sinusoidal_positions_go_past_max_len_as_eager_ones_do() -> None:
+    """Nothing limits sinusoidal positions: 6 + 40 positions from a model of ``max_len`` 32.
+    The compiled run goes first: a table grown on demand by the eager run would hide a limit."""
+    model = tiny_lm("sinusoidal")
+    compiled = generate(CompiledLM(model), PROMPTS, max_new_tokens=40, greedy=True)
+    assert compiled == generate(model, PROMPTS, max_new_tokens=40, greedy=True)
+
+
 def test_two_compiled_models_of_one_shape_each_decode_as_themselves() -> None:
     """Their weights are frozen into their own graphs: the second must not reuse the first's."""
     torch.manual_seed(1)

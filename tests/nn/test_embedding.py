@@ -34,8 +34,8 @@ def test_pe_with_odd_width() -> None:
     assert table[3, 4].item() == pytest.approx(math.sin(3 / 10000 ** (4 / 5)), abs=1e-6)
 
 
-def test_sinusoidal_encoding_adds_table_and_grows_beyond_max_len() -> None:
-    pe = SinusoidalPositionalEncoding(16, max_len=8).eval()
+def test_sinusoidal_encoding_adds_the_table_at_any_position() -> None:
+    pe = SinusoidalPositionalEncoding(16).eval()
     x = torch.randn(2, 20, 16)
     torch.testing.assert_close(pe(x), x + sinusoidal_table(20, 16))
     positions = torch.tensor([[3, 4], [30, 31]])

@@ -42,9 +42,7 @@ class CompiledLM(nn.Module):
     steps after it; a new batch size or prompt length may add one).
 
     For inference only: calls with gradients enabled are refused, and the weights are read
-    once, when compiling, so changing them afterwards needs a new ``CompiledLM``. Positions
-    must stay within the model's ``max_len``: compiled, a sinusoidal table does not grow
-    (:func:`~scratchformer.nn.embedding.positions_for`).
+    once, when compiling, so changing them afterwards needs a new ``CompiledLM``.
     """
 
     def __init__(self, model: nn.Module) -> None:

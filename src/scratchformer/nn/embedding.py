@@ -35,8 +35,9 @@ def positions_for(x: Tensor, positions: Tensor | None) -> tuple[Tensor, int]:
     """Position ids (the given ones, else ``0 .. seq_len - 1``) and the table length they need.
 
     Under ``torch.compile`` the length of given ids is not read (0): reading it from the
-    data would split the compiled graph at every step. An id beyond the table then fails
-    in the lookup instead (``generate`` checks learned positions against ``max_len`` first).
+    data would split the compiled graph at every step. A learned id beyond the table then
+    fails in the lookup instead (``generate`` checks learned positions against ``max_len``
+    before decoding).
     """
     if positions is None:
         return torch.arange(x.shape[1], device=x.device), x.shape[1]
@@ -45,44 +46,51 @@ def positions_for(x: Tensor, positions: Tensor | None) -> tuple[Tensor, int]:
     return positions, int(positions.max()) + 1
 
 
-def inverse_frequencies(d: int, base: float = 10000.0) -> Tensor:
+def inverse_frequencies(
+    d: int, base: float = 10000.0, device: torch.device | None = None
+) -> Tensor:
     """``base^(-2i/d)`` for ``i = 0 .. ceil(d/2) - 1``, in float64: how fast the angle of each
     pair of dimensions turns with the position, in the sinusoidal encoding and in the
     rotary embedding alike. ``2i`` is the even column index itself, so the exponent is
     ``column / d``."""
-    return torch.pow(base, -torch.arange(0, d, 2, dtype=torch.float64) / d)
+    return torch.pow(base, -torch.arange(0, d, 2, dtype=torch.float64, device=device) / d)
+
+
+def sinusoidal_encoding(positions: Tensor, d_model: int) -> Tensor:
+    """``PE(pos, 2i) = sin(pos / 10000^(2i/d))``, ``PE(pos, 2i+1) = cos(pos / 10000^(2i/d))``
+    at any position ids, ``(...)`` -> ``(..., d_model)``: the sine column and its cosine
+    partner share one frequency. Computed in float64 on the ids' device, returned in
+    float32."""
+    inv_freq = inverse_frequencies(d_model, device=positions.device)
+    angle = positions.to(torch.float64)[..., None] * inv_freq
+    encoding = torch.empty(*angle.shape[:-1], d_model, dtype=torch.float64, device=angle.device)
+    encoding[..., 0::2] = torch.sin(angle)
+    encoding[..., 1::2] = torch.cos(angle[..., : d_model // 2])
+    return encoding.float()
 
 
 def sinusoidal_table(length: int, d_model: int) -> Tensor:
-    """``PE(pos, 2i) = sin(pos / 10000^(2i/d))``, ``PE(pos, 2i+1) = cos(pos / 10000^(2i/d))``:
-    the sine column and its cosine partner share one frequency."""
-    position = torch.arange(length, dtype=torch.float64)[:, None]
-    angle = position * inverse_frequencies(d_model)
-    table = torch.zeros(length, d_model, dtype=torch.float64)
-    table[:, 0::2] = torch.sin(angle)
-    table[:, 1::2] = torch.cos(angle[:, : d_model // 2])
-    return table.float()
+    """The encoding of positions ``0 .. length - 1``, ``(length, d_model)``."""
+    return sinusoidal_encoding(torch.arange(length), d_model)
 
 
 class SinusoidalPositionalEncoding(nn.Module):
     """Adds the paper's fixed sinusoidal encoding, then applies dropout.
 
-    The table is a non-persistent buffer (it is a function of the shape, not a weight) and
-    grows on demand, so any length works.
+    The encoding is computed from the position ids at every call (a few sines and cosines
+    of ``seq x d_model``), so any position works and there is no table to keep or grow,
+    compiled or not.
     """
 
-    def __init__(self, d_model: int, max_len: int = 512, dropout: float = 0.0) -> None:
+    def __init__(self, d_model: int, dropout: float = 0.0) -> None:
         super().__init__()
         self.d_model = d_model
         self.dropout = Dropout(dropout)
-        self.register_buffer("table", sinusoidal_table(max_len, d_model), persistent=False)
 
     def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
         """``x``: ``(batch, seq, d_model)``; ``positions``: ``(seq,)`` or ``(batch, seq)`` ids."""
-        positions, needed = positions_for(x, positions)
-        if needed > self.table.shape[0]:
-            self.table = sinusoidal_table(needed, self.d_model).to(self.table.device)
-        return self.dropout(x + self.table[positions].to(x.dtype))
+        positions, _ = positions_for(x, positions)
+        return self.dropout(x + sinusoidal_encoding(positions, self.d_model).to(x.dtype))
 
 
 class LearnedPositionalEmbedding(nn.Module):
@@ -130,7 +138,7 @@ class Embedding(nn.Module):
         self.segments = TokenEmbedding(n_segments, d_model, scale=False) if n_segments else None
         self.positions: nn.Module | None = None  # rotary: attention rotates queries and keys
         if positional == "sinusoidal":
-            self.positions = SinusoidalPositionalEncoding(d_model, max_len)
+            self.positions = SinusoidalPositionalEncoding(d_model)
         elif positional == "learned":
             self.positions = LearnedPositionalEmbedding(d_model, max_len)
         elif positional != "rotary":
