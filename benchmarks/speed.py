@@ -54,16 +54,20 @@ theirs, printed with each figure as "ok" or "MISSED": lm-train >= 1.25x torch.nn
 >= 1.5x Hugging Face tokens/s (both sizes); seq2seq-train >= 1.3x both; generate >= 3x at
 batch 1 and >= 1.5x at batch 8; encoder-infer >= 1.0x; memory growth <= both.
 
-How: each workload's candidates live in one process (``--threads`` intra-op threads, 2 by
-default). After a warm-up, repetitions alternate the candidates (A, B, C, A, B, C, ...)
-so that drift in machine speed hits them alike; the median of each is reported, with its
-spread (interquartile range / median from 4 samples up, range / median below). Timed runs
-per candidate: 10 training steps, 20 forwards, 3 generations or translations of the whole
-set (``--repeats`` sets them all). Every run
-is checked to do its work: losses finite, logits of the right shape, every new token
-generated, every sentence translated. The training and inference workloads also give the
-achieved GFLOP/s (see `workloads.flops.train_flops`) against the machine's fp32 matmul peak, timed
-on a 2048 x 2048 ``torch.mm`` at the start of the run. GPU figures are not measured here.
+How: each workload runs in a fresh interpreter of its own, as a user's program would, so
+that what one leaves behind in a process (a heap grown by its tensors, compiled code) cannot
+make the next faster or slower. (In one process, ``torch.nn`` and Marian ran the encoder-
+decoder step 8-15% faster after the LM workloads than in a fresh process; glibc's mmap
+threshold pinned high does much the same for Marian.) A workload's candidates share its
+process (``--threads`` intra-op threads, 2 by default). After a warm-up, repetitions
+alternate the candidates (A, B, C, A, B, C, ...) so that drift in machine speed hits them
+alike; the median of each is reported, with its spread (interquartile range / median from 4
+samples up, range / median below). Timed runs per candidate: 10 training steps, 20 forwards,
+3 generations or translations of the whole set (``--repeats`` sets them all). Every run is
+checked to do its work: losses finite, logits of the right shape, every new token generated,
+every sentence translated. The training and inference workloads also give the achieved
+GFLOP/s (see `workloads.flops.train_flops`) against the machine's fp32 matmul peak, timed on
+a 2048 x 2048 ``torch.mm`` at the start of the run. GPU figures are not measured here.
 ``--quick`` keeps the shapes and cuts the repetitions, generates 32 tokens and translates
 the first 50 sentences: it checks that everything runs, its figures mean little.
 
@@ -75,6 +79,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import pickle
+import subprocess
+import sys
+import tempfile
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -116,10 +124,26 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="few runs: checks, not figures")
     parser.add_argument("--no-compile", action="store_true", help="skip ours through torch.compile")
     parser.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--peak", type=float, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--rows-to", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if (args.repeats is not None and args.repeats < 1) or args.threads < 1:
         parser.error("need --repeats >= 1 and --threads >= 1")
     return args
+
+
+def run_in_child(name: str, args: argparse.Namespace, peak: float) -> list[Row]:
+    """Run workload ``name`` in a fresh interpreter, which prints its rows; return them."""
+    with tempfile.TemporaryDirectory() as directory:
+        rows_file = Path(directory) / "rows.pickle"
+        command = [sys.executable, __file__, "--workload", name, "--threads", str(args.threads)]
+        command += ["--peak", str(peak), "--rows-to", str(rows_file)]
+        command += ["--repeats", str(args.repeats)] if args.repeats is not None else []
+        command += ["--quick"] * args.quick + ["--no-compile"] * args.no_compile
+        sys.stdout.flush()
+        if subprocess.run(command).returncode != 0:
+            sys.exit(f"the {name} workload failed")
+        return pickle.loads(rows_file.read_bytes())
 
 
 def main() -> None:
@@ -131,15 +155,18 @@ def main() -> None:
         settings = Settings(args.threads, args.quick, args.repeats)
         print(json.dumps(memory_child(args.memory_child, settings)))
         return
+    if args.rows_to is not None:  # a child of the run: one workload
+        (name,) = args.workload
+        settings = Settings(args.threads, args.quick, args.repeats, args.peak, not args.no_compile)
+        args.rows_to.write_bytes(pickle.dumps(WORKLOADS[name](settings)))
+        return
     workloads = args.workload or list(WORKLOADS)
     if "translate" in workloads:  # fail now, not after the other workloads
         dataset_file("multi30k", "test_2016_flickr", lang="de")
     peak = matmul_peak_gflops(2 if args.quick else 5)
     settings = Settings(args.threads, args.quick, args.repeats, peak, not args.no_compile)
     print_header(settings, workloads)
-    rows = []
-    for name in workloads:
-        rows += WORKLOADS[name](settings)
+    rows = [row for name in workloads for row in run_in_child(name, args, peak)]
     print_summary(rows)
     if args.json is not None:
         write_json(args.json, settings, rows)

@@ -172,8 +172,9 @@ def print_header(settings: Settings, workloads: list[str]) -> None:
         f"GFLOP/s (fastest {PEAK_SIZE}x{PEAK_SIZE} torch.mm)"
     )
     print(
-        "median of interleaved runs after a warm-up; spread = IQR / median (range / median "
-        "under 4 runs); ratio = ours / this candidate (MiB for memory)"
+        "each workload in a fresh process; median of interleaved runs after a warm-up; "
+        "spread = IQR / median (range / median under 4 runs); "
+        "ratio = ours / this candidate (MiB for memory)"
     )
     if settings.quick:
         print("QUICK mode: a check that everything runs, not figures to quote")
