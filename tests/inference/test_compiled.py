@@ -67,6 +67,9 @@ def test_compiled_lm_is_for_inference_only() -> None:
     assert not compiled.training and compiled.config is model.config
     with pytest.raises(RuntimeError, match="no_grad"):
         compiled(torch.tensor([PROMPTS[0]]))
+    model.train()  # no guard watches the mode: the call itself must refuse
+    with torch.no_grad(), pytest.raises(RuntimeError, match="training mode after compiling"):
+        compiled(torch.tensor([PROMPTS[0]]))
 
 
 def test_a_missing_cpp_compiler_is_a_clear_error(monkeypatch) -> None:
