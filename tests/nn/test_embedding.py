@@ -65,6 +65,10 @@ def test_learned_positions_add_rows_and_refuse_too_long_input() -> None:
     torch.testing.assert_close(learned(x), x + learned.weight[None])
     with pytest.raises(ValueError, match="max_len=6"):
         learned(torch.randn(1, 7, 8))
+    x = torch.randn(1, 2, 8)
+    torch.testing.assert_close(learned(x, torch.tensor([[4, 5]])), x + learned.weight[4:])
+    with pytest.raises(ValueError, match="position 6 is beyond max_len=6"):
+        learned(x, torch.tensor([[4, 6]]))
 
 
 def test_embedding_composes_tokens_and_positions() -> None:

@@ -31,19 +31,11 @@ class TokenEmbedding(nn.Module):
         return f"{self.weight.shape[0]}, {self.weight.shape[1]}, scale={self.scale:.4g}"
 
 
-def positions_for(x: Tensor, positions: Tensor | None) -> tuple[Tensor, int]:
-    """Position ids (the given ones, else ``0 .. seq_len - 1``) and the table length they need.
-
-    Under ``torch.compile`` the length of given ids is not read (0): reading it from the
-    data would split the compiled graph at every step. A learned id beyond the table then
-    fails in the lookup instead (``generate`` checks learned positions against ``max_len``
-    before decoding).
-    """
+def position_ids(x: Tensor, positions: Tensor | None) -> Tensor:
+    """The given position ids, else ``0 .. seq_len - 1`` for ``x`` ``(batch, seq, ...)``."""
     if positions is None:
-        return torch.arange(x.shape[1], device=x.device), x.shape[1]
-    if torch.compiler.is_compiling() or not positions.numel():
-        return positions, 0
-    return positions, int(positions.max()) + 1
+        return torch.arange(x.shape[1], device=x.device)
+    return positions
 
 
 def inverse_frequencies(
@@ -89,8 +81,8 @@ class SinusoidalPositionalEncoding(nn.Module):
 
     def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
         """``x``: ``(batch, seq, d_model)``; ``positions``: ``(seq,)`` or ``(batch, seq)`` ids."""
-        positions, _ = positions_for(x, positions)
-        return self.dropout(x + sinusoidal_encoding(positions, self.d_model).to(x.dtype))
+        encoding = sinusoidal_encoding(position_ids(x, positions), self.d_model)
+        return self.dropout(x + encoding.to(x.dtype))
 
 
 class LearnedPositionalEmbedding(nn.Module):
@@ -103,13 +95,27 @@ class LearnedPositionalEmbedding(nn.Module):
         nn.init.normal_(self.weight, std=0.02)
 
     def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
-        positions, needed = positions_for(x, positions)
+        self.check_within_table(x, positions)
+        return self.dropout(x + self.weight[position_ids(x, positions)])
+
+    def check_within_table(self, x: Tensor, positions: Tensor | None) -> None:
+        """ValueError for a position beyond ``max_len``.
+
+        Under ``torch.compile`` given ids are not read: reading them from the data would
+        split the compiled graph at every step. An id beyond the table then fails in the
+        lookup instead (``generate`` checks positions against ``max_len`` before decoding).
+        """
+        if positions is None:
+            needed = x.shape[1]
+        elif torch.compiler.is_compiling() or not positions.numel():
+            return
+        else:
+            needed = int(positions.max()) + 1
         if needed > self.weight.shape[0]:
             raise ValueError(
                 f"position {needed - 1} is beyond max_len={self.weight.shape[0]} "
                 "of the learned positional embedding"
             )
-        return self.dropout(x + self.weight[positions])
 
 
 class Embedding(nn.Module):
