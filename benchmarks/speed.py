@@ -132,6 +132,11 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
+def settings_of(args: argparse.Namespace, peak: float | None) -> Settings:
+    """The settings of the run (and of each of its children) from the command line."""
+    return Settings(args.threads, args.quick, args.repeats, peak, not args.no_compile)
+
+
 def run_in_child(name: str, args: argparse.Namespace, peak: float) -> list[Row]:
     """Run workload ``name`` in a fresh interpreter, which prints its rows; return them."""
     with tempfile.TemporaryDirectory() as directory:
@@ -157,14 +162,13 @@ def main() -> None:
         return
     if args.rows_to is not None:  # a child of the run: one workload
         (name,) = args.workload
-        settings = Settings(args.threads, args.quick, args.repeats, args.peak, not args.no_compile)
-        args.rows_to.write_bytes(pickle.dumps(WORKLOADS[name](settings)))
+        args.rows_to.write_bytes(pickle.dumps(WORKLOADS[name](settings_of(args, args.peak))))
         return
     workloads = args.workload or list(WORKLOADS)
     if "translate" in workloads:  # fail now, not after the other workloads
         dataset_file("multi30k", "test_2016_flickr", lang="de")
     peak = matmul_peak_gflops(2 if args.quick else 5)
-    settings = Settings(args.threads, args.quick, args.repeats, peak, not args.no_compile)
+    settings = settings_of(args, peak)
     print_header(settings, workloads)
     rows = [row for name in workloads for row in run_in_child(name, args, peak)]
     print_summary(rows)
