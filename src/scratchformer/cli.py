@@ -13,18 +13,16 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-import torch
 from matplotlib.figure import Figure
 
-from . import __version__
+from . import __version__, run
 from .config import Recipe
 from .demo import run_demo
 from .inference import CompiledLM
 from .inference.generate import stream
 from .inference.translate import translate
 from .metrics import translation_scores
-from .models import build_model
-from .run import CONFIG_FILE, export_hf, import_hf, initialise_from, load_run, open_task, start_run
+from .run import CONFIG_FILE, export_hf, import_hf, load_run
 from .tasks import (
     TASKS,
     ClassificationTask,
@@ -33,9 +31,9 @@ from .tasks import (
     Task,
     TranslationTask,
 )
-from .training.checkpoint import METRICS_FILE, TRAINER_STATE, atomic_write, atomic_write_text
-from .training.distributed import DEVICES, Distributed, default_device, setup
-from .training.trainer import Trainer, TrainingError
+from .training.checkpoint import METRICS_FILE, atomic_write, atomic_write_text
+from .training.distributed import DEVICES, default_device
+from .training.trainer import TrainingError
 from .viz import (
     KINDS,
     attention_grid,
@@ -53,39 +51,17 @@ class UsageError(ValueError):
 
 def train(args: argparse.Namespace) -> int:
     """``scratchformer train RECIPE --out DIR [--set k=v ...] [--resume]``."""
-    run_dir = Path(args.out)
-    started = (run_dir / TRAINER_STATE).exists()
-    if args.resume and not started:
-        raise UsageError(f"{run_dir} holds no checkpoint to resume; train without --resume")
-    if not args.resume and started:
-        raise UsageError(f"{run_dir} already holds a run: add --resume, or choose another --out")
-    dist = setup(args.device)
-    try:
-        task, recipe = _prepare_run(args, run_dir, dist)
-        if recipe.train.threads is not None:
-            torch.set_num_threads(recipe.train.threads)
-        torch.manual_seed(recipe.train.seed)
-        model = build_model(recipe.model)
-        if recipe.model.init_from is not None and not args.resume:
-            initialise_from(model, recipe.model.init_from)
-        result = Trainer(task, model, run_dir, dist, quiet=args.quiet).fit(resume=args.resume)
-    finally:
-        dist.close()
-    if dist.is_main:
+    result = run.train(
+        args.recipe,
+        args.out,
+        overrides=args.set,
+        resume=args.resume,
+        device=args.device,
+        quiet=args.quiet,
+    )
+    if result is not None:  # rank 0
         print(json.dumps(result, indent=2))
     return 0
-
-
-def _prepare_run(args: argparse.Namespace, run_dir: Path, dist: Distributed) -> tuple[Task, Recipe]:
-    """The task with its tokenizers, and the completed recipe: learnt from the training data
-    by rank 0 and written to ``run_dir``, or read back from it (resume, other ranks)."""
-    if not args.resume and dist.is_main:
-        recipe = Recipe.load(args.recipe, args.set)
-        task = start_run(recipe, run_dir)
-    dist.barrier()
-    if args.resume or not dist.is_main:
-        task, recipe = open_task(run_dir, list(args.set) if args.resume else [])
-    return task, recipe
 
 
 def evaluate(args: argparse.Namespace) -> int:

@@ -10,11 +10,9 @@ import torch
 
 from .config import Recipe
 from .inference.translate import translate
-from .models import build_model
-from .run import start_run
-from .tasks.synthetic import SyntheticTask
-from .training.checkpoint import MODEL_FILE, load_weights
-from .training.trainer import Trainer
+from .models import count_parameters
+from .run import load_run, train
+from .tasks import Task
 from .viz import attention_heatmap, capture_attention
 
 DEMO_RECIPE: dict[str, Any] = {
@@ -42,25 +40,20 @@ DEMO_RECIPE: dict[str, Any] = {
 def run_demo(out: Path, quiet: bool = False) -> dict[str, Any]:
     """Train, evaluate with real decoding on held-out strings, print examples, draw the
     cross-attention of one example. Returns the numbers it printed."""
-    recipe = Recipe.from_dict(DEMO_RECIPE)
-    task = start_run(recipe, out)
-    torch.manual_seed(recipe.train.seed)
-    model = build_model(recipe.model)
     say = (lambda _: None) if quiet else print
-    say(
-        f"Training a {sum(p.numel() for p in model.parameters()):,}-parameter encoder-decoder "
-        "to reverse strings of 3 to 12 digits ..."
-    )
-    Trainer(task, model, out, quiet=quiet).fit()
-    load_weights(out / MODEL_FILE, model)
-    model.eval()
+    say("Training a small encoder-decoder to reverse strings of 3 to 12 digits ...")
+    train(Recipe.from_dict(DEMO_RECIPE), out, quiet=quiet)
+    task, model = load_run(out)
 
     held_out = task.read("test")
     sources = [source for source, _ in held_out]
     greedy = translate(task, model, sources, beam_size=1)
     exact = sum(h == target for h, (_, target) in zip(greedy, held_out, strict=True))
     accuracy = exact / len(held_out)
-    say(f"\nExact match on {len(held_out)} held-out strings (greedy decoding): {accuracy:.1%}\n")
+    say(
+        f"\nExact match on {len(held_out)} held-out strings (greedy decoding) of the "
+        f"{count_parameters(model):,}-parameter model: {accuracy:.1%}\n"
+    )
     shown = sources[:5]
     beam = translate(task, model, shown, beam_size=4)
     say(f"{'input':<14} {'greedy':<14} {'beam 4':<14}")
@@ -75,7 +68,7 @@ def run_demo(out: Path, quiet: bool = False) -> dict[str, Any]:
 
 
 def _draw_cross_attention(
-    task: SyntheticTask, model: torch.nn.Module, source: str, output: str, path: Path
+    task: Task, model: torch.nn.Module, source: str, output: str, path: Path
 ) -> None:
     maps = capture_attention(task, model, source, target=output)
     figure = attention_heatmap(

@@ -1,12 +1,16 @@
-"""Run directories: starting one from a recipe or from a Hugging Face checkpoint, opening a
-trained one, and exporting it."""
+"""Run directories: training one from a recipe (:func:`train`, the one entry point of the
+command line, the demo and Python programs), starting one from a Hugging Face checkpoint,
+opening a trained one, and exporting it."""
 
 from __future__ import annotations
 
 import importlib
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+import torch
 from torch import nn
 
 from .config import DataConfig, Recipe, TrainConfig
@@ -14,7 +18,15 @@ from .data.tokenizer import recognise_roles
 from .interop.hf import TOKENIZER_FILE, from_pretrained, save_pretrained
 from .models import build_model
 from .tasks import Task, build_task
-from .training.checkpoint import MODEL_FILE, atomic_write_text, load_weights, save_weights
+from .training.checkpoint import (
+    MODEL_FILE,
+    TRAINER_STATE,
+    atomic_write_text,
+    load_weights,
+    save_weights,
+)
+from .training.distributed import setup
+from .training.trainer import Trainer
 
 CONFIG_FILE = "config.json"
 IMPORTED_TASKS = {"encoder": "classification", "decoder": "lm"}
@@ -23,21 +35,79 @@ pretrained encoder waits for a fine-tune (``--set task=...`` picks another task)
 TOKENIZER_KINDS = {"encoder": "wordpiece", "decoder": "bpe"}
 
 
-def start_run(recipe: Recipe, run_dir: Path) -> Task:
+def start_run(recipe: Recipe, run_dir: Path) -> tuple[Task, nn.Module]:
     """Learn the task's tokenizers (and labels) from the training data -- or take the
     pretrained model's for a fine-tune -- complete the recipe's model section, and write
-    both to ``run_dir``."""
+    both to ``run_dir``. Returns the task and the model to train: initialised from
+    ``train.seed``, with the pretrained weights of ``model.init_from`` when there is one."""
     task = build_task(recipe)
     pretrained = None
     if recipe.model.init_from is not None:
-        model, task.pretrained_tokenizer = from_pretrained(checkpoint_dir(recipe.model.init_from))
-        pretrained = model.config
+        pretrained, task.pretrained_tokenizer = from_pretrained(
+            checkpoint_dir(recipe.model.init_from)
+        )
     task.prepare()
-    recipe.model = task.model_config(pretrained)
+    recipe.model = task.model_config(None if pretrained is None else pretrained.config)
     run_dir.mkdir(parents=True, exist_ok=True)
     task.save(run_dir)
     atomic_write_text(run_dir / CONFIG_FILE, recipe.to_json())
-    return task
+    model = new_model(recipe)
+    if pretrained is not None:
+        copy_pretrained(model, pretrained, recipe.model.init_from)
+    return task, model
+
+
+def new_model(recipe: Recipe) -> nn.Module:
+    """The recipe's model, initialised from ``train.seed`` (the same weights on every rank
+    and in every run of the recipe)."""
+    torch.manual_seed(recipe.train.seed)
+    return build_model(recipe.model)
+
+
+def train(
+    recipe: Recipe | str | Path,
+    run_dir: str | Path,
+    *,
+    overrides: Sequence[str] = (),
+    resume: bool = False,
+    device: str = "auto",
+    quiet: bool = False,
+) -> dict[str, Any] | None:
+    """Train a model as ``recipe`` (a :class:`Recipe` or a TOML file, with
+    ``section.key=value`` ``overrides``) describes, into ``run_dir``; or, with ``resume``,
+    continue the run there from its last checkpoint (``overrides`` then change its saved
+    recipe). Returns the last evaluation (under ``torchrun``, on rank 0; the other processes
+    get ``None``). The command line, the demo and Python programs all train through here;
+    under ``torchrun`` every process calls it."""
+    run_dir = Path(run_dir)
+    started = (run_dir / TRAINER_STATE).exists()
+    if resume and not started:
+        raise ValueError(f"{run_dir} holds no checkpoint to resume; train without --resume")
+    if not resume and started:
+        raise ValueError(f"{run_dir} already holds a run: add --resume, or choose another --out")
+    dist = setup(device)
+    try:
+        if not resume and dist.is_main:
+            task, model = start_run(_recipe_of(recipe, overrides), run_dir)
+        dist.barrier()
+        if resume or not dist.is_main:  # the recipe and tokenizers that rank 0 wrote
+            task, saved = open_task(run_dir, list(overrides) if resume else [])
+            model = new_model(saved)
+            if not resume and saved.model.init_from is not None:
+                initialise_from(model, saved.model.init_from)
+        if task.train_config.threads is not None:
+            torch.set_num_threads(task.train_config.threads)
+        result = Trainer(task, model, run_dir, dist, quiet=quiet).fit(resume=resume)
+        return result if dist.is_main else None
+    finally:
+        dist.close()
+
+
+def _recipe_of(recipe: Recipe | str | Path, overrides: Sequence[str]) -> Recipe:
+    """``recipe`` itself, or read from its file, with ``overrides`` applied."""
+    if isinstance(recipe, Recipe):
+        return Recipe.from_dict(recipe.to_dict(), overrides) if overrides else recipe
+    return Recipe.load(recipe, overrides)
 
 
 def open_task(run_dir: Path, overrides: list[str] | None = None) -> tuple[Task, Recipe]:
@@ -121,6 +191,12 @@ def checkpoint_dir(name: str) -> Path:
 def initialise_from(model: nn.Module, name: str) -> None:
     """Copy a pretrained checkpoint's weights into ``model`` (all but the new task head)."""
     pretrained, _ = from_pretrained(checkpoint_dir(name))
+    copy_pretrained(model, pretrained, name)
+
+
+def copy_pretrained(model: nn.Module, pretrained: nn.Module, name: str) -> None:
+    """Copy ``pretrained``'s weights (of checkpoint ``name``) into ``model``: all but the
+    pooler, which heads replace, and the new task head."""
     state = {k: v for k, v in pretrained.state_dict().items() if not k.startswith("pooler.")}
     missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [key for key in missing if not key.startswith("head.")]
