@@ -1,424 +1,268 @@
-"""The ``scratchformer`` command.
+"""The ``scratchformer`` command: a table of subcommands, each with its arguments and the
+function that runs it (in :mod:`scratchformer.commands`, imported only when it runs).
 
 User errors (bad arguments, missing or malformed files, bad recipe keys or values) are
 reported as one line on stderr with exit status 2 and no traceback; ``--debug`` shows it.
+``--debug``, ``--quiet`` and ``--device`` may come before or after the subcommand.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import importlib
 import sys
 import warnings
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
-from matplotlib.figure import Figure
-
-from . import __version__, run
-from .config import Recipe
-from .demo import run_demo
-from .inference import CompiledLM
-from .inference.generate import stream
-from .inference.translate import translate
-from .metrics import translation_scores
-from .run import CONFIG_FILE, export_hf, import_hf, load_run
-from .tasks import (
-    TASKS,
-    ClassificationTask,
-    LanguageModelTask,
-    TaggingTask,
-    Task,
-    TranslationTask,
-)
-from .training.checkpoint import METRICS_FILE, atomic_write, atomic_write_text
-from .training.distributed import DEVICES, default_device
-from .training.trainer import TrainingError
-from .viz import (
-    KINDS,
-    attention_grid,
-    attention_page,
-    capture_attention,
-    positional_encoding_figure,
-    read_metrics,
-    training_curves,
-)
+from . import __version__
+from .config import ATTENTION_KINDS, DEVICES
+from .errors import TrainingError
 
 
-class UsageError(ValueError):
-    """A mistake in how the command was called."""
+@dataclass(frozen=True)
+class Argument:
+    """One ``add_argument`` call; arguments sharing an ``exclusive`` name are alternatives."""
+
+    flags: tuple[str, ...]
+    options: dict[str, Any]
+    exclusive: str | None = None
 
 
-def train(args: argparse.Namespace) -> int:
-    """``scratchformer train RECIPE --out DIR [--set k=v ...] [--resume]``."""
-    result = run.train(
-        args.recipe,
-        args.out,
-        overrides=args.set,
-        resume=args.resume,
-        device=args.device,
-        quiet=args.quiet,
-    )
-    if result is not None:  # rank 0
-        print(json.dumps(result, indent=2))
-    return 0
+def arg(*flags: str, exclusive: str | None = None, **options: Any) -> Argument:
+    return Argument(flags, options, exclusive)
 
 
-def evaluate(args: argparse.Namespace) -> int:
-    """``scratchformer eval DIR [--split val|test | --data FILE]``: JSON metrics."""
-    task, model = load_run(Path(args.run))
-    device = default_device(args.device)
-    metrics = task.evaluate(model.to(device), args.split, args.data, device=device)
-    if isinstance(task, TranslationTask):  # scores of real decoding, not teacher forcing
-        pairs = task.read(args.split, args.data)
-        hypotheses = translate(
-            task,
-            model,
-            [s for s, _ in pairs],
-            beam_size=args.beam,
-            progress=not args.quiet and sys.stderr.isatty(),
-        )
-        metrics.update(translation_scores(hypotheses, [t for _, t in pairs]), beam=args.beam)
-    print(
-        json.dumps({"split": args.split if args.data is None else args.data, **metrics}, indent=2)
-    )
-    return 0
+@dataclass(frozen=True)
+class Command:
+    """A subcommand: its help, its arguments, and ``module:function`` in
+    :mod:`scratchformer.commands` that runs it."""
+
+    name: str
+    runs: str
+    help: str
+    arguments: tuple[Argument, ...] = ()
+    description: str | None = None
+
+    def handler(self) -> Callable[[argparse.Namespace], int]:
+        module, function = self.runs.split(":")
+        return getattr(importlib.import_module(f"scratchformer.commands.{module}"), function)
 
 
-def _run_of(args: argparse.Namespace, kinds: tuple[type[Task], ...], command: str):
-    """The task and model of ``args.run``, which must be of one of the task ``kinds``."""
-    task, model = load_run(Path(args.run))
-    if not isinstance(task, kinds):
-        wanted = " or ".join(kind.name for kind in kinds)
-        raise UsageError(f"{args.run} is a {task.name!r} run; {command} needs a {wanted} run")
-    return task, model.to(default_device(args.device))
+RUN = arg("run", help="run directory")
+OUT_RUN = arg("--out", required=True, help="run directory to write, e.g. runs/NAME")
 
-
-def _input_lines() -> list[str]:
-    return [line.rstrip("\r\n") for line in sys.stdin]
-
-
-def generate(args: argparse.Namespace) -> int:
-    """``scratchformer generate DIR --prompt TEXT``: stream a continuation to stdout."""
-    task, model = _run_of(args, (LanguageModelTask,), "generate")
-    tokenizer = task.tokenizer()
-    prompt = tokenizer.encode(args.prompt)
-    if not prompt:
-        raise UsageError("the prompt is empty: give --prompt some text")
-    stops = list(args.stop)
-    new: list[int] = []
-    shown = ""
-    if args.compile:
-        model = CompiledLM(model)
-        if not args.quiet:
-            print("compiling the model: the first tokens take tens of seconds", file=sys.stderr)
-    sys.stdout.write(args.prompt)
-    for step in stream(
-        model,
-        [prompt],
-        max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        repetition_penalty=args.repetition_penalty,
-        no_repeat_ngram_size=args.no_repeat_ngram,
-        greedy=args.greedy,
-        eos_id=tokenizer.eos_id,
-        stop=(lambda ids: any(s in tokenizer.decode(ids) for s in stops)) if stops else None,
-        seed=args.seed,
-    ):
-        if step[0] is None:
-            break
-        new.append(step[0])
-        text = tokenizer.decode(new)
-        if not text.endswith("\ufffd"):  # print once a multi-byte character is whole
-            sys.stdout.write(text[len(shown) :])
-            sys.stdout.flush()
-            shown = text
-    sys.stdout.write(tokenizer.decode(new)[len(shown) :] + "\n")
-    return 0
-
-
-def translate_lines(args: argparse.Namespace) -> int:
-    """``scratchformer translate DIR < source > hypotheses``: one line out per line in."""
-    task, model = _run_of(args, (TranslationTask,), "translate")
-    lines = _input_lines()
-    hypotheses = translate(
-        task,
-        model,
-        lines,
-        beam_size=args.beam,
-        length_penalty=args.length_penalty,
-        batch_size=args.batch_size,
-        progress=not args.quiet and sys.stderr.isatty(),
-    )
-    sys.stdout.writelines(hypothesis + "\n" for hypothesis in hypotheses)
-    return 0
-
-
-def classify(args: argparse.Namespace) -> int:
-    """``scratchformer classify DIR < sentences``: label and probability (or value) a line."""
-    task, model = _run_of(args, (ClassificationTask,), "classify")
-    for prediction in task.predict(model, _input_lines()):
-        if isinstance(prediction, tuple):
-            label, probability = prediction
-            print(f"{label}\t{probability:.4f}")
-        else:
-            print(f"{prediction:.4f}")
-    return 0
-
-
-def tag(args: argparse.Namespace) -> int:
-    """``scratchformer tag DIR < sentences``: ``token tag`` lines, a blank line after each
-    sentence (CoNLL style); words are split on whitespace."""
-    task, model = _run_of(args, (TaggingTask,), "tag")
-    sentences = [line.split() for line in _input_lines()]
-    cut = sum(len(task.encode_words(words)[0]) >= task.data.max_len for words in sentences)
-    if cut:
-        warnings.warn(
-            f"{cut} sentence(s) longer than {task.data.max_len} sub-words: "
-            "their last words are tagged O",
-            stacklevel=1,
-        )
-    for words, tags in zip(sentences, task.predict(model, sentences), strict=True):
-        sys.stdout.writelines(f"{word} {label}\n" for word, label in zip(words, tags, strict=True))
-        sys.stdout.write("\n")
-    return 0
-
-
-def import_checkpoint(args: argparse.Namespace) -> int:
-    """``scratchformer import-hf HF_DIR --out DIR``: a run directory from a checkpoint."""
-    recipe = import_hf(Path(args.hf_dir), Path(args.out))
-    print(f"imported {args.hf_dir} into {args.out} (task={recipe.task}, arch={recipe.model.arch})")
-    return 0
-
-
-def export_checkpoint(args: argparse.Namespace) -> int:
-    """``scratchformer export-hf DIR --out HF_DIR``: a Hugging Face checkpoint of a run."""
-    export_hf(Path(args.run), Path(args.out))
-    print(f"{args.out}: a Hugging Face checkpoint of {args.run}")
-    return 0
-
-
-def attention(args: argparse.Namespace) -> int:
-    """``scratchformer attention DIR TEXT --out attn.png|attn.html``: what the model attends
-    to, as a grid of heatmaps or as the interactive viewer."""
-    out = Path(args.out)
-    html = out.suffix.lower() in (".html", ".htm")
-    if not html:
-        _check_picture_format(out)
-    task, model = load_run(Path(args.run), need_head=False)
-    maps = capture_attention(task, model.to(default_device(args.device)), args.text, args.target)
-    title = f"{Path(args.run).name}: {args.text}"
-    if html:
-        atomic_write_text(out, attention_page(maps, title=title))
-        print(f"{out}: {', '.join(maps.kinds)} attention; open it in a browser")
-        return 0
-    kind = args.kind or maps.kinds[-1]  # cross-attention when there is any
-    _save_figure(attention_grid(maps, kind, args.layer, args.head), out)
-    queries, keys = len(maps.queries[kind]), len(maps.keys[kind])
-    print(f"{out}: {kind} attention, {queries} query x {keys} key tokens")
-    return 0
-
-
-def plot(args: argparse.Namespace) -> int:
-    """``scratchformer plot DIR --out curves.png``: loss, learning rate, metric by step."""
-    run_dir, out = Path(args.run), Path(args.out)
-    _check_picture_format(out)
-    metric = None
-    if (run_dir / CONFIG_FILE).is_file():
-        task_metric = TASKS[Recipe.load(run_dir / CONFIG_FILE).task].metric
-        metric = None if task_metric == "loss" else task_metric
-    records = read_metrics(run_dir / METRICS_FILE)
-    _save_figure(training_curves(records, metric, title=run_dir.name), out)
-    print(f"{out}: training curves of {run_dir} ({len(records)} records)")
-    return 0
-
-
-def plot_positional(args: argparse.Namespace) -> int:
-    """``scratchformer plot-pe --d-model D --length N --out pe.png``."""
-    out = Path(args.out)
-    _check_picture_format(out)
-    _save_figure(positional_encoding_figure(args.d_model, args.length), out)
-    print(f"{out}: sinusoidal positional encoding, d_model={args.d_model}, {args.length} positions")
-    return 0
-
-
-def _check_picture_format(path: Path) -> None:
-    formats = ("png", "svg", "pdf")
-    if path.suffix.lower().lstrip(".") not in formats:
-        raise UsageError(f"--out {path}: the picture's name must end in .{', .'.join(formats)}")
-
-
-def _save_figure(figure: Figure, path: Path) -> None:
-    """Write a figure whole or not at all (through a temporary file)."""
-    picture_format = path.suffix.lower().lstrip(".")
-    atomic_write(path, lambda temp: figure.savefig(temp, format=picture_format, dpi=100))
-
-
-def demo(args: argparse.Namespace) -> int:
-    """``scratchformer demo [--out DIR]``: the synthetic task end to end."""
-    run_demo(Path(args.out), quiet=args.quiet)
-    return 0
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="scratchformer",
-        description="Train, run and look inside Transformers written from scratch.",
-    )
-    parser.add_argument("--version", action="version", version=f"scratchformer {__version__}")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar or log lines")
-    parser.add_argument(
-        "--device",
-        choices=DEVICES,
-        default="auto",
-        help="where to run (default: auto, the GPU when PyTorch sees one)",
-    )
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    p = commands.add_parser("train", help="train a model from a TOML recipe")
-    p.add_argument("recipe", help="recipe file (TOML), e.g. recipes/shakespeare-char.toml")
-    p.add_argument("--out", required=True, help="run directory to write, e.g. runs/NAME")
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="SECTION.KEY=VALUE",
-        help="override a recipe setting (repeatable), e.g. train.max_steps=200",
-    )
-    p.add_argument(
-        "--resume", action="store_true", help="continue the run in --out from its last checkpoint"
-    )
-    p.set_defaults(handler=train)
-
-    p = commands.add_parser("eval", help="print a trained model's metrics as JSON")
-    p.add_argument("run", help="run directory")
-    group = p.add_mutually_exclusive_group()
-    group.add_argument("--split", default="val", help="val (default) or test")
-    group.add_argument("--data", help="a file in the task's format (translation: SRC,TGT)")
-    p.add_argument("--beam", type=int, default=5, help="translation: beam size for BLEU")
-    p.set_defaults(handler=evaluate)
-
-    p = commands.add_parser("generate", help="continue a prompt with a language model")
-    p.add_argument("run", help="run directory of a language model")
-    p.add_argument("--prompt", required=True)
-    p.add_argument("--max-new-tokens", type=int, default=200)
-    p.add_argument("--temperature", type=float, default=0.8)
-    p.add_argument("--top-k", type=int, default=None)
-    p.add_argument("--top-p", type=float, default=None)
-    p.add_argument("--repetition-penalty", type=float, default=1.0)
-    p.add_argument("--no-repeat-ngram", type=int, default=0, metavar="N")
-    p.add_argument("--greedy", action="store_true", help="always take the most likely token")
-    p.add_argument(
-        "--stop",
-        action="append",
-        default=[],
-        metavar="TEXT",
-        help="stop once the output contains TEXT (repeatable)",
-    )
-    p.add_argument("--seed", type=int, default=None, help="for reproducible sampling")
-    p.add_argument(
-        "--compile",
-        action="store_true",
-        help="decode through torch.compile: tens of seconds to compile, then faster tokens "
-        "(worth it for long outputs; needs a C++ compiler on the CPU)",
-    )
-    p.set_defaults(handler=generate)
-
-    p = commands.add_parser(
+COMMANDS = (
+    Command(
+        "train",
+        "training:train",
+        "train a model from a TOML recipe",
+        (
+            arg("recipe", help="recipe file (TOML), e.g. recipes/shakespeare-char.toml"),
+            OUT_RUN,
+            arg(
+                "--set",
+                action="append",
+                default=[],
+                metavar="SECTION.KEY=VALUE",
+                help="override a recipe setting (repeatable), e.g. train.max_steps=200",
+            ),
+            arg(
+                "--resume",
+                action="store_true",
+                help="continue the run in --out from its last checkpoint",
+            ),
+        ),
+    ),
+    Command(
+        "eval",
+        "predict:evaluate",
+        "print a trained model's metrics as JSON",
+        (
+            RUN,
+            arg("--split", default="val", exclusive="source", help="val (default) or test"),
+            arg(
+                "--data",
+                exclusive="source",
+                help="a file in the task's format (translation: SRC,TGT)",
+            ),
+            arg("--beam", type=int, default=5, help="translation: beam size for BLEU"),
+        ),
+    ),
+    Command(
+        "generate",
+        "predict:generate",
+        "continue a prompt with a language model",
+        (
+            arg("run", help="run directory of a language model"),
+            arg("--prompt", required=True),
+            arg("--max-new-tokens", type=int, default=200),
+            arg("--temperature", type=float, default=0.8),
+            arg("--top-k", type=int, default=None),
+            arg("--top-p", type=float, default=None),
+            arg("--repetition-penalty", type=float, default=1.0),
+            arg("--no-repeat-ngram", type=int, default=0, metavar="N"),
+            arg("--greedy", action="store_true", help="always take the most likely token"),
+            arg(
+                "--stop",
+                action="append",
+                default=[],
+                metavar="TEXT",
+                help="stop once the output contains TEXT (repeatable)",
+            ),
+            arg("--seed", type=int, default=None, help="for reproducible sampling"),
+            arg(
+                "--compile",
+                action="store_true",
+                help="decode through torch.compile: tens of seconds to compile, then faster "
+                "tokens (worth it for long outputs; needs a C++ compiler on the CPU)",
+            ),
+        ),
+    ),
+    Command(
         "translate",
-        help="translate stdin to stdout, line by line",
+        "predict:translate_lines",
+        "translate stdin to stdout, line by line",
+        (
+            arg("run", help="run directory of a translation model"),
+            arg("--beam", type=int, default=5, help="beam size (1: greedy)"),
+            arg("--length-penalty", type=float, default=0.6),
+            arg("--batch-size", type=int, default=64),
+        ),
         description="One line out per line in, in order; an empty line gives an empty line. "
         "A line longer than the model's data.max_len tokens is truncated to it, with a "
         "warning on stderr; unknown characters become the unknown token.",
-    )
-    p.add_argument("run", help="run directory of a translation model")
-    p.add_argument("--beam", type=int, default=5, help="beam size (1: greedy)")
-    p.add_argument("--length-penalty", type=float, default=0.6)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.set_defaults(handler=translate_lines)
-
-    p = commands.add_parser(
+    ),
+    Command(
         "classify",
-        help="label each line of stdin",
+        "predict:classify",
+        "label each line of stdin",
+        (arg("run", help="run directory of a classification or regression model"),),
         description="One line out per line in: label<TAB>probability, or the value of a "
         "regression model. Sentence pairs are given as first<TAB>second. Inputs longer than "
         "the model's data.max_len tokens are truncated.",
-    )
-    p.add_argument("run", help="run directory of a classification or regression model")
-    p.set_defaults(handler=classify)
-
-    p = commands.add_parser(
+    ),
+    Command(
         "tag",
-        help="tag the words of each line of stdin",
+        "predict:tag",
+        "tag the words of each line of stdin",
+        (arg("run", help="run directory of a tagging model"),),
         description="Words are split on whitespace; each comes out as 'word tag', with a "
         "blank line after each sentence (an empty line gives just the blank line). Words "
         "beyond the model's data.max_len sub-words are tagged O, with a warning on stderr.",
-    )
-    p.add_argument("run", help="run directory of a tagging model")
-    p.set_defaults(handler=tag)
-
-    p = commands.add_parser(
+    ),
+    Command(
         "import-hf",
-        help="make a run directory from a Hugging Face BERT or GPT-2 checkpoint",
+        "hf:import_checkpoint",
+        "make a run directory from a Hugging Face BERT or GPT-2 checkpoint",
+        (arg("hf_dir", help="Hugging Face checkpoint directory"), OUT_RUN),
         description="HF_DIR holds config.json, model.safetensors (or pytorch_model.bin) and "
         "tokenizer.json. A GPT-2 becomes a language-model run, ready for generate; "
         "a BERT-family encoder a classification run awaiting a fine-tune.",
-    )
-    p.add_argument("hf_dir", help="Hugging Face checkpoint directory")
-    p.add_argument("--out", required=True, help="run directory to write, e.g. runs/NAME")
-    p.set_defaults(handler=import_checkpoint)
-
-    p = commands.add_parser(
+    ),
+    Command(
         "export-hf",
-        help="write a run's model as a Hugging Face BERT or GPT-2 checkpoint",
+        "hf:export_checkpoint",
+        "write a run's model as a Hugging Face BERT or GPT-2 checkpoint",
+        (RUN, arg("--out", required=True, help="Hugging Face checkpoint directory to write")),
         description="For encoders configured like BERT (post-LN, learned positions, "
         "embedding LayerNorm, segments, no head) and decoders like GPT-2 (pre-LN, learned "
         "positions, final LayerNorm, tied LM head); others fail naming what differs. "
         "transformers.AutoModel.from_pretrained(HF_DIR) loads the result.",
-    )
-    p.add_argument("run", help="run directory")
-    p.add_argument("--out", required=True, help="Hugging Face checkpoint directory to write")
-    p.set_defaults(handler=export_checkpoint)
-
-    p = commands.add_parser(
+    ),
+    Command(
         "attention",
-        help="draw what a trained model attends to in a text",
+        "pictures:attention",
+        "draw what a trained model attends to in a text",
+        (
+            RUN,
+            arg("text", help="the input text (for translation: the source sentence)"),
+            arg("--target", help="translation: the output to show (default: greedy)"),
+            arg(
+                "--kind",
+                choices=ATTENTION_KINDS,
+                help="which attention to draw (default: cross for translation, else the only one)",
+            ),
+            arg("--layer", type=int, help="only this layer (0-based)"),
+            arg("--head", type=int, help="only this head (0-based)"),
+            arg("--out", required=True, help="attn.png, attn.svg, attn.pdf or attn.html"),
+        ),
         description="A PNG (or SVG, PDF) grid of heatmaps, layers x heads, of one kind of "
         "attention, or with --out *.html one self-contained page to explore every kind, layer "
         "and head interactively. A translation model is shown its own greedy translation "
         "unless --target gives one; a sentence-pair model reads 'first<TAB>second'. Inputs "
         "longer than the model's limit are cut to it; long ones get thinned labels.",
+    ),
+    Command(
+        "plot",
+        "pictures:plot",
+        "draw a run's training curves",
+        (
+            arg("run", help="run directory (reads its metrics.jsonl)"),
+            arg("--out", required=True, help="curves.png (or .svg, .pdf)"),
+        ),
+    ),
+    Command(
+        "plot-pe",
+        "pictures:plot_positional",
+        "draw the sinusoidal positional encoding",
+        (
+            arg("--d-model", type=int, default=128),
+            arg("--length", type=int, default=100, help="number of positions"),
+            arg("--out", required=True, help="pe.png (or .svg, .pdf)"),
+        ),
+    ),
+    Command(
+        "demo",
+        "training:demo",
+        "train a tiny model on a synthetic task, no data needed",
+        (arg("--out", default="runs/demo", help="run directory (default: runs/demo)"),),
+    ),
+)
+
+GLOBAL_OPTIONS = (
+    arg("--debug", action="store_true", help="show tracebacks of errors"),
+    arg("--quiet", action="store_true", help="no progress bar or log lines"),
+    arg(
+        "--device",
+        choices=DEVICES,
+        default="auto",
+        help="where to run (default: auto, the GPU when PyTorch sees one)",
+    ),
+)
+
+
+def _add(parser: argparse.ArgumentParser, arguments: Sequence[Argument]) -> None:
+    groups: dict[str, Any] = {}
+    for argument in arguments:
+        target: Any = parser
+        if argument.exclusive is not None:
+            target = groups.setdefault(argument.exclusive, parser.add_mutually_exclusive_group())
+        target.add_argument(*argument.flags, **argument.options)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of :data:`COMMANDS`; the global options are accepted after a subcommand
+    too (there they leave the values given before it alone unless given again)."""
+    parser = argparse.ArgumentParser(
+        prog="scratchformer",
+        description="Train, run and look inside Transformers written from scratch.",
     )
-    p.add_argument("run", help="run directory")
-    p.add_argument("text", help="the input text (for translation: the source sentence)")
-    p.add_argument("--target", help="translation: the output to show (default: greedy)")
-    p.add_argument(
-        "--kind",
-        choices=KINDS,
-        help="which attention to draw (default: cross for translation, else the only one)",
+    parser.add_argument("--version", action="version", version=f"scratchformer {__version__}")
+    _add(parser, GLOBAL_OPTIONS)
+    after = argparse.ArgumentParser(add_help=False)
+    _add(
+        after,
+        [arg(*o.flags, **{**o.options, "default": argparse.SUPPRESS}) for o in GLOBAL_OPTIONS],
     )
-    p.add_argument("--layer", type=int, help="only this layer (0-based)")
-    p.add_argument("--head", type=int, help="only this head (0-based)")
-    p.add_argument("--out", required=True, help="attn.png, attn.svg, attn.pdf or attn.html")
-    p.set_defaults(handler=attention)
-
-    p = commands.add_parser("plot", help="draw a run's training curves")
-    p.add_argument("run", help="run directory (reads its metrics.jsonl)")
-    p.add_argument("--out", required=True, help="curves.png (or .svg, .pdf)")
-    p.set_defaults(handler=plot)
-
-    p = commands.add_parser("plot-pe", help="draw the sinusoidal positional encoding")
-    p.add_argument("--d-model", type=int, default=128)
-    p.add_argument("--length", type=int, default=100, help="number of positions")
-    p.add_argument("--out", required=True, help="pe.png (or .svg, .pdf)")
-    p.set_defaults(handler=plot_positional)
-
-    p = commands.add_parser("demo", help="train a tiny model on a synthetic task, no data needed")
-    p.add_argument("--out", default="runs/demo", help="run directory (default: runs/demo)")
-    p.set_defaults(handler=demo)
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for command in COMMANDS:
+        sub = subparsers.add_parser(
+            command.name, help=command.help, description=command.description, parents=[after]
+        )
+        _add(sub, command.arguments)
+        sub.set_defaults(command_entry=command)
     return parser
 
 
@@ -430,7 +274,8 @@ def print_warning(message: Warning | str, *_: object, **__: object) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if getattr(args, "handler", None) is None:
+    command: Command | None = getattr(args, "command_entry", None)
+    if command is None:
         parser.print_help()
         return 0
     try:
@@ -440,7 +285,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.")
             warnings.filterwarnings("ignore", message="TypedStorage is deprecated")
             warnings.showwarning = print_warning
-            return int(args.handler(args) or 0)
+            return int(command.handler()(args) or 0)
     except (ValueError, OSError) as error:
         if args.debug:
             raise

@@ -251,6 +251,12 @@ TASKS = (
     "tagging",
 )
 PRECISIONS = ("fp32", "bf16", "auto")
+DEVICES = ("auto", "cpu", "cuda")
+"""Where to run: ``auto`` is the GPU when PyTorch sees one."""
+ATTENTION_KINDS = ("encoder", "decoder", "cross")
+"""``encoder``: self-attention over the input (or source); ``decoder``: causal
+self-attention over the output (or the text of a language model); ``cross``: output tokens
+attending to source tokens. In the order the pictures show them."""
 TAG_SCHEMES = ("iob2", "none")
 
 

@@ -9,8 +9,7 @@ import pytest
 import torch
 
 from scratchformer.config import TASKS, Recipe
-from scratchformer.models import build_model
-from scratchformer.run import initialise_from, start_run
+from scratchformer.run import start_run
 from scratchformer.training.trainer import build_optimizer
 
 RECIPES = sorted((Path(__file__).resolve().parents[2] / "recipes").glob("*.toml"))
@@ -26,11 +25,8 @@ def test_there_is_a_recipe_per_task_kind() -> None:
 def test_recipe_trains_on_a_fixed_batch(path: Path, data_dir: Path, tmp_path: Path) -> None:
     fine_tune = Recipe.load(path).model.init_from is not None
     recipe = Recipe.load(path, [*SMALL, f"train.lr={1e-4 if fine_tune else 1e-3}"])
-    task = start_run(recipe, tmp_path)
-    torch.manual_seed(0)
-    model = build_model(recipe.model).train()
-    if fine_tune:
-        initialise_from(model, recipe.model.init_from)
+    task, model = start_run(recipe, tmp_path)
+    model.train()
     for module in model.modules():  # dropout off: a clean descent on one batch
         if isinstance(module, torch.nn.Dropout):
             module.p = 0.0

@@ -14,9 +14,10 @@ from safetensors.torch import load_file
 from helpers import set_options
 from scratchformer.cli import main
 from scratchformer.config import ModelConfig, Recipe, TrainConfig
+from scratchformer.errors import TrainingError
 from scratchformer.models import build_model
 from scratchformer.tasks import build_task
-from scratchformer.training.trainer import Trainer, TrainingError, build_optimizer
+from scratchformer.training.trainer import Trainer, build_optimizer
 
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "copy.toml"
 TINY = [

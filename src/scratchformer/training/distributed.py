@@ -14,6 +14,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from ..config import DEVICES
+
 CPU = torch.device("cpu")
 
 
@@ -57,9 +59,6 @@ class Distributed:
     def close(self) -> None:
         if self.enabled and dist.is_initialized():
             dist.destroy_process_group()
-
-
-DEVICES = ("auto", "cpu", "cuda")
 
 
 def default_device(choice: str = "auto") -> torch.device:

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from ..errors import TrainingError
 from ..tasks.base import Task
 from .averaging import exponential_average
 from .checkpoint import METRICS_FILE, MODEL_FILE, load_checkpoint, save_checkpoint, save_weights
@@ -26,10 +27,6 @@ from .schedule import build_schedule
 
 FUSED_ADAMW_DEVICES = ("cpu", "cuda")
 """Where torch has a fused AdamW kernel that the trainer uses."""
-
-
-class TrainingError(RuntimeError):
-    """Training cannot go on, e.g. the loss is no longer a finite number."""
 
 
 def layer_depth(name: str) -> int | None:

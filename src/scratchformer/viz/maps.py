@@ -7,10 +7,7 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-KINDS = ("encoder", "decoder", "cross")
-"""``encoder``: self-attention over the input (or source); ``decoder``: causal
-self-attention over the output (or the text of a language model); ``cross``: output tokens
-attending to source tokens."""
+from ..config import ATTENTION_KINDS as KINDS
 
 
 @dataclass

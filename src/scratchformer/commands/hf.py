@@ -1,0 +1,22 @@
+"""``scratchformer import-hf`` and ``scratchformer export-hf``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..run import export_hf, import_hf
+
+
+def import_checkpoint(args: argparse.Namespace) -> int:
+    """``scratchformer import-hf HF_DIR --out DIR``: a run directory from a checkpoint."""
+    recipe = import_hf(Path(args.hf_dir), Path(args.out))
+    print(f"imported {args.hf_dir} into {args.out} (task={recipe.task}, arch={recipe.model.arch})")
+    return 0
+
+
+def export_checkpoint(args: argparse.Namespace) -> int:
+    """``scratchformer export-hf DIR --out HF_DIR``: a Hugging Face checkpoint of a run."""
+    export_hf(Path(args.run), Path(args.out))
+    print(f"{args.out}: a Hugging Face checkpoint of {args.run}")
+    return 0

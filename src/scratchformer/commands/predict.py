@@ -1,0 +1,124 @@
+"""The commands that use a trained model: ``eval``, ``generate``, ``translate``,
+``classify`` and ``tag``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from pathlib import Path
+
+from ..errors import UsageError
+from ..inference.generate import stream
+from ..inference.translate import translate
+from ..metrics import translation_scores
+from ..run import load_run
+from ..tasks import ClassificationTask, LanguageModelTask, TaggingTask, TranslationTask
+from ..training.distributed import default_device
+from .common import input_lines, progress_wanted, run_of
+
+
+def evaluate(args: argparse.Namespace) -> int:
+    """``scratchformer eval DIR [--split val|test | --data FILE]``: JSON metrics."""
+    task, model = load_run(Path(args.run))
+    device = default_device(args.device)
+    metrics = task.evaluate(model.to(device), args.split, args.data, device=device)
+    if isinstance(task, TranslationTask):  # scores of real decoding, not teacher forcing
+        pairs = task.read(args.split, args.data)
+        hypotheses = translate(
+            task, model, [s for s, _ in pairs], beam_size=args.beam, progress=progress_wanted(args)
+        )
+        metrics.update(translation_scores(hypotheses, [t for _, t in pairs]), beam=args.beam)
+    split = args.split if args.data is None else args.data
+    print(json.dumps({"split": split, **metrics}, indent=2))
+    return 0
+
+
+def generate(args: argparse.Namespace) -> int:
+    """``scratchformer generate DIR --prompt TEXT``: stream a continuation to stdout."""
+    task, model = run_of(args, (LanguageModelTask,), "generate")
+    tokenizer = task.tokenizer()
+    prompt = tokenizer.encode(args.prompt)
+    if not prompt:
+        raise UsageError("the prompt is empty: give --prompt some text")
+    stops = list(args.stop)
+    new: list[int] = []
+    shown = ""
+    if args.compile:
+        from ..inference.compiled import CompiledLM  # torch's compiler: imported when asked for
+
+        model = CompiledLM(model)
+        if not args.quiet:
+            print("compiling the model: the first tokens take tens of seconds", file=sys.stderr)
+    sys.stdout.write(args.prompt)
+    for step in stream(
+        model,
+        [prompt],
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        repetition_penalty=args.repetition_penalty,
+        no_repeat_ngram_size=args.no_repeat_ngram,
+        greedy=args.greedy,
+        eos_id=tokenizer.eos_id,
+        stop=(lambda ids: any(s in tokenizer.decode(ids) for s in stops)) if stops else None,
+        seed=args.seed,
+    ):
+        if step[0] is None:
+            break
+        new.append(step[0])
+        text = tokenizer.decode(new)
+        if not text.endswith("\ufffd"):  # print once a multi-byte character is whole
+            sys.stdout.write(text[len(shown) :])
+            sys.stdout.flush()
+            shown = text
+    sys.stdout.write(tokenizer.decode(new)[len(shown) :] + "\n")
+    return 0
+
+
+def translate_lines(args: argparse.Namespace) -> int:
+    """``scratchformer translate DIR < source > hypotheses``: one line out per line in."""
+    task, model = run_of(args, (TranslationTask,), "translate")
+    hypotheses = translate(
+        task,
+        model,
+        input_lines(),
+        beam_size=args.beam,
+        length_penalty=args.length_penalty,
+        batch_size=args.batch_size,
+        progress=progress_wanted(args),
+    )
+    sys.stdout.writelines(hypothesis + "\n" for hypothesis in hypotheses)
+    return 0
+
+
+def classify(args: argparse.Namespace) -> int:
+    """``scratchformer classify DIR < sentences``: label and probability (or value) a line."""
+    task, model = run_of(args, (ClassificationTask,), "classify")
+    for prediction in task.predict(model, input_lines()):
+        if isinstance(prediction, tuple):
+            label, probability = prediction
+            print(f"{label}\t{probability:.4f}")
+        else:
+            print(f"{prediction:.4f}")
+    return 0
+
+
+def tag(args: argparse.Namespace) -> int:
+    """``scratchformer tag DIR < sentences``: ``token tag`` lines, a blank line after each
+    sentence (CoNLL style); words are split on whitespace."""
+    task, model = run_of(args, (TaggingTask,), "tag")
+    sentences = [line.split() for line in input_lines()]
+    cut = sum(len(task.encode_words(words)[0]) >= task.data.max_len for words in sentences)
+    if cut:
+        warnings.warn(
+            f"{cut} sentence(s) longer than {task.data.max_len} sub-words: "
+            "their last words are tagged O",
+            stacklevel=1,
+        )
+    for words, tags in zip(sentences, task.predict(model, sentences), strict=True):
+        sys.stdout.writelines(f"{word} {label}\n" for word, label in zip(words, tags, strict=True))
+        sys.stdout.write("\n")
+    return 0
