@@ -22,6 +22,7 @@ from .demo import run_demo
 from .inference import CompiledLM
 from .inference.generate import stream
 from .inference.translate import translate
+from .io import atomic_write, atomic_write_text
 from .metrics import translation_scores
 from .models import build_model
 from .run import CONFIG_FILE, export_hf, import_hf, initialise_from, load_run, open_task, start_run
@@ -33,9 +34,9 @@ from .tasks import (
     Task,
     TranslationTask,
 )
-from .training.checkpoint import METRICS_FILE, TRAINER_STATE, atomic_write, atomic_write_text
+from .training.checkpoint import TRAINER_STATE
 from .training.distributed import DEVICES, Distributed, default_device, setup
-from .training.trainer import Trainer, TrainingError
+from .training.trainer import METRICS_FILE, Trainer, TrainingError
 from .viz import (
     KINDS,
     attention_grid,

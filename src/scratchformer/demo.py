@@ -10,10 +10,10 @@ import torch
 
 from .config import Recipe
 from .inference.translate import translate
+from .io import MODEL_FILE, load_weights
 from .models import build_model
 from .run import start_run
 from .tasks.synthetic import SyntheticTask
-from .training.checkpoint import MODEL_FILE, load_weights
 from .training.trainer import Trainer
 from .viz import attention_heatmap, capture_attention
 
