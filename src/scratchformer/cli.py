@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from matplotlib.figure import Figure
 
 from . import __version__
 from .config import Recipe
@@ -22,7 +21,7 @@ from .demo import run_demo
 from .inference import CompiledLM
 from .inference.generate import stream
 from .inference.translate import translate
-from .io import atomic_write, atomic_write_text
+from .io import atomic_write_text
 from .metrics import translation_scores
 from .models import build_model
 from .run import CONFIG_FILE, export_hf, import_hf, initialise_from, load_run, open_task, start_run
@@ -44,6 +43,7 @@ from .viz import (
     capture_attention,
     positional_encoding_figure,
     read_metrics,
+    save_figure,
     training_curves,
 )
 
@@ -240,7 +240,7 @@ def attention(args: argparse.Namespace) -> int:
         print(f"{out}: {', '.join(maps.kinds)} attention; open it in a browser")
         return 0
     kind = args.kind or maps.kinds[-1]  # cross-attention when there is any
-    _save_figure(attention_grid(maps, kind, args.layer, args.head), out)
+    save_figure(attention_grid(maps, kind, args.layer, args.head), out)
     queries, keys = len(maps.queries[kind]), len(maps.keys[kind])
     print(f"{out}: {kind} attention, {queries} query x {keys} key tokens")
     return 0
@@ -255,7 +255,7 @@ def plot(args: argparse.Namespace) -> int:
         task_metric = TASKS[Recipe.load(run_dir / CONFIG_FILE).task].metric
         metric = None if task_metric == "loss" else task_metric
     records = read_metrics(run_dir / METRICS_FILE)
-    _save_figure(training_curves(records, metric, title=run_dir.name), out)
+    save_figure(training_curves(records, metric, title=run_dir.name), out)
     print(f"{out}: training curves of {run_dir} ({len(records)} records)")
     return 0
 
@@ -264,7 +264,7 @@ def plot_positional(args: argparse.Namespace) -> int:
     """``scratchformer plot-pe --d-model D --length N --out pe.png``."""
     out = Path(args.out)
     _check_picture_format(out)
-    _save_figure(positional_encoding_figure(args.d_model, args.length), out)
+    save_figure(positional_encoding_figure(args.d_model, args.length), out)
     print(f"{out}: sinusoidal positional encoding, d_model={args.d_model}, {args.length} positions")
     return 0
 
@@ -273,12 +273,6 @@ def _check_picture_format(path: Path) -> None:
     formats = ("png", "svg", "pdf")
     if path.suffix.lower().lstrip(".") not in formats:
         raise UsageError(f"--out {path}: the picture's name must end in .{', .'.join(formats)}")
-
-
-def _save_figure(figure: Figure, path: Path) -> None:
-    """Write a figure whole or not at all (through a temporary file)."""
-    picture_format = path.suffix.lower().lstrip(".")
-    atomic_write(path, lambda temp: figure.savefig(temp, format=picture_format, dpi=100))
 
 
 def demo(args: argparse.Namespace) -> int:

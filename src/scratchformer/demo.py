@@ -15,7 +15,7 @@ from .models import build_model
 from .run import start_run
 from .tasks.synthetic import SyntheticTask
 from .training.trainer import Trainer
-from .viz import attention_heatmap, capture_attention
+from .viz import attention_heatmap, capture_attention, save_figure
 
 DEMO_RECIPE: dict[str, Any] = {
     "task": "synthetic",
@@ -84,4 +84,4 @@ def _draw_cross_attention(
         keys=maps.keys["cross"],
         title="cross-attention, last layer (mean of heads)",
     )
-    figure.savefig(path, dpi=100)
+    save_figure(figure, path)
