@@ -41,6 +41,19 @@ def run(capsys, monkeypatch, stdin: str, *args: str) -> tuple[int, list[str], st
     return status, out.splitlines(), err
 
 
+def decoder(**overrides) -> torch.nn.Module:
+    """A small random decoder-only LM (tied output), ``overrides`` of its config applied."""
+    values = dict(arch="decoder", vocab_size=30, d_model=16, n_heads=2, n_layers=2, d_ff=32)
+    return build_model(ModelConfig(**{**values, **overrides}))
+
+
+def assert_same_weights(a: torch.nn.Module, b: torch.nn.Module) -> None:
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys()
+    for name in sa:
+        assert torch.equal(sa[name], sb[name]), name
+
+
 TINY_SIZES = {"d_model": 32, "n_heads": 4, "n_layers": 2, "d_ff": 64, "tie_output": False}
 """The sizes of the tiny models of the decoding tests (an untied head, to be scaled)."""
 TINY_VOCAB = 29

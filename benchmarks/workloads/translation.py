@@ -12,10 +12,10 @@ from scratchformer.config import Recipe
 from scratchformer.data.readers import read_lines
 from scratchformer.data.registry import dataset_file
 from scratchformer.inference.translate import translate
+from scratchformer.io import MODEL_FILE
 from scratchformer.run import load_run
 from scratchformer.tasks import build_task
 from scratchformer.tasks.translation import TranslationTask
-from scratchformer.training.checkpoint import MODEL_FILE
 from timing import Step, interleaved
 from workloads.report import OURS, Figure, Row, Settings, Target, print_row
 from workloads.training import parameters

@@ -13,7 +13,7 @@ from .inference.translate import translate
 from .models import count_parameters
 from .run import load_run, train
 from .tasks import Task
-from .viz import attention_heatmap, capture_attention
+from .viz import attention_heatmap, capture_attention, save_figure
 
 DEMO_RECIPE: dict[str, Any] = {
     "task": "synthetic",
@@ -77,4 +77,4 @@ def _draw_cross_attention(
         keys=maps.keys["cross"],
         title="cross-attention, last layer (mean of heads)",
     )
-    figure.savefig(path, dpi=100)
+    save_figure(figure, path)

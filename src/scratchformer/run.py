@@ -16,15 +16,10 @@ from torch import nn
 from .config import DataConfig, Recipe, TrainConfig
 from .data.tokenizer import recognise_roles
 from .interop.hf import TOKENIZER_FILE, from_pretrained, save_pretrained
+from .io import MODEL_FILE, atomic_write_text, load_weights, save_weights
 from .models import build_model
 from .tasks import Task, build_task
-from .training.checkpoint import (
-    MODEL_FILE,
-    TRAINER_STATE,
-    atomic_write_text,
-    load_weights,
-    save_weights,
-)
+from .training.checkpoint import TRAINER_STATE
 from .training.distributed import setup
 from .training.trainer import Trainer
 

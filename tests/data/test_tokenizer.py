@@ -1,3 +1,4 @@
+import errno
 import os
 import pickle
 import subprocess
@@ -172,6 +173,22 @@ def test_special_strings_stay_plain_text_after_load_and_pickle(
     for tokenizer in (Tokenizer.load(tmp_path / "tokenizer.json"), pickle.loads(pickle.dumps(bpe))):
         assert tokenizer.encode("[CLS] <s>") == bpe.encode("[CLS] <s>")
         assert not set(tokenizer.encode("[CLS] <s>")) & set(bpe.special_ids)
+
+
+def test_a_failed_save_leaves_the_old_file(tmp_path: Path, monkeypatch) -> None:
+    """The file is replaced whole or not at all: here the disk fills up at the flush."""
+    path = tmp_path / "tokenizer.json"
+    Tokenizer.train("char", ["abc"], 50, LM).save(path)
+    old = path.read_bytes()
+
+    def full_disk(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        Tokenizer.train("char", ["abcdef"], 50, LM).save(path)
+    assert path.read_bytes() == old
+    assert list(tmp_path.iterdir()) == [path]
 
 
 def test_load_errors_name_the_file(tmp_path: Path) -> None:

@@ -5,20 +5,20 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from matplotlib.figure import Figure
-
 from ..config import Recipe
 from ..errors import UsageError
+from ..io import atomic_write_text
 from ..run import CONFIG_FILE, load_run
 from ..tasks import TASKS
-from ..training.checkpoint import METRICS_FILE, atomic_write, atomic_write_text
 from ..training.distributed import default_device
+from ..training.trainer import METRICS_FILE
 from ..viz import (
     attention_grid,
     attention_page,
     capture_attention,
     positional_encoding_figure,
     read_metrics,
+    save_figure,
     training_curves,
 )
 
@@ -40,7 +40,7 @@ def attention(args: argparse.Namespace) -> int:
         print(f"{out}: {', '.join(maps.kinds)} attention; open it in a browser")
         return 0
     kind = args.kind or maps.kinds[-1]  # cross-attention when there is any
-    _save_figure(attention_grid(maps, kind, args.layer, args.head), out)
+    save_figure(attention_grid(maps, kind, args.layer, args.head), out)
     queries, keys = len(maps.queries[kind]), len(maps.keys[kind])
     print(f"{out}: {kind} attention, {queries} query x {keys} key tokens")
     return 0
@@ -55,7 +55,7 @@ def plot(args: argparse.Namespace) -> int:
         task_metric = TASKS[Recipe.load(run_dir / CONFIG_FILE).task].metric
         metric = None if task_metric == "loss" else task_metric
     records = read_metrics(run_dir / METRICS_FILE)
-    _save_figure(training_curves(records, metric, title=run_dir.name), out)
+    save_figure(training_curves(records, metric, title=run_dir.name), out)
     print(f"{out}: training curves of {run_dir} ({len(records)} records)")
     return 0
 
@@ -64,7 +64,7 @@ def plot_positional(args: argparse.Namespace) -> int:
     """``scratchformer plot-pe --d-model D --length N --out pe.png``."""
     out = Path(args.out)
     _check_picture_format(out)
-    _save_figure(positional_encoding_figure(args.d_model, args.length), out)
+    save_figure(positional_encoding_figure(args.d_model, args.length), out)
     print(f"{out}: sinusoidal positional encoding, d_model={args.d_model}, {args.length} positions")
     return 0
 
@@ -74,9 +74,3 @@ def _check_picture_format(path: Path) -> None:
         raise UsageError(
             f"--out {path}: the picture's name must end in .{', .'.join(PICTURE_FORMATS)}"
         )
-
-
-def _save_figure(figure: Figure, path: Path) -> None:
-    """Write a figure whole or not at all (through a temporary file)."""
-    picture_format = path.suffix.lower().lstrip(".")
-    atomic_write(path, lambda temp: figure.savefig(temp, format=picture_format, dpi=100))

@@ -20,6 +20,8 @@ from pathlib import Path
 from tokenizers import Tokenizer as _Backend
 from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
 
+from ..io import atomic_write
+
 SPECIAL_TOKENS = {
     "pad": "<pad>",
     "unk": "<unk>",
@@ -140,8 +142,9 @@ class Tokenizer:
         return cls(backend, roles)
 
     def save(self, path: str | Path) -> None:
-        """Write the library's ``tokenizer.json`` (byte-identical for identical training)."""
-        Path(path).write_text(self._backend.to_str(), encoding="utf-8")
+        """Write the library's ``tokenizer.json`` (byte-identical for identical training),
+        atomically: a failed save leaves the old file as it was."""
+        atomic_write(path, lambda temp: self._backend.save(str(temp), pretty=False))
 
     # Pickling (DataLoader workers under spawn) goes through the JSON, which does not keep
     # ``encode_special_tokens``: rebuilding through __init__ sets it again.

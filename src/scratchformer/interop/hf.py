@@ -23,8 +23,8 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from ..data.tokenizer import SPECIAL_TOKENS, Tokenizer
+from ..io import atomic_write, atomic_write_json, load_tensors, safe_torch_load
 from ..models import DecoderLM, EncoderModel, build_model
-from ..training.checkpoint import atomic_write, atomic_write_json, load_tensors, safe_torch_load
 from .hf_config import hf_config, model_config
 from .hf_weights import NAMINGS, check, checkpoint_tensors, from_hf, to_hf
 

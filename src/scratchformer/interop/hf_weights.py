@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from ..config import ModelConfig
-from ..training.checkpoint import listing
+from ..io import listing
 
 
 @dataclass(frozen=True)

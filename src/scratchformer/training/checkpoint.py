@@ -1,5 +1,5 @@
-"""Run-directory state that is never left half-written: atomic writes, safetensors weights,
-RNG state, and full checkpoints for exact resume.
+"""Checkpoints for exact resume: the weights, optimizer, scheduler and random states of a
+step, and the pointer to the latest one, never left half-written.
 
 What this module keeps in a run directory::
 
@@ -12,12 +12,12 @@ What this module keeps in a run directory::
         rng.pt                      capture_rng()
         state.json                  the trainer state of this step, with "step"
 
-A file is written under a hidden temp name in its own directory, fsynced, renamed over the
-old one, and the directory fsynced; a checkpoint directory is filled the same way under a
-temp name and renamed into place whole. So a crash at any moment leaves the old state or
-the new one, plus at most some temp entries that the next save removes. The ``.pt`` files
-hold tensors, numbers and containers only, and ``torch.load`` always runs with
-``weights_only=True``: a checkpoint can never run code. One process writes a run directory.
+A checkpoint directory is filled under a hidden temp name, each file and then the directory
+fsynced, and renamed into place whole; the pointer is then replaced atomically. So a crash
+at any moment leaves the old state or the new one, plus at most some temp entries that the
+next save removes. The ``.pt`` files hold tensors, numbers and containers only, and are
+read with :func:`scratchformer.io.safe_torch_load`: a checkpoint can never run code. One
+process writes a run directory.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ import json
 import os
 import random
 import re
-import secrets
 import shutil
 import warnings
 from collections.abc import Callable
@@ -35,16 +34,23 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
-from torch import Tensor, nn
+from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
+from ..io import (
+    MODEL_FILE,
+    atomic_write_json,
+    fsync,
+    load_weights,
+    remove_temps,
+    safe_torch_load,
+    temp_path,
+    write_weights,
+)
+
 TRAINER_STATE = "trainer_state.json"
 CHECKPOINTS = "checkpoints"
-MODEL_FILE = "model.safetensors"
-METRICS_FILE = "metrics.jsonl"
 OPTIMIZER_FILE = "optimizer.pt"
 SCHEDULER_FILE = "scheduler.pt"
 RNG_FILE = "rng.pt"
@@ -52,146 +58,6 @@ STATE_FILE = "state.json"
 AVERAGE_FILE = "average.safetensors"
 CHECKPOINT_FILES = (MODEL_FILE, OPTIMIZER_FILE, SCHEDULER_FILE, RNG_FILE, STATE_FILE)
 STEP_DIR = re.compile(r"step-(\d+)")
-
-
-# Atomic writes ---------------------------------------------------------------------------
-
-
-def _temp_path(path: Path) -> Path:
-    """A fresh hidden sibling of ``path``, ``.NAME.tmp-RANDOM``: same directory, same disk."""
-    return path.with_name(f".{path.name}.tmp-{secrets.token_hex(4)}")
-
-
-def _remove_temps(directory: Path, name: str) -> None:
-    """Remove what killed writers left of ``name`` (a glob) in ``directory``."""
-    for temp in directory.glob(f".{name}.tmp-*"):
-        if temp.is_dir():
-            shutil.rmtree(temp, ignore_errors=True)
-        else:
-            temp.unlink(missing_ok=True)
-
-
-def _fsync(path: Path) -> None:
-    """Flush a file's data, or a directory's entries, to the disk."""
-    if path.is_dir() and os.name != "posix":
-        return  # Windows cannot open a directory
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_synced(path: Path, write: Callable[[Path], None]) -> None:
-    write(path)
-    _fsync(path)
-
-
-def atomic_write(path: str | Path, write: Callable[[Path], None]) -> None:
-    """Replace ``path`` by what ``write`` writes to the temp path it is given.
-
-    The temp file is fsynced, renamed onto ``path``, and the directory fsynced: readers,
-    and a crash at any point, see the old file or the new one, never part of one. If
-    ``write`` fails, the temp file is removed and the error raised.
-    """
-    path = Path(path)
-    temp = _temp_path(path)
-    try:
-        _write_synced(temp, write)
-        os.replace(temp, path)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
-    _fsync(path.parent)
-
-
-def atomic_write_text(path: str | Path, text: str) -> None:
-    atomic_write(path, lambda temp: temp.write_text(text, encoding="utf-8"))
-
-
-def atomic_write_json(path: str | Path, obj: Any) -> None:
-    """``obj`` as indented JSON with sorted keys; serialised before anything is written."""
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
-
-
-# Weights ---------------------------------------------------------------------------------
-
-
-def _tied_groups(model: nn.Module) -> list[list[str]]:
-    """State-dict names grouped by tensor. A tied weight, or a module registered twice,
-    appears under several names; it is stored once, under the first."""
-    groups: dict[int, list[str]] = {}
-    for name, tensor in model.state_dict(keep_vars=True).items():
-        groups.setdefault(id(tensor), []).append(name)
-    return list(groups.values())
-
-
-def _write_weights(path: Path, model: nn.Module) -> None:
-    state = model.state_dict()
-    groups = _tied_groups(model)
-    tensors = {names[0]: state[names[0]].contiguous() for names in groups}
-    aliases = {alias: names[0] for names in groups for alias in names[1:]}  # as save_model does
-    save_file(tensors, path, metadata=aliases or None)
-
-
-def save_weights(path: str | Path, model: nn.Module) -> None:
-    """Write ``model``'s state dict to a safetensors file, atomically; tied tensors once."""
-    atomic_write(path, lambda temp: _write_weights(temp, model))
-
-
-def listing(names: list[str], limit: int = 8) -> str:
-    """``a, b, c and 5 more``: names for an error message."""
-    more = f" and {len(names) - limit} more" if len(names) > limit else ""
-    return ", ".join(names[:limit]) + more
-
-
-def load_weights(
-    path: str | Path, model: nn.Module, strict: bool = True
-) -> tuple[list[str], list[str]]:
-    """Load a safetensors file into ``model`` in place; returns the ``(missing, unexpected)``
-    tensor names. A tied tensor may be stored under any of its names (files written by
-    ``safetensors.torch.save_model`` load too).
-
-    A wrong shape, or with ``strict`` a missing or unexpected tensor, raises ``ValueError``
-    naming them, before anything is loaded.
-    """
-    path = Path(path)
-    try:
-        tensors = load_file(path)
-    except SafetensorError as error:
-        raise ValueError(f"{path} is not a safetensors file: {error}") from error
-    return load_tensors(tensors, model, str(path), strict)
-
-
-def load_tensors(
-    tensors: dict[str, Tensor], model: nn.Module, origin: str, strict: bool = True
-) -> tuple[list[str], list[str]]:
-    """:func:`load_weights` of tensors already in memory; ``origin`` names them in errors."""
-    expected = model.state_dict()
-    chosen: list[str] = []
-    missing: list[str] = []
-    unexpected: list[str] = []
-    for names in _tied_groups(model):
-        found = [name for name in names if name in tensors]
-        chosen += found[:1]
-        unexpected += found[1:]  # saved apart, but one tensor in the model
-        if not found:
-            missing.append(names[0])
-    unexpected += sorted(tensors.keys() - expected.keys())
-    problems = [
-        f"{name} is {tuple(tensors[name].shape)} in the file, "
-        f"{tuple(expected[name].shape)} in the model"
-        for name in chosen
-        if tensors[name].shape != expected[name].shape
-    ]
-    if strict and missing:
-        problems.append(f"missing: {listing(missing)}")
-    if strict and unexpected:
-        problems.append(f"unexpected: {listing(unexpected)}")
-    if problems:
-        raise ValueError(f"{origin} does not fit {type(model).__name__}: {'; '.join(problems)}")
-    model.load_state_dict({name: tensors[name] for name in chosen}, strict=False)
-    return missing, unexpected
 
 
 # Random state ----------------------------------------------------------------------------
@@ -254,9 +120,15 @@ def _is_complete(path: Path) -> bool:
 
 def _discard(path: Path) -> None:
     """Delete a directory: renamed away first (atomic), so it never exists half-deleted."""
-    temp = _temp_path(path)
+    temp = temp_path(path)
     os.rename(path, temp)
     shutil.rmtree(temp, ignore_errors=True)
+
+
+def _write_synced(path: Path, write: Callable[[Path], None]) -> None:
+    """Write a file of a checkpoint being built (in its temp directory) and fsync it."""
+    write(path)
+    fsync(path)
 
 
 def save_checkpoint(
@@ -291,30 +163,30 @@ def save_checkpoint(
     state_text = json.dumps(saved, indent=2, sort_keys=True) + "\n"  # not JSON-able: fail now
     checkpoints = run_dir / CHECKPOINTS
     checkpoints.mkdir(parents=True, exist_ok=True)
-    _remove_temps(checkpoints, "step-*")
-    _remove_temps(run_dir, TRAINER_STATE)
+    remove_temps(checkpoints, "step-*")
+    remove_temps(run_dir, TRAINER_STATE)
 
     path = checkpoints / f"step-{step:08d}"
-    temp = _temp_path(path)
+    temp = temp_path(path)
     temp.mkdir()
     try:
-        _write_synced(temp / MODEL_FILE, lambda p: _write_weights(p, model))
+        _write_synced(temp / MODEL_FILE, lambda p: write_weights(p, model))
         if average is not None:
-            _write_synced(temp / AVERAGE_FILE, lambda p: _write_weights(p, average))
+            _write_synced(temp / AVERAGE_FILE, lambda p: write_weights(p, average))
         _write_synced(temp / OPTIMIZER_FILE, lambda p: torch.save(optimizer.state_dict(), p))
         _write_synced(temp / SCHEDULER_FILE, lambda p: torch.save(scheduler.state_dict(), p))
         _write_synced(temp / RNG_FILE, lambda p: torch.save(capture_rng(), p))
         _write_synced(temp / STATE_FILE, lambda p: p.write_text(state_text, encoding="utf-8"))
-        _fsync(temp)
+        fsync(temp)
     except BaseException:
         shutil.rmtree(temp, ignore_errors=True)
         raise
     replaced = None
     if path.exists():  # the same step saved again: set the old copy aside until replaced
-        replaced = _temp_path(path)
+        replaced = temp_path(path)
         os.rename(path, replaced)
     os.rename(temp, path)
-    _fsync(checkpoints)
+    fsync(checkpoints)
     atomic_write_json(
         run_dir / TRAINER_STATE, {**saved, "checkpoint": f"{CHECKPOINTS}/{path.name}"}
     )
@@ -346,12 +218,6 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
         )
     complete = [path for path in _step_dirs(run_dir / CHECKPOINTS) if _is_complete(path)]
     return complete[-1] if complete else None
-
-
-def safe_torch_load(path: Path) -> Any:
-    """The only ``torch.load`` of the library: tensors and plain containers, never pickled
-    code."""
-    return torch.load(path, map_location="cpu", weights_only=True)
 
 
 def load_checkpoint(

@@ -19,12 +19,15 @@ from torch import nn
 from tqdm import tqdm
 
 from ..errors import TrainingError
+from ..io import MODEL_FILE, save_weights
 from ..tasks.base import Task
 from .averaging import exponential_average
-from .checkpoint import METRICS_FILE, MODEL_FILE, load_checkpoint, save_checkpoint, save_weights
+from .checkpoint import load_checkpoint, save_checkpoint
 from .distributed import Distributed, native_bf16
 from .schedule import build_schedule
 
+METRICS_FILE = "metrics.jsonl"
+"""The run directory's log, one JSON record per line, appended as training goes."""
 FUSED_ADAMW_DEVICES = ("cpu", "cuda")
 """Where torch has a fused AdamW kernel that the trainer uses."""
 

@@ -27,7 +27,7 @@ def attention_heatmap(
     weights: Tensor, queries: Sequence[str], keys: Sequence[str], title: str = ""
 ) -> Figure:
     """A figure of ``weights`` ``(len(queries), len(keys))``: row i is what query token i
-    attends to (rows sum to one). Save it with ``figure.savefig("attn.png")``."""
+    attends to (rows sum to one). Save it with ``save_figure(figure, "attn.png")``."""
     if tuple(weights.shape) != (len(queries), len(keys)):
         raise ValueError(
             f"weights of shape {tuple(weights.shape)} do not fit {len(queries)} query and "

@@ -1,0 +1,174 @@
+"""Files that are never left half-written, and weights that never go through pickle.
+
+A file is written under a hidden temp name in its own directory (``.NAME.tmp-RANDOM``),
+fsynced, renamed over the old one, and the directory fsynced: readers, and a crash at any
+moment, see the old file or the new one, never part of one (a killed writer may leave a
+temp file behind, which no reader looks at). Weights are safetensors files, a tied tensor
+stored once; the one ``torch.load`` of the library (optimizer state, pickled foreign
+checkpoints) runs with ``weights_only=True``, so that no file can run code.
+
+It imports nothing else of the package: data, training, interop, the pictures and the
+command all write their files through it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from torch import Tensor, nn
+
+MODEL_FILE = "model.safetensors"
+"""The weights in a run directory (the best ones) and in each of its checkpoints."""
+
+
+# Atomic writes ---------------------------------------------------------------------------
+
+
+def temp_path(path: Path) -> Path:
+    """A fresh hidden sibling of ``path``, ``.NAME.tmp-RANDOM``: same directory, same disk."""
+    return path.with_name(f".{path.name}.tmp-{secrets.token_hex(4)}")
+
+
+def remove_temps(directory: Path, name: str) -> None:
+    """Remove what killed writers left of ``name`` (a glob) in ``directory``."""
+    for temp in directory.glob(f".{name}.tmp-*"):
+        if temp.is_dir():
+            shutil.rmtree(temp, ignore_errors=True)
+        else:
+            temp.unlink(missing_ok=True)
+
+
+def fsync(path: Path) -> None:
+    """Flush a file's data, or a directory's entries, to the disk."""
+    if path.is_dir() and os.name != "posix":
+        return  # Windows cannot open a directory
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: str | Path, write: Callable[[Path], None]) -> None:
+    """Replace ``path`` by what ``write`` writes to the temp path it is given.
+
+    The temp file is fsynced, renamed onto ``path``, and the directory fsynced: readers,
+    and a crash at any point, see the old file or the new one, never part of one. If
+    ``write`` fails, the temp file is removed and the error raised.
+    """
+    path = Path(path)
+    temp = temp_path(path)
+    try:
+        write(temp)
+        fsync(temp)
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    fsync(path.parent)
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    atomic_write(path, lambda temp: temp.write_text(text, encoding="utf-8"))
+
+
+def atomic_write_json(path: str | Path, obj: Any) -> None:
+    """``obj`` as indented JSON with sorted keys; serialised before anything is written."""
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+# Weights ---------------------------------------------------------------------------------
+
+
+def _tied_groups(model: nn.Module) -> list[list[str]]:
+    """State-dict names grouped by tensor. A tied weight, or a module registered twice,
+    appears under several names; it is stored once, under the first."""
+    groups: dict[int, list[str]] = {}
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        groups.setdefault(id(tensor), []).append(name)
+    return list(groups.values())
+
+
+def write_weights(path: Path, model: nn.Module) -> None:
+    """Write ``model``'s state dict to a safetensors file, tied tensors once; in place, for
+    a file that is itself being built (a temp file, or one in a temp directory)."""
+    state = model.state_dict()
+    groups = _tied_groups(model)
+    tensors = {names[0]: state[names[0]].contiguous() for names in groups}
+    aliases = {alias: names[0] for names in groups for alias in names[1:]}  # as save_model does
+    save_file(tensors, path, metadata=aliases or None)
+
+
+def save_weights(path: str | Path, model: nn.Module) -> None:
+    """Write ``model``'s state dict to a safetensors file, atomically; tied tensors once."""
+    atomic_write(path, lambda temp: write_weights(temp, model))
+
+
+def listing(names: list[str], limit: int = 8) -> str:
+    """``a, b, c and 5 more``: names for an error message."""
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
+
+
+def load_weights(
+    path: str | Path, model: nn.Module, strict: bool = True
+) -> tuple[list[str], list[str]]:
+    """Load a safetensors file into ``model`` in place; returns the ``(missing, unexpected)``
+    tensor names. A tied tensor may be stored under any of its names (files written by
+    ``safetensors.torch.save_model`` load too).
+
+    A wrong shape, or with ``strict`` a missing or unexpected tensor, raises ``ValueError``
+    naming them, before anything is loaded.
+    """
+    path = Path(path)
+    try:
+        tensors = load_file(path)
+    except SafetensorError as error:
+        raise ValueError(f"{path} is not a safetensors file: {error}") from error
+    return load_tensors(tensors, model, str(path), strict)
+
+
+def load_tensors(
+    tensors: dict[str, Tensor], model: nn.Module, origin: str, strict: bool = True
+) -> tuple[list[str], list[str]]:
+    """:func:`load_weights` of tensors already in memory; ``origin`` names them in errors."""
+    expected = model.state_dict()
+    chosen: list[str] = []
+    missing: list[str] = []
+    unexpected: list[str] = []
+    for names in _tied_groups(model):
+        found = [name for name in names if name in tensors]
+        chosen += found[:1]
+        unexpected += found[1:]  # saved apart, but one tensor in the model
+        if not found:
+            missing.append(names[0])
+    unexpected += sorted(tensors.keys() - expected.keys())
+    problems = [
+        f"{name} is {tuple(tensors[name].shape)} in the file, "
+        f"{tuple(expected[name].shape)} in the model"
+        for name in chosen
+        if tensors[name].shape != expected[name].shape
+    ]
+    if strict and missing:
+        problems.append(f"missing: {listing(missing)}")
+    if strict and unexpected:
+        problems.append(f"unexpected: {listing(unexpected)}")
+    if problems:
+        raise ValueError(f"{origin} does not fit {type(model).__name__}: {'; '.join(problems)}")
+    model.load_state_dict({name: tensors[name] for name in chosen}, strict=False)
+    return missing, unexpected
+
+
+def safe_torch_load(path: Path) -> Any:
+    """The only ``torch.load`` of the library: tensors and plain containers, never pickled
+    code."""
+    return torch.load(path, map_location="cpu", weights_only=True)
