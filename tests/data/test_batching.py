@@ -1,5 +1,4 @@
 import gzip
-import os
 from pathlib import Path
 
 import numpy as np
@@ -16,10 +15,6 @@ from scratchformer.data.batching import (
     pad_batch,
     token_budget_batches,
     token_dtype,
-)
-
-DATA = Path(
-    os.environ.get("SCRATCHFORMER_DATA", Path(__file__).resolve().parents[2].parent / "shared/data")
 )
 
 
@@ -94,11 +89,8 @@ def test_fixed_size_batches_cover_the_indices(
     )
 
 
-def test_bucketing_wastes_far_less_padding_than_random_batches_on_multi30k() -> None:
-    path = DATA / "multi30k/train.de.gz"
-    if not path.is_file():
-        pytest.skip(f"dataset file {path} not found (set SCRATCHFORMER_DATA)")
-    with gzip.open(path, "rt", encoding="utf-8") as file:
+def test_bucketing_wastes_far_less_padding_than_random_batches_on_multi30k(data_dir) -> None:
+    with gzip.open(data_dir / "multi30k/train.de.gz", "rt", encoding="utf-8") as file:
         lengths = [len(line.split()) + 2 for line in file]  # words + bos/eos
     bucketed = token_budget_batches(lengths, max_tokens=1024, seed=3)
     batch_size = round(len(lengths) / len(bucketed))

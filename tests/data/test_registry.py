@@ -21,11 +21,6 @@ from scratchformer.data import (
     stsb_examples,
 )
 
-DATA = Path(os.environ.get("SCRATCHFORMER_DATA") or Path(__file__).parents[3] / "shared" / "data")
-real_data = pytest.mark.skipif(
-    not DATA.is_dir(), reason=f"the shared datasets are not at {DATA} (set SCRATCHFORMER_DATA)"
-)
-
 
 @pytest.fixture(autouse=True)
 def offline(monkeypatch, tmp_path) -> list[str]:
@@ -82,11 +77,10 @@ def serve(monkeypatch, content: bytes) -> list[tuple[str, float]]:
 # --- the spec table --------------------------------------------------------------------------
 
 
-@real_data
 @pytest.mark.parametrize("name", sorted(DATASETS))
-def test_checksums_are_those_of_the_shared_files(name: str) -> None:
+def test_checksums_are_those_of_the_shared_files(name: str, data_dir: Path) -> None:
     for file, expected in DATASETS[name].sha256.items():
-        assert hashlib.sha256((DATA / name / file).read_bytes()).hexdigest() == expected, file
+        assert hashlib.sha256((data_dir / name / file).read_bytes()).hexdigest() == expected, file
 
 
 def test_download_urls() -> None:
@@ -194,10 +188,8 @@ def test_a_checksum_mismatch_deletes_the_download(tmp_path, monkeypatch, toy) ->
 
 
 @pytest.fixture
-def shared(monkeypatch) -> None:
-    if not DATA.is_dir():
-        pytest.skip(f"the shared datasets are not at {DATA} (set SCRATCHFORMER_DATA)")
-    monkeypatch.setenv("SCRATCHFORMER_DATA", str(DATA))
+def shared(monkeypatch, data_dir: Path) -> None:
+    monkeypatch.setenv("SCRATCHFORMER_DATA", str(data_dir))
 
 
 def test_shakespeare_is_split_90_10_by_characters(shared) -> None:

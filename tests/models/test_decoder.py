@@ -1,11 +1,11 @@
 import torch
 
+from helpers import tiny_config
 from scratchformer import DecoderLM, ModelConfig
 
 
 def config(**overrides) -> ModelConfig:
-    values = dict(arch="decoder", vocab_size=30, d_model=16, n_heads=2, n_layers=2, d_ff=32)
-    return ModelConfig(**{**values, **overrides})
+    return tiny_config(**{"arch": "decoder", "vocab_size": 30, **overrides})
 
 
 def test_lm_logits_and_weights() -> None:
@@ -13,7 +13,7 @@ def test_lm_logits_and_weights() -> None:
     out = model(torch.randint(0, 30, (2, 7)), need_weights=True)
     assert out.logits.shape == (2, 7, 30)
     weights = out.attentions["decoder"]
-    assert len(weights) == 2 and weights[0].shape == (2, 2, 7, 7)
+    assert len(weights) == 2 and weights[0].shape == (2, model.config.n_heads, 7, 7)
     assert torch.all(weights[0].triu(diagonal=1) == 0), "a position attends to the future"
 
 
@@ -65,14 +65,22 @@ def neox_weights(neox: torch.nn.Module, n_heads: int) -> dict[str, torch.Tensor]
 def test_rotary_lm_matches_hugging_face_gpt_neox() -> None:
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
+    ours = config(
+        dropout=0.0,
+        activation="gelu",
+        norm_first=True,
+        positional="rotary",
+        scale_embedding=False,
+        tie_output=False,
+    )
     torch.manual_seed(0)
     neox = GPTNeoXForCausalLM(
         GPTNeoXConfig(
-            vocab_size=30,
-            hidden_size=32,
-            num_attention_heads=4,
-            num_hidden_layers=2,
-            intermediate_size=64,
+            vocab_size=ours.vocab_size,
+            hidden_size=ours.d_model,
+            num_attention_heads=ours.n_heads,
+            num_hidden_layers=ours.n_layers,
+            intermediate_size=ours.d_ff,
             hidden_act="gelu",
             rotary_pct=1.0,
             use_parallel_residual=False,
@@ -80,20 +88,8 @@ def test_rotary_lm_matches_hugging_face_gpt_neox() -> None:
             hidden_dropout=0.0,
         )
     ).eval()
-    model = DecoderLM(
-        config(
-            d_model=32,
-            n_heads=4,
-            d_ff=64,
-            dropout=0.0,
-            activation="gelu",
-            norm_first=True,
-            positional="rotary",
-            scale_embedding=False,
-            tie_output=False,
-        )
-    ).eval()
-    model.load_state_dict(neox_weights(neox, n_heads=4))
+    model = DecoderLM(ours).eval()
+    model.load_state_dict(neox_weights(neox, n_heads=ours.n_heads))
     ids = torch.randint(0, 30, (2, 9))
     with torch.no_grad():
         expected = neox(ids).logits
