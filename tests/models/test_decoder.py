@@ -1,7 +1,7 @@
 import torch
 
 from helpers import tiny_config
-from scratchformer import DecoderLM, ModelConfig
+from scratchformer import DecoderModel, ModelConfig
 
 
 def config(**overrides) -> ModelConfig:
@@ -9,7 +9,7 @@ def config(**overrides) -> ModelConfig:
 
 
 def test_lm_logits_and_weights() -> None:
-    model = DecoderLM(config()).eval()
+    model = DecoderModel(config()).eval()
     out = model(torch.randint(0, 30, (2, 7)), need_weights=True)
     assert out.logits.shape == (2, 7, 30)
     weights = out.attentions["decoder"]
@@ -18,19 +18,19 @@ def test_lm_logits_and_weights() -> None:
 
 
 def test_tied_head_shares_the_embedding() -> None:
-    model = DecoderLM(config())
+    model = DecoderModel(config())
     assert model.lm_head.weight is model.embedding.tokens.weight
-    assert DecoderLM(config(tie_output=False)).lm_head.weight is not None
+    assert DecoderModel(config(tie_output=False)).lm_head.weight is not None
 
 
 def test_gpt2_style_pre_ln_with_learned_positions() -> None:
-    model = DecoderLM(config(norm_first=True, positional="learned", activation="gelu_tanh"))
+    model = DecoderModel(config(norm_first=True, positional="learned", activation="gelu_tanh"))
     assert model.decoder.norm is not None
     assert model(torch.randint(0, 30, (1, 4))).logits.shape == (1, 4, 30)
 
 
 def neox_weights(neox: torch.nn.Module, n_heads: int) -> dict[str, torch.Tensor]:
-    """A GPT-NeoX state dict renamed for ``DecoderLM``. NeoX's fused projection is laid
+    """A GPT-NeoX state dict renamed for ``DecoderModel``. NeoX's fused projection is laid
     out head by head (q, k, v of head 0, then of head 1, ...); ours part by part."""
     source = neox.state_dict()
     d_model = source["gpt_neox.embed_in.weight"].shape[1]
@@ -88,7 +88,7 @@ def test_rotary_lm_matches_hugging_face_gpt_neox() -> None:
             hidden_dropout=0.0,
         )
     ).eval()
-    model = DecoderLM(ours).eval()
+    model = DecoderModel(ours).eval()
     model.load_state_dict(neox_weights(neox, n_heads=ours.n_heads))
     ids = torch.randint(0, 30, (2, 9))
     with torch.no_grad():

@@ -3,7 +3,7 @@ import torch
 from torch import nn
 
 from helpers import tiny_config
-from scratchformer import ModelConfig, Transformer
+from scratchformer import ModelConfig, Seq2SeqModel
 from scratchformer.nn import causal_mask
 from torch_reference import (
     copy_decoder_layer,
@@ -25,7 +25,7 @@ def small_config(**overrides) -> ModelConfig:
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_full_stack_matches_torch_transformer(norm_first: bool) -> None:
     config = small_config(norm_first=norm_first)
-    ours = Transformer(config).eval()
+    ours = Seq2SeqModel(config).eval()
     theirs = nn.Transformer(
         config.d_model,
         config.n_heads,
@@ -63,16 +63,16 @@ def test_full_stack_matches_torch_transformer(norm_first: bool) -> None:
 
 
 def test_shared_embeddings_and_tied_output() -> None:
-    model = Transformer(small_config(tgt_vocab_size=None, share_embeddings=True))
+    model = Seq2SeqModel(small_config(tgt_vocab_size=None, share_embeddings=True))
     assert model.src_embedding is model.tgt_embedding
     assert model.lm_head.weight is model.tgt_embedding.tokens.weight
-    untied = Transformer(small_config(tie_output=False))
+    untied = Seq2SeqModel(small_config(tie_output=False))
     assert untied.lm_head.weight is not untied.tgt_embedding.tokens.weight
     assert untied.src_embedding is not untied.tgt_embedding
 
 
 def test_encode_then_decode_equals_forward() -> None:
-    model = Transformer(small_config()).eval()
+    model = Seq2SeqModel(small_config()).eval()
     src, tgt = torch.randint(0, 37, (2, 5)), torch.randint(0, 41, (2, 4))
     memory, _ = model.encode(src)
     logits, *_ = model.decode(tgt, memory)
