@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -18,19 +19,27 @@ def set_options(settings: Iterable[str]) -> list[str]:
 
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
-TINY = [
-    "model.d_model=32",
-    "model.d_ff=64",
-    "model.n_layers=1",
-    "train.max_steps=6",
-    "train.eval_every=3",
-    "train.batch_size=4",
-]
+
+TINY_SIZES = {"d_model": 32, "n_heads": 4, "n_layers": 2, "d_ff": 64}
+"""The sizes of the tests' tiny models."""
+TINY_VOCAB = 29
+
+
+def tiny_config(**fields: Any) -> ModelConfig:
+    """A :class:`ModelConfig` of the tiny sizes and vocabulary; ``fields`` set the other
+    fields or override them."""
+    return ModelConfig(**{"vocab_size": TINY_VOCAB, **TINY_SIZES, **fields})
+
+
+TINY_MODEL = [f"model.{name}={size}" for name, size in {**TINY_SIZES, "n_layers": 1}.items()]
+"""Settings that make a recipe's model tiny (one layer: a run's tests need no depth)."""
+TINY_RUN = [*TINY_MODEL, "train.max_steps=6", "train.eval_every=3", "train.batch_size=4"]
+"""Settings for a tiny model's short training run."""
 
 
 def train(run_dir: Path, recipe: str, *settings: str) -> None:
     args = ["--quiet", "train", str(RECIPES / recipe), "--out", str(run_dir)]
-    assert main([*args, *set_options([*TINY, *settings])]) == 0
+    assert main([*args, *set_options([*TINY_RUN, *settings])]) == 0
 
 
 def run(capsys, monkeypatch, stdin: str, *args: str) -> tuple[int, list[str], str]:
@@ -54,26 +63,20 @@ def assert_same_weights(a: torch.nn.Module, b: torch.nn.Module) -> None:
         assert torch.equal(sa[name], sb[name]), name
 
 
-TINY_SIZES = {"d_model": 32, "n_heads": 4, "n_layers": 2, "d_ff": 64, "tie_output": False}
-"""The sizes of the tiny models of the decoding tests (an untied head, to be scaled)."""
-TINY_VOCAB = 29
 PROMPTS = [[5, 9, 2], [7], [3, 1, 4, 1, 5, 9], [8, 8]]
 """Prompts of different lengths, for generation from :func:`tiny_lm`."""
 
 
-def peaked(config: ModelConfig, scale: float) -> torch.nn.Module:
-    """A random model of ``config`` in eval mode whose output weights are scaled by
-    ``scale``, so that its next-token distributions are peaked and greedy decisions are not
-    near-ties."""
-    model = build_model(config).eval()
+def peaked(scale: float, **fields: Any) -> torch.nn.Module:
+    """A random model of ``tiny_config(**fields)`` in eval mode whose (untied) output
+    weights are scaled by ``scale``, so that its next-token distributions are peaked and
+    greedy decisions are not near-ties."""
+    model = build_model(tiny_config(tie_output=False, **fields)).eval()
     with torch.no_grad():
         model.lm_head.weight.mul_(scale)
     return model
 
 
 def tiny_lm(positional: str = "learned", peaked_by: float = 4.0) -> torch.nn.Module:
-    """A small random decoder-only LM with peaked output distributions (:func:`peaked`)."""
-    config = ModelConfig(
-        arch="decoder", vocab_size=TINY_VOCAB, positional=positional, max_len=32, **TINY_SIZES
-    )
-    return peaked(config, peaked_by)
+    """A tiny random decoder-only LM with peaked output distributions (:func:`peaked`)."""
+    return peaked(peaked_by, arch="decoder", positional=positional, max_len=32)

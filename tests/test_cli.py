@@ -10,15 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import set_options
+from helpers import RECIPES, TINY_MODEL, set_options
 from scratchformer.cli import main
 
-RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 TINY = set_options(
     [
-        "model.d_model=32",
-        "model.d_ff=64",
-        "model.n_layers=1",
+        *TINY_MODEL,
         "data.synthetic_train_size=200",
         "data.synthetic_val_size=20",
         "train.max_steps=4",

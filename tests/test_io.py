@@ -108,7 +108,9 @@ def test_mismatched_weights_name_the_tensors_and_load_nothing(tmp_path: Path) ->
         load_weights(path, model)
     assert all(torch.equal(before[n], t) for n, t in model.state_dict().items())
 
-    with pytest.raises(ValueError, match=r"does not fit DecoderLM: missing: decoder\.layers\.2\."):
+    with pytest.raises(
+        ValueError, match=r"does not fit DecoderModel: missing: decoder\.layers\.2\."
+    ):
         load_weights(path, decoder(n_layers=3))
     with pytest.raises(ValueError, match=r"unexpected: decoder\.layers\.1\."):
         load_weights(path, decoder(n_layers=1))

@@ -1,11 +1,17 @@
-"""scratchformer: a Transformer toolkit written from scratch in PyTorch."""
+"""scratchformer: a Transformer toolkit written from scratch in PyTorch.
+
+``DecoderLM`` and ``Transformer`` are the old names of :class:`DecoderModel` and
+:class:`Seq2SeqModel`, kept as aliases.
+"""
 
 from .config import ModelConfig
 from .interop import from_pretrained, save_pretrained
 from .models import (
     DecoderLM,
+    DecoderModel,
     EncoderModel,
     ModelOutput,
+    Seq2SeqModel,
     Transformer,
     build_model,
     count_parameters,
@@ -15,9 +21,11 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DecoderLM",
+    "DecoderModel",
     "EncoderModel",
     "ModelConfig",
     "ModelOutput",
+    "Seq2SeqModel",
     "Transformer",
     "__version__",
     "build_model",

@@ -1,5 +1,4 @@
 import gzip
-import os
 from pathlib import Path
 
 import pytest
@@ -13,11 +12,6 @@ from scratchformer.data import (
     read_parallel,
     read_text,
     read_tsv,
-)
-
-DATA = Path(os.environ.get("SCRATCHFORMER_DATA") or Path(__file__).parents[3] / "shared" / "data")
-real_data = pytest.mark.skipif(
-    not DATA.is_dir(), reason=f"the shared datasets are not at {DATA} (set SCRATCHFORMER_DATA)"
 )
 
 
@@ -37,10 +31,11 @@ def write(path: Path, content: str | bytes) -> Path:
 # --- the real files ------------------------------------------------------------------------
 
 
-@real_data
-def test_sst2_rows_with_crlf_endings_and_different_headers() -> None:
-    train = read_tsv(DATA / "sst2/train.tsv", "sentence", "label", header=True, labels=("0", "1"))
-    dev = read_tsv(DATA / "sst2/dev.tsv", "content", "label", header=True, labels=("0", "1"))
+def test_sst2_rows_with_crlf_endings_and_different_headers(data_dir: Path) -> None:
+    train = read_tsv(
+        data_dir / "sst2/train.tsv", "sentence", "label", header=True, labels=("0", "1")
+    )
+    dev = read_tsv(data_dir / "sst2/dev.tsv", "content", "label", header=True, labels=("0", "1"))
     assert (len(train), len(dev)) == (67_349, 872)
     assert not any("\r" in example.texts[0] for example in train)
     assert train[0] == LabeledText(("hide new secretions from the parental units",), "0", 2)
@@ -49,10 +44,9 @@ def test_sst2_rows_with_crlf_endings_and_different_headers() -> None:
     assert dev[0] == LabeledText(("one long string of cliches .",), "0", 2)
 
 
-@real_data
-def test_stsb_pairs_by_index_without_header() -> None:
-    train = read_tsv(DATA / "stsb/train.tsv", (7, 8), 9, header=False, regression=True)
-    dev = read_tsv(DATA / "stsb/dev.tsv", (7, 8), 9, header=False, regression=True)
+def test_stsb_pairs_by_index_without_header(data_dir: Path) -> None:
+    train = read_tsv(data_dir / "stsb/train.tsv", (7, 8), 9, header=False, regression=True)
+    dev = read_tsv(data_dir / "stsb/dev.tsv", (7, 8), 9, header=False, regression=True)
     assert (len(train), len(dev)) == (4_249, 1_500)
     assert train[0] == LabeledText(
         ("A plane is taking off.", "An air plane is taking off."), 5.0, 1
@@ -61,9 +55,9 @@ def test_stsb_pairs_by_index_without_header() -> None:
     assert all(0.0 <= example.label <= 5.0 for example in train + dev)
 
 
-@real_data
-def test_conll2003_sentences() -> None:
-    train, dev = read_conll(DATA / "conll2003/train.txt"), read_conll(DATA / "conll2003/dev.txt")
+def test_conll2003_sentences(data_dir: Path) -> None:
+    train = read_conll(data_dir / "conll2003/train.txt")
+    dev = read_conll(data_dir / "conll2003/dev.txt")
     assert (len(train), len(dev)) == (14_041, 3_250)
     assert train[0] == TaggedSentence(
         ("EU", "rejects", "German", "call", "to", "boycott", "British", "lamb", "."),
@@ -74,12 +68,13 @@ def test_conll2003_sentences() -> None:
     assert dev[-1].tokens[-1] == "880-2-506363" and dev[-1].tags[-1] == "O"
 
 
-@real_data
 @pytest.mark.parametrize(
     ("split", "count"), [("train", 29_000), ("val", 1_014), ("test_2016_flickr", 1_000)]
 )
-def test_multi30k_parallel_gzip(split: str, count: int) -> None:
-    pairs = read_parallel(DATA / f"multi30k/{split}.en.gz", DATA / f"multi30k/{split}.de.gz")
+def test_multi30k_parallel_gzip(split: str, count: int, data_dir: Path) -> None:
+    pairs = read_parallel(
+        data_dir / f"multi30k/{split}.en.gz", data_dir / f"multi30k/{split}.de.gz"
+    )
     assert len(pairs) == count
     if split == "train":
         assert pairs[0] == (
@@ -88,12 +83,11 @@ def test_multi30k_parallel_gzip(split: str, count: int) -> None:
         )
 
 
-@real_data
-def test_tinyshakespeare_text() -> None:
-    text = read_text(DATA / "tinyshakespeare/input.txt")
+def test_tinyshakespeare_text(data_dir: Path) -> None:
+    text = read_text(data_dir / "tinyshakespeare/input.txt")
     assert len(text) == 1_115_394
     assert text.startswith("First Citizen:\n") and text.endswith("art waking.\n")
-    assert len(read_lines(DATA / "tinyshakespeare/input.txt")) == 40_000
+    assert len(read_lines(data_dir / "tinyshakespeare/input.txt")) == 40_000
 
 
 # --- well-formed quirks --------------------------------------------------------------------

@@ -14,17 +14,11 @@ from scratchformer.data import (
     DatasetSpec,
     conll_examples,
     dataset_file,
-    find_dataset,
     parallel_examples,
     registry,
     shakespeare_text,
     sst2_examples,
     stsb_examples,
-)
-
-DATA = Path(os.environ.get("SCRATCHFORMER_DATA") or Path(__file__).parents[3] / "shared" / "data")
-real_data = pytest.mark.skipif(
-    not DATA.is_dir(), reason=f"the shared datasets are not at {DATA} (set SCRATCHFORMER_DATA)"
 )
 
 
@@ -83,11 +77,10 @@ def serve(monkeypatch, content: bytes) -> list[tuple[str, float]]:
 # --- the spec table --------------------------------------------------------------------------
 
 
-@real_data
 @pytest.mark.parametrize("name", sorted(DATASETS))
-def test_checksums_are_those_of_the_shared_files(name: str) -> None:
+def test_checksums_are_those_of_the_shared_files(name: str, data_dir: Path) -> None:
     for file, expected in DATASETS[name].sha256.items():
-        assert hashlib.sha256((DATA / name / file).read_bytes()).hexdigest() == expected, file
+        assert hashlib.sha256((data_dir / name / file).read_bytes()).hexdigest() == expected, file
 
 
 def test_download_urls() -> None:
@@ -100,13 +93,13 @@ def test_download_urls() -> None:
     for name in ("sst2", "conll2003", "stsb"):
         assert DATASETS[name].url is None
         assert "not downloaded" in DATASETS[name].description
-    assert len(DATASETS["multi30k"].files) == 9
+    assert len(DATASETS["multi30k"].sha256) == 9
 
 
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda: find_dataset("imdb"), "dataset 'imdb'; expected one of tinyshakespeare, multi"),
+        (lambda: dataset_file("imdb", "train"), "dataset 'imdb'; expected one of tinyshakespeare"),
         (lambda: dataset_file("sst2", "test"), "sst2 split 'test'; expected one of train, dev"),
         (lambda: dataset_file("multi30k", "val"), "language None; expected one of de, en, fr"),
         (lambda: dataset_file("multi30k", "val", lang="es"), "'es'; expected one of de, en, fr"),
@@ -127,23 +120,21 @@ def test_explicit_path_beats_env_var_beats_cache(tmp_path, monkeypatch) -> None:
     explicit, env = make_sst2(tmp_path / "explicit"), make_sst2(tmp_path / "env")
     cache = make_sst2(tmp_path / "cache" / "scratchformer")
     monkeypatch.setenv("SCRATCHFORMER_DATA", str(tmp_path / "env"))
-    assert find_dataset("sst2", root=explicit) == explicit
-    assert find_dataset("sst2", root=tmp_path / "explicit") == explicit  # the parent works too
     assert dataset_file("sst2", "dev", root=explicit) == explicit / "dev.tsv"
-    assert find_dataset("sst2") == env
+    assert dataset_file("sst2", "dev", root=tmp_path / "explicit") == explicit / "dev.tsv"
+    assert dataset_file("sst2", "dev") == env / "dev.tsv"
     monkeypatch.delenv("SCRATCHFORMER_DATA")
-    assert find_dataset("sst2") == cache
+    assert dataset_file("sst2", "dev") == cache / "dev.tsv"
 
 
-def test_a_directory_counts_only_with_the_files_needed(tmp_path, monkeypatch) -> None:
+def test_a_directory_counts_only_with_the_file_asked_for(tmp_path, monkeypatch) -> None:
     env = make_sst2(tmp_path / "env", files=("train.tsv",))
     cache = make_sst2(tmp_path / "cache" / "scratchformer")
     monkeypatch.setenv("SCRATCHFORMER_DATA", str(tmp_path / "env"))
     assert dataset_file("sst2", "train") == env / "train.tsv"
     assert dataset_file("sst2", "dev") == cache / "dev.tsv"
-    assert find_dataset("sst2") == cache
-    with pytest.raises(DatasetNotFoundError, match=r"missing train\.tsv, dev\.tsv"):
-        find_dataset("sst2", root=tmp_path / "nowhere")
+    with pytest.raises(DatasetNotFoundError, match=r"missing dev\.tsv"):
+        dataset_file("sst2", "dev", root=env)
 
 
 def test_missing_everywhere_and_offline_is_one_clear_error(tmp_path, monkeypatch, offline):
@@ -178,7 +169,7 @@ def test_download_into_the_cache_once(tmp_path, monkeypatch, toy) -> None:
     assert path == tmp_path / "cache" / "scratchformer" / "toy" / "train.txt"
     assert path.read_bytes() == b"hello\n"
     assert requests == [("https://example.invalid/train.txt", registry.DOWNLOAD_TIMEOUT)]
-    assert find_dataset("toy") == path.parent
+    assert dataset_file("toy", "train") == path
     assert len(requests) == 1
     assert os.listdir(path.parent) == ["train.txt"]  # no temporary file is left
 
@@ -197,10 +188,8 @@ def test_a_checksum_mismatch_deletes_the_download(tmp_path, monkeypatch, toy) ->
 
 
 @pytest.fixture
-def shared(monkeypatch) -> None:
-    if not DATA.is_dir():
-        pytest.skip(f"the shared datasets are not at {DATA} (set SCRATCHFORMER_DATA)")
-    monkeypatch.setenv("SCRATCHFORMER_DATA", str(DATA))
+def shared(monkeypatch, data_dir: Path) -> None:
+    monkeypatch.setenv("SCRATCHFORMER_DATA", str(data_dir))
 
 
 def test_shakespeare_is_split_90_10_by_characters(shared) -> None:

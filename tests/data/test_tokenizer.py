@@ -14,28 +14,18 @@ from tokenizers import models, pre_tokenizers
 
 from scratchformer.data.tokenizer import SPECIAL_TOKENS, Tokenizer
 
-DATA = Path(
-    os.environ.get("SCRATCHFORMER_DATA", Path(__file__).resolve().parents[2].parent / "shared/data")
-)
 LM = ("pad", "bos", "eos")
 CLASSIFY = ("pad", "unk", "cls", "sep", "mask")
 
 
-def _data_file(relative: str) -> Path:
-    path = DATA / relative
-    if not path.is_file():
-        pytest.skip(f"dataset file {path} not found (set SCRATCHFORMER_DATA)")
-    return path
+@pytest.fixture(scope="module")
+def shakespeare(data_dir: Path) -> str:
+    return (data_dir / "tinyshakespeare/input.txt").read_text(encoding="utf-8")
 
 
 @pytest.fixture(scope="module")
-def shakespeare() -> str:
-    return _data_file("tinyshakespeare/input.txt").read_text(encoding="utf-8")
-
-
-@pytest.fixture(scope="module")
-def sst2() -> list[str]:
-    lines = _data_file("sst2/train.tsv").read_text(encoding="utf-8").splitlines()[1:3001]
+def sst2(data_dir: Path) -> list[str]:
+    lines = (data_dir / "sst2/train.tsv").read_text(encoding="utf-8").splitlines()[1:3001]
     return [line.split("\t")[1] for line in lines]
 
 

@@ -7,17 +7,15 @@ import itertools
 import pytest
 import torch
 
-from helpers import TINY_SIZES, peaked
-from scratchformer import ModelConfig
+from helpers import peaked
 from scratchformer.inference import beam_search, greedy_decode
 
 BOS, EOS = 1, 2
 
 
 def tiny_seq2seq(tgt_vocab_size: int = 23, peaked_by: float = 3.0) -> torch.nn.Module:
-    """A small random encoder-decoder with peaked output distributions (:func:`peaked`)."""
-    config = ModelConfig(arch="seq2seq", vocab_size=19, tgt_vocab_size=tgt_vocab_size, **TINY_SIZES)
-    return peaked(config, peaked_by)
+    """A tiny random encoder-decoder with peaked output distributions (:func:`peaked`)."""
+    return peaked(peaked_by, arch="seq2seq", vocab_size=19, tgt_vocab_size=tgt_vocab_size)
 
 
 def sources() -> tuple[torch.Tensor, torch.Tensor]:

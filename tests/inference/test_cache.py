@@ -5,20 +5,20 @@ from __future__ import annotations
 import pytest
 import torch
 
-from scratchformer import ModelConfig, build_model
+from helpers import TINY_VOCAB, tiny_config
+from scratchformer import build_model
 from scratchformer.inference import DecoderCache
 
 TOL = 1e-5
-SMALL = dict(vocab_size=29, d_model=32, n_heads=4, n_layers=2, d_ff=64)
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
 @pytest.mark.parametrize("positional", ["sinusoidal", "learned", "rotary"])
 def test_lm_step_by_step_equals_full_recomputation(norm_first, positional) -> None:
     model = build_model(
-        ModelConfig(arch="decoder", norm_first=norm_first, positional=positional, **SMALL)
+        tiny_config(arch="decoder", norm_first=norm_first, positional=positional)
     ).eval()
-    ids = torch.randint(0, 29, (3, 9))
+    ids = torch.randint(0, TINY_VOCAB, (3, 9))
     full = model(ids).logits
     cache = DecoderCache(model.decoder, batch=3, max_len=9)
     prompt = model(ids[:, :4], cache=cache).logits  # the prompt in one go, then one by one
@@ -29,8 +29,8 @@ def test_lm_step_by_step_equals_full_recomputation(norm_first, positional) -> No
 
 @pytest.mark.parametrize("positional", ["learned", "rotary"])
 def test_left_padded_prompts_match_each_prompt_alone(positional: str) -> None:
-    model = build_model(ModelConfig(arch="decoder", positional=positional, **SMALL)).eval()
-    short, long = torch.randint(1, 29, (1, 3)), torch.randint(1, 29, (1, 6))
+    model = build_model(tiny_config(arch="decoder", positional=positional)).eval()
+    short, long = torch.randint(1, TINY_VOCAB, (1, 3)), torch.randint(1, TINY_VOCAB, (1, 6))
     ids = torch.cat([torch.cat([torch.zeros(1, 3, dtype=torch.long), short], 1), long])
     mask = ids != 0
     mask[1] = True
@@ -39,7 +39,7 @@ def test_left_padded_prompts_match_each_prompt_alone(positional: str) -> None:
     logits = model(ids, mask, cache=cache, positions=positions).logits
     torch.testing.assert_close(logits[0, -1], model(short).logits[0, -1], atol=TOL, rtol=0)
     torch.testing.assert_close(logits[1, -1], model(long).logits[0, -1], atol=TOL, rtol=0)
-    nxt = torch.randint(1, 29, (2, 1))
+    nxt = torch.randint(1, TINY_VOCAB, (2, 1))
     mask = torch.cat([mask, torch.ones(2, 1, dtype=torch.bool)], 1)
     step = model(nxt, mask, cache=cache, positions=positions[:, -1:] + 1).logits
     expected = model(torch.cat([short, nxt[:1]], 1)).logits[0, -1]
@@ -48,9 +48,9 @@ def test_left_padded_prompts_match_each_prompt_alone(positional: str) -> None:
 
 @pytest.mark.parametrize("positional", ["sinusoidal", "rotary"])
 def test_seq2seq_cached_decoding_equals_full_decoding(positional: str) -> None:
-    config = ModelConfig(arch="seq2seq", tgt_vocab_size=31, positional=positional, **SMALL)
+    config = tiny_config(arch="seq2seq", tgt_vocab_size=31, positional=positional)
     model = build_model(config).eval()
-    src, tgt = torch.randint(1, 29, (2, 7)), torch.randint(1, 31, (2, 6))
+    src, tgt = torch.randint(1, TINY_VOCAB, (2, 7)), torch.randint(1, 31, (2, 6))
     src_mask = torch.tensor([[True] * 7, [True] * 4 + [False] * 3])
     memory, _ = model.encode(src, src_mask)
     full, *_ = model.decode(tgt, memory, src_mask)
@@ -61,19 +61,19 @@ def test_seq2seq_cached_decoding_equals_full_decoding(positional: str) -> None:
 
 
 def test_reorder_keeps_the_chosen_rows() -> None:
-    model = build_model(ModelConfig(arch="decoder", **SMALL)).eval()
-    ids = torch.randint(0, 29, (3, 5))
+    model = build_model(tiny_config(arch="decoder")).eval()
+    ids = torch.randint(0, TINY_VOCAB, (3, 5))
     cache = DecoderCache(model.decoder, batch=3, max_len=6)
     model(ids, cache=cache)
     cache.reorder(torch.tensor([2, 2, 0]))
-    nxt = torch.randint(0, 29, (3, 1))
+    nxt = torch.randint(0, TINY_VOCAB, (3, 1))
     step = model(nxt, cache=cache).logits[:, -1]
     expected = model(torch.cat([ids[[2, 2, 0]], nxt], 1)).logits[:, -1]
     torch.testing.assert_close(step, expected, atol=TOL, rtol=0)
 
 
 def test_overflowing_the_cache_is_a_clear_error() -> None:
-    model = build_model(ModelConfig(arch="decoder", **SMALL)).eval()
+    model = build_model(tiny_config(arch="decoder")).eval()
     cache = DecoderCache(model.decoder, batch=1, max_len=4)
     with pytest.raises(ValueError, match="the cache holds 4 positions; 5 needed"):
-        model(torch.randint(0, 29, (1, 5)), cache=cache)
+        model(torch.randint(0, TINY_VOCAB, (1, 5)), cache=cache)

@@ -8,14 +8,14 @@ import torch
 from torch._inductor.exc import InvalidCxxCompiler
 
 from helpers import PROMPTS, tiny_lm
+from scratchformer.data.batching import pad_batch
 from scratchformer.inference import CompiledLM, DecoderCache, generate
-from scratchformer.inference.generate import left_pad
 
 
 def prompt_and_step_logits(model: torch.nn.Module, cache_of: torch.nn.Module) -> torch.Tensor:
     """The logits of the left-padded ``PROMPTS`` and of one step after them, as ``stream``
     feeds a model; ``cache_of`` is the eager model the cache is built for."""
-    ids, mask = left_pad(PROMPTS, 0, torch.device("cpu"))
+    ids, mask = pad_batch(PROMPTS, 0, left=True)
     positions = (mask.cumsum(1) - 1).clamp(min=0)
     cache = DecoderCache(cache_of.decoder, len(PROMPTS), ids.shape[1] + 1)
     with torch.no_grad():

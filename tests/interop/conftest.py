@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers import TINY_SIZES
+
 os.environ["HF_HUB_OFFLINE"] = "1"  # never download, whatever a test asks for
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
@@ -28,13 +30,13 @@ def minilm() -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_bert(minilm: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A 2-layer, 32-wide ``BertModel`` with random weights and MiniLM's tokenizer."""
+    """A ``BertModel`` of the tiny sizes with random weights and MiniLM's tokenizer."""
     torch.manual_seed(0)
     config = transformers.BertConfig(
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
+        hidden_size=TINY_SIZES["d_model"],
+        num_hidden_layers=TINY_SIZES["n_layers"],
+        num_attention_heads=TINY_SIZES["n_heads"],
+        intermediate_size=TINY_SIZES["d_ff"],
         max_position_embeddings=64,
     )
     directory = tmp_path_factory.mktemp("tiny-bert")

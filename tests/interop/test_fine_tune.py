@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from helpers import set_options
+from helpers import RECIPES, TINY_SIZES, set_options
 from scratchformer.cli import main
 from scratchformer.interop import from_pretrained
-
-RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 
 
 def test_recipes_name_the_packaged_minilm() -> None:
@@ -67,7 +64,11 @@ def test_fine_tune_starts_from_the_checkpoint(tmp_path, tiny_bert, recipe, rows,
     )
     pretrained, tokenizer = from_pretrained(tiny_bert)
     config = json.loads((run_dir / "config.json").read_text())["model"]
-    assert config["d_model"] == 32 and config["embedding_norm"] and not config["pooler"]
+    assert (
+        config["d_model"] == TINY_SIZES["d_model"]
+        and config["embedding_norm"]
+        and not config["pooler"]
+    )
     assert (run_dir / "tokenizer.json").read_text() == tokenizer.backend.to_str()
     trained = load_file(run_dir / "model.safetensors")
     for name, tensor in pretrained.state_dict().items():  # lr 1e-9: still the checkpoint's

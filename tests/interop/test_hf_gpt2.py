@@ -9,7 +9,8 @@ import pytest
 import torch
 import transformers
 
-from scratchformer import ModelConfig, build_model, from_pretrained, save_pretrained
+from helpers import RECIPES, TINY_MODEL, set_options, tiny_config
+from scratchformer import build_model, from_pretrained, save_pretrained
 from scratchformer.cli import main
 from scratchformer.inference import generate
 
@@ -102,7 +103,7 @@ def test_round_trip_through_a_run_directory(ours, tiny_gpt2: Path, tmp_path: Pat
     ],
 )
 def test_incompatible_models_are_not_exported(overrides, fragments, tmp_path: Path) -> None:
-    config = ModelConfig(vocab_size=50, d_model=16, n_heads=2, n_layers=1, d_ff=32, **overrides)
+    config = tiny_config(**overrides)
     with pytest.raises(ValueError) as error:
         save_pretrained(build_model(config), tmp_path / "hf")
     assert all(fragment in str(error.value) for fragment in fragments)
@@ -110,13 +111,11 @@ def test_incompatible_models_are_not_exported(overrides, fragments, tmp_path: Pa
 
 
 def test_export_of_an_incompatible_run_is_a_one_line_error(tmp_path: Path, capsys) -> None:
-    recipes = Path(__file__).resolve().parents[2] / "recipes"
     run_dir = tmp_path / "copy"
-    options = ["model.d_model=32", "model.d_ff=64", "model.n_layers=1", "train.max_steps=1"]
+    options = [*TINY_MODEL, "train.max_steps=1"]
     options += ["data.synthetic_train_size=50", "data.synthetic_val_size=10"]
-    settings = [part for option in options for part in ("--set", option)]
-    args = ["--quiet", "train", str(recipes / "copy.toml"), "--out", str(run_dir), *settings]
-    assert main(args) == 0
+    args = ["--quiet", "train", str(RECIPES / "copy.toml"), "--out", str(run_dir)]
+    assert main([*args, *set_options(options)]) == 0
     capsys.readouterr()
     assert main(["export-hf", str(run_dir), "--out", str(tmp_path / "hf")]) == 2
     err = capsys.readouterr().err

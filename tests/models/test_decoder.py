@@ -1,36 +1,36 @@
 import torch
 
-from scratchformer import DecoderLM, ModelConfig
+from helpers import tiny_config
+from scratchformer import DecoderModel, ModelConfig
 
 
 def config(**overrides) -> ModelConfig:
-    values = dict(arch="decoder", vocab_size=30, d_model=16, n_heads=2, n_layers=2, d_ff=32)
-    return ModelConfig(**{**values, **overrides})
+    return tiny_config(**{"arch": "decoder", "vocab_size": 30, **overrides})
 
 
 def test_lm_logits_and_weights() -> None:
-    model = DecoderLM(config()).eval()
+    model = DecoderModel(config()).eval()
     out = model(torch.randint(0, 30, (2, 7)), need_weights=True)
     assert out.logits.shape == (2, 7, 30)
     weights = out.attentions["decoder"]
-    assert len(weights) == 2 and weights[0].shape == (2, 2, 7, 7)
+    assert len(weights) == 2 and weights[0].shape == (2, model.config.n_heads, 7, 7)
     assert torch.all(weights[0].triu(diagonal=1) == 0), "a position attends to the future"
 
 
 def test_tied_head_shares_the_embedding() -> None:
-    model = DecoderLM(config())
+    model = DecoderModel(config())
     assert model.lm_head.weight is model.embedding.tokens.weight
-    assert DecoderLM(config(tie_output=False)).lm_head.weight is not None
+    assert DecoderModel(config(tie_output=False)).lm_head.weight is not None
 
 
 def test_gpt2_style_pre_ln_with_learned_positions() -> None:
-    model = DecoderLM(config(norm_first=True, positional="learned", activation="gelu_tanh"))
+    model = DecoderModel(config(norm_first=True, positional="learned", activation="gelu_tanh"))
     assert model.decoder.norm is not None
     assert model(torch.randint(0, 30, (1, 4))).logits.shape == (1, 4, 30)
 
 
 def neox_weights(neox: torch.nn.Module, n_heads: int) -> dict[str, torch.Tensor]:
-    """A GPT-NeoX state dict renamed for ``DecoderLM``. NeoX's fused projection is laid
+    """A GPT-NeoX state dict renamed for ``DecoderModel``. NeoX's fused projection is laid
     out head by head (q, k, v of head 0, then of head 1, ...); ours part by part."""
     source = neox.state_dict()
     d_model = source["gpt_neox.embed_in.weight"].shape[1]
@@ -65,14 +65,22 @@ def neox_weights(neox: torch.nn.Module, n_heads: int) -> dict[str, torch.Tensor]
 def test_rotary_lm_matches_hugging_face_gpt_neox() -> None:
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
+    ours = config(
+        dropout=0.0,
+        activation="gelu",
+        norm_first=True,
+        positional="rotary",
+        scale_embedding=False,
+        tie_output=False,
+    )
     torch.manual_seed(0)
     neox = GPTNeoXForCausalLM(
         GPTNeoXConfig(
-            vocab_size=30,
-            hidden_size=32,
-            num_attention_heads=4,
-            num_hidden_layers=2,
-            intermediate_size=64,
+            vocab_size=ours.vocab_size,
+            hidden_size=ours.d_model,
+            num_attention_heads=ours.n_heads,
+            num_hidden_layers=ours.n_layers,
+            intermediate_size=ours.d_ff,
             hidden_act="gelu",
             rotary_pct=1.0,
             use_parallel_residual=False,
@@ -80,20 +88,8 @@ def test_rotary_lm_matches_hugging_face_gpt_neox() -> None:
             hidden_dropout=0.0,
         )
     ).eval()
-    model = DecoderLM(
-        config(
-            d_model=32,
-            n_heads=4,
-            d_ff=64,
-            dropout=0.0,
-            activation="gelu",
-            norm_first=True,
-            positional="rotary",
-            scale_embedding=False,
-            tie_output=False,
-        )
-    ).eval()
-    model.load_state_dict(neox_weights(neox, n_heads=4))
+    model = DecoderModel(ours).eval()
+    model.load_state_dict(neox_weights(neox, n_heads=ours.n_heads))
     ids = torch.randint(0, 30, (2, 9))
     with torch.no_grad():
         expected = neox(ids).logits

@@ -1,13 +1,13 @@
 import pytest
 import torch
 
+from helpers import tiny_config
 from scratchformer import EncoderModel, ModelConfig
 from scratchformer.models import pool
 
 
 def config(**overrides) -> ModelConfig:
-    values = dict(arch="encoder", vocab_size=30, d_model=16, n_heads=2, n_layers=2, d_ff=32)
-    return ModelConfig(**{**values, **overrides})
+    return tiny_config(**{"arch": "encoder", "vocab_size": 30, **overrides})
 
 
 @pytest.mark.parametrize(
@@ -22,10 +22,10 @@ def config(**overrides) -> ModelConfig:
 def test_heads_give_their_shapes(head, num_labels, shape) -> None:
     model = EncoderModel(config(head=head, num_labels=num_labels)).eval()
     out = model(torch.randint(0, 30, (2, 5)), need_weights=True)
-    assert out.last_hidden_state.shape == (2, 5, 16)
+    assert out.last_hidden_state.shape == (2, 5, model.config.d_model)
     assert (out.logits is None) if shape is None else (out.logits.shape == shape)
-    assert len(out.attentions["encoder"]) == 2
-    assert out.attentions["encoder"][0].shape == (2, 2, 5, 5)
+    assert len(out.attentions["encoder"]) == model.config.n_layers
+    assert out.attentions["encoder"][0].shape == (2, model.config.n_heads, 5, 5)
 
 
 def test_mean_pooling_ignores_padding() -> None:
@@ -61,28 +61,7 @@ def test_rotary_encoder_matches_hugging_face_roformer() -> None:
 
     from scratchformer.interop.hf_weights import bert_table, from_hf
 
-    torch.manual_seed(0)
-    heads, d_head = 4, 8
-    roformer = RoFormerModel(
-        RoFormerConfig(
-            vocab_size=30,
-            embedding_size=32,
-            hidden_size=32,
-            num_attention_heads=heads,
-            num_hidden_layers=2,
-            intermediate_size=64,
-            hidden_act="gelu",
-            hidden_dropout_prob=0.0,
-            attention_probs_dropout_prob=0.0,
-        )
-    ).eval()
-    rotary = ModelConfig(
-        arch="encoder",
-        vocab_size=30,
-        d_model=32,
-        n_heads=heads,
-        n_layers=2,
-        d_ff=64,
+    rotary = config(
         dropout=0.0,
         activation="gelu",
         positional="rotary",
@@ -91,13 +70,28 @@ def test_rotary_encoder_matches_hugging_face_roformer() -> None:
         embedding_norm=True,
         layer_norm_eps=1e-12,
     )
+    heads, d_head = rotary.n_heads, rotary.d_model // rotary.n_heads
+    torch.manual_seed(0)
+    roformer = RoFormerModel(
+        RoFormerConfig(
+            vocab_size=rotary.vocab_size,
+            embedding_size=rotary.d_model,
+            hidden_size=rotary.d_model,
+            num_attention_heads=heads,
+            num_hidden_layers=rotary.n_layers,
+            intermediate_size=rotary.d_ff,
+            hidden_act="gelu",
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+        )
+    ).eval()
     model = EncoderModel(rotary).eval()
     table = bert_table(rotary)
     del table["embedding.positions.weight"]
     weights = from_hf(roformer.state_dict(), table)
     half_layout = torch.cat([torch.arange(0, d_head, 2), torch.arange(1, d_head, 2)])
     rows = (torch.arange(heads)[:, None] * d_head + half_layout).flatten()
-    for i in range(2):
+    for i in range(rotary.n_layers):
         for kind in ("weight", "bias"):
             name = f"encoder.layers.{i}.self_attn.qkv_proj.{kind}"
             q, k, v = weights[name].chunk(3)

@@ -10,10 +10,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scratchformer import ModelConfig, build_model
+from helpers import tiny_config
+from scratchformer import build_model
 
 VOCAB = 23
-SMALL = dict(vocab_size=VOCAB, d_model=16, n_heads=2, n_layers=2, d_ff=32)
 CONFIGS = {
     "encoder": dict(arch="encoder", head="token_classification", num_labels=5),
     "encoder-pre-LN": dict(arch="encoder", head="classification", norm_first=True),
@@ -32,7 +32,7 @@ PROPERTY = settings(max_examples=15, deadline=None)
 @functools.cache
 def _built(name: str) -> torch.nn.Module:
     torch.manual_seed(0)
-    return build_model(ModelConfig(**SMALL, **CONFIGS[name]))
+    return build_model(tiny_config(vocab_size=VOCAB, **CONFIGS[name]))
 
 
 def make(name: str) -> torch.nn.Module:

@@ -2,7 +2,8 @@ import pytest
 import torch
 from torch import nn
 
-from scratchformer import ModelConfig, Transformer
+from helpers import tiny_config
+from scratchformer import ModelConfig, Seq2SeqModel
 from scratchformer.nn import causal_mask
 from torch_reference import (
     copy_decoder_layer,
@@ -15,26 +16,25 @@ from torch_reference import (
 
 def small_config(**overrides) -> ModelConfig:
     values = dict(
-        arch="seq2seq",
-        vocab_size=37,
-        tgt_vocab_size=41,
-        d_model=32,
-        n_heads=4,
-        n_layers=2,
-        n_decoder_layers=3,
-        d_ff=64,
-        final_norm=True,
+        arch="seq2seq", vocab_size=37, tgt_vocab_size=41, n_decoder_layers=3, final_norm=True
     )
-    return ModelConfig(**{**values, **overrides})
+    return tiny_config(**{**values, **overrides})
 
 
 @pytest.mark.filterwarnings("ignore:enable_nested_tensor is True")
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_full_stack_matches_torch_transformer(norm_first: bool) -> None:
     config = small_config(norm_first=norm_first)
-    ours = Transformer(config).eval()
+    ours = Seq2SeqModel(config).eval()
     theirs = nn.Transformer(
-        32, 4, 2, 3, 64, dropout=0.1, batch_first=True, norm_first=norm_first
+        config.d_model,
+        config.n_heads,
+        config.n_layers,
+        config.decoder_layers,
+        config.d_ff,
+        dropout=0.1,
+        batch_first=True,
+        norm_first=norm_first,
     ).eval()
     for our_layer, their_layer in zip(ours.encoder.layers, theirs.encoder.layers, strict=True):
         copy_encoder_layer(our_layer, their_layer)
@@ -59,20 +59,20 @@ def test_full_stack_matches_torch_transformer(norm_first: bool) -> None:
         torch.testing.assert_close(out.logits[tgt_real], expected[tgt_real], atol=1e-5, rtol=0)
     assert out.logits.shape == (3, 6, 41)
     assert [len(out.attentions[k]) for k in ("encoder", "decoder", "cross")] == [2, 3, 3]
-    assert out.attentions["cross"][0].shape == (3, 4, 6, 9)
+    assert out.attentions["cross"][0].shape == (3, config.n_heads, 6, 9)
 
 
 def test_shared_embeddings_and_tied_output() -> None:
-    model = Transformer(small_config(tgt_vocab_size=None, share_embeddings=True))
+    model = Seq2SeqModel(small_config(tgt_vocab_size=None, share_embeddings=True))
     assert model.src_embedding is model.tgt_embedding
     assert model.lm_head.weight is model.tgt_embedding.tokens.weight
-    untied = Transformer(small_config(tie_output=False))
+    untied = Seq2SeqModel(small_config(tie_output=False))
     assert untied.lm_head.weight is not untied.tgt_embedding.tokens.weight
     assert untied.src_embedding is not untied.tgt_embedding
 
 
 def test_encode_then_decode_equals_forward() -> None:
-    model = Transformer(small_config()).eval()
+    model = Seq2SeqModel(small_config()).eval()
     src, tgt = torch.randint(0, 37, (2, 5)), torch.randint(0, 41, (2, 4))
     memory, _ = model.encode(src)
     logits, *_ = model.decode(tgt, memory)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from scratchformer import ModelConfig, build_model
+from helpers import tiny_config
+from scratchformer import build_model
 from scratchformer.nn.packing import Packing, packing_for
 from torch_reference import lengths_mask
 
@@ -31,13 +32,9 @@ def test_encoder_on_packed_tokens_computes_the_padded_forward_and_backward() -> 
     are asked for), in training mode without dropout: outputs at real tokens and every
     gradient agree; the packed output is zero at padding."""
     torch.manual_seed(0)
-    config = ModelConfig(
+    config = tiny_config(
         arch="encoder",
         vocab_size=30,
-        d_model=16,
-        n_heads=2,
-        n_layers=2,
-        d_ff=32,
         dropout=0.0,
         head="classification",
         num_labels=3,

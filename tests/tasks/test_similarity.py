@@ -9,7 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from scratchformer import ModelConfig, build_model
+from helpers import TINY_SIZES, tiny_config
+from scratchformer import build_model
 from scratchformer.config import Recipe
 from scratchformer.models.heads import pool
 from scratchformer.tasks import build_task
@@ -38,7 +39,7 @@ def similarity_task(tmp_path: Path):
         "vocab_size": 60,
         "max_len": 16,
     }
-    model = {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32}
+    model = {**TINY_SIZES, "n_layers": 1}
     recipe = Recipe.from_dict(
         {"task": "similarity", "data": data, "model": model, "train": {"batch_size": 3}}
     )
@@ -58,15 +59,7 @@ def test_cosent_by_hand() -> None:
 
 def test_head_gives_the_cosine_of_each_sentence_alone() -> None:
     """Each sentence is encoded on its own: its padding and its partner change nothing."""
-    config = ModelConfig(
-        arch="encoder",
-        head="similarity",
-        vocab_size=30,
-        d_model=16,
-        n_heads=2,
-        n_layers=2,
-        d_ff=32,
-    )
+    config = tiny_config(arch="encoder", head="similarity", vocab_size=30)
     model = build_model(config).eval()
     first, second = torch.randint(1, 30, (1, 5)), torch.randint(1, 30, (1, 3))
     ids = torch.zeros(2, 5, dtype=torch.long)
@@ -75,7 +68,7 @@ def test_head_gives_the_cosine_of_each_sentence_alone() -> None:
     out = model(ids, mask)
     hidden = [model.encode(s)[0] for s in (first, second)]
     vectors = [pool(h, None) for h in hidden]
-    assert out.logits.shape == (1, 1) and out.last_hidden_state.shape == (2, 5, 16)
+    assert out.logits.shape == (1, 1) and out.last_hidden_state.shape == (2, 5, config.d_model)
     torch.testing.assert_close(out.logits[:, 0], F.cosine_similarity(*vectors), atol=1e-6, rtol=0)
     with pytest.raises(ValueError, match="an even number of rows, not 1"):
         model(first)
@@ -102,7 +95,7 @@ def test_task_batches_pairs_and_learns_their_order(tmp_path: Path) -> None:
     predicted = task.predict(model.eval(), ["a cat sleeps\tthe stock market fell"])
     assert len(predicted) == 1 and -1 <= predicted[0] <= 1
     vectors = task.embed(model, ["a cat sleeps", "the stock market fell"], batch_size=1)
-    assert vectors.shape == (2, 16)
+    assert vectors.shape == (2, config.d_model)
     torch.testing.assert_close(vectors.norm(dim=-1), torch.ones(2))
     assert (vectors[0] @ vectors[1]).item() == pytest.approx(predicted[0], abs=1e-5)
 

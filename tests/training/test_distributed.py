@@ -15,9 +15,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from helpers import set_options
+from helpers import RECIPES, set_options
 
-RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "shakespeare-char.toml"
+RECIPE = RECIPES / "shakespeare-char.toml"
 SETTINGS = [
     "model.n_layers=2",
     "model.d_model=64",

@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from helpers import set_options
+from helpers import RECIPES, TINY_MODEL, set_options, tiny_config
 from scratchformer.cli import main
 from scratchformer.config import ModelConfig, Recipe, TrainConfig
 from scratchformer.errors import TrainingError
@@ -19,12 +19,9 @@ from scratchformer.models import build_model
 from scratchformer.tasks import build_task
 from scratchformer.training.trainer import Trainer, build_optimizer
 
-RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "copy.toml"
+RECIPE = RECIPES / "copy.toml"
 TINY = [
-    "model.d_model=32",
-    "model.d_ff=64",
-    "model.n_heads=2",
-    "model.n_layers=1",
+    *TINY_MODEL,
     "model.dropout=0.1",  # so that resume must restore the random state exactly
     "data.synthetic_train_size=400",
     "data.synthetic_val_size=40",
@@ -166,9 +163,7 @@ def one_lm_step(run_dir: Path, *settings: str) -> dict[str, torch.Tensor]:
     recipe = Recipe.load(
         RECIPE.with_name("shakespeare-char.toml"),
         [
-            "model.n_layers=1",
-            "model.d_model=32",
-            "model.d_ff=64",
+            *TINY_MODEL,
             "train.max_steps=1",
             "train.eval_batches=1",
             "train.schedule=constant",
@@ -225,7 +220,7 @@ def test_train_compile_computes_what_the_eager_model_computes(tmp_path: Path, da
     gradients that are zero in exact arithmetic, e.g. of key biases, into whole steps)."""
     recipe = Recipe.load(
         RECIPE.with_name("shakespeare-char.toml"),
-        ["model.n_layers=1", "model.d_model=32", "model.d_ff=64", "train.batch_size=4"],
+        [*TINY_MODEL, "train.batch_size=4"],
     )
     task = build_task(recipe)
     task.prepare()
@@ -282,11 +277,7 @@ def test_the_optimizer_takes_the_steps_of_torch_adamw() -> None:
     """The trainer's fused AdamW makes the updates of ``torch.optim.AdamW``'s loop over
     parameters, with weight decay on matrices and none on biases and norm gains."""
     torch.manual_seed(0)
-    model = build_model(
-        ModelConfig(
-            arch="decoder", vocab_size=50, d_model=32, d_ff=64, n_heads=2, n_layers=2, max_len=16
-        )
-    )
+    model = build_model(tiny_config(arch="decoder", max_len=16))
     reference = copy.deepcopy(model)
     config = TrainConfig(lr=1e-2, weight_decay=0.1, adam_beta2=0.99, adam_eps=1e-8)
     fused = build_optimizer(model, config)

@@ -1,4 +1,4 @@
-"""Batches: padding, length-bucketed token-budget batches, sharding, and LM blocks.
+"""Batches: padding, length-bucketed token-budget batches, and LM blocks.
 
 Batch plans are lists of example indices, computed up front from the lengths, so an epoch
 is fully determined by ``(seed, epoch)``: the same plan on every run and every rank.
@@ -9,38 +9,27 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TypeVar
 
 import numpy as np
 import torch
 from numpy.typing import ArrayLike, DTypeLike
 from torch import Tensor
 
-T = TypeVar("T")
-
 
 def pad_batch(
-    sequences: Sequence[Sequence[int]],
-    pad_id: int,
-    *,
-    max_len: int | None = None,
-    left: bool = False,
+    sequences: Sequence[Sequence[int]], pad_id: int, *, left: bool = False
 ) -> tuple[Tensor, Tensor]:
-    """Stack token id sequences into ``(batch, len)`` ids and a mask (True = real token).
+    """Stack token id sequences into ``(batch, longest)`` ids and a mask (True = real token).
 
-    The batch is as long as its longest sequence. ``left`` pads on the left (batched
-    generation wants prompts to end together). ``max_len`` cuts longer sequences on the
-    padded side: the first ``max_len`` tokens are kept, or with ``left`` the last ones.
+    ``left`` pads on the left, so that the sequences end together (as batched generation
+    wants its prompts).
     """
-    rows = [list(seq) for seq in sequences]
-    if max_len is not None:
-        rows = [row[max(len(row) - max_len, 0) :] if left else row[:max_len] for row in rows]
-    length = max((len(row) for row in rows), default=0)
-    ids = torch.full((len(rows), length), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), length), dtype=torch.bool)
-    for i, row in enumerate(rows):
-        span = slice(length - len(row), length) if left else slice(0, len(row))
-        ids[i, span] = torch.tensor(row, dtype=torch.long)
+    length = max((len(seq) for seq in sequences), default=0)
+    ids = torch.full((len(sequences), length), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), length), dtype=torch.bool)
+    for i, seq in enumerate(sequences):
+        span = slice(length - len(seq), length) if left else slice(0, len(seq))
+        ids[i, span] = torch.tensor(list(seq), dtype=torch.long)
         mask[i, span] = True
     return ids, mask
 
@@ -112,35 +101,6 @@ def fixed_size_batches(
     order = _rng(seed, epoch).permutation(n) if shuffle else np.arange(n)
     stop = n - n % batch_size if drop_last else n
     return [order[i : i + batch_size].tolist() for i in range(0, stop, batch_size)]
-
-
-def shard(batches: Sequence[T], rank: int, world_size: int) -> list[T]:
-    """The batches of one rank: every ``world_size``-th, starting at ``rank``.
-
-    All ranks get the same number of batches, so they step in lockstep (a DDP all-reduce
-    waits for every rank): the last ``len(batches) % world_size`` batches are dropped.
-    Give every rank the same plan (same seed and epoch) and the shards are disjoint;
-    shuffled plans drop different batches each epoch.
-    """
-    if not 0 <= rank < world_size:
-        raise ValueError(f"rank={rank} must be in [0, world_size={world_size})")
-    if len(batches) < world_size:
-        raise ValueError(f"{len(batches)} batches cannot be shared by {world_size} ranks")
-    usable = len(batches) - len(batches) % world_size
-    return list(batches[rank:usable:world_size])
-
-
-def padding_fraction(
-    batches: Sequence[Sequence[int]], lengths: Sequence[int] | np.ndarray
-) -> float:
-    """Fraction of the padded positions of ``batches`` that are padding (0 = none wasted)."""
-    lengths = np.asarray(lengths)
-    real = padded = 0
-    for batch in batches:
-        sizes = lengths[list(batch)]
-        real += int(sizes.sum())
-        padded += len(batch) * int(sizes.max(initial=0))
-    return 1.0 - real / padded if padded else 0.0
 
 
 # Language-model blocks ----------------------------------------------------------------------

@@ -1,9 +1,9 @@
 """Named datasets: which files they have, where to find them, how to fetch them.
 
-A dataset's directory is, in order: the path the caller gives; ``$SCRATCHFORMER_DATA/<name>/``;
+A dataset file's directory is, in order: the path the caller gives; ``$SCRATCHFORMER_DATA/<name>/``;
 the user cache ``$XDG_CACHE_HOME/scratchformer/<name>/`` (default ``~/.cache``); else its
-files are downloaded into the cache and their sha256 checked. A directory counts only if it
-holds the files needed. Offline with nothing found, one :class:`DatasetNotFoundError` says
+file is downloaded into the cache and its sha256 checked. A directory counts only if it
+holds the file asked for. Offline with nothing found, one :class:`DatasetNotFoundError` says
 where it looked and to set ``SCRATCHFORMER_DATA``.
 """
 
@@ -60,10 +60,6 @@ class DatasetSpec:
         elif lang is not None:
             raise ValueError(f"{self.name} has one language; got lang={lang!r}")
         return self.pattern.format(split=split, lang=lang)
-
-    @property
-    def files(self) -> tuple[str, ...]:
-        return tuple(self.sha256)
 
     def file_url(self, file: str) -> str | None:
         return None if self.url is None else self.url.format(file=file)
@@ -156,19 +152,12 @@ def dataset_spec(name: str) -> DatasetSpec:
     return DATASETS[name]
 
 
-def find_dataset(name: str, root: str | Path | None = None) -> Path:
-    """The directory holding all files of dataset ``name``."""
-    spec = dataset_spec(name)
-    return _resolve(spec, spec.files, root)
-
-
 def dataset_file(
     name: str, split: str, *, lang: str | None = None, root: str | Path | None = None
 ) -> Path:
     """The file of ``split`` (in language ``lang``) of dataset ``name``."""
     spec = dataset_spec(name)
-    file = spec.file_name(split, lang)
-    return _resolve(spec, (file,), root) / file
+    return _resolve(spec, spec.file_name(split, lang), root)
 
 
 def shakespeare_text(split: str, root: str | Path | None = None) -> str:
@@ -215,45 +204,38 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "scratchformer"
 
 
-def _resolve(spec: DatasetSpec, files: tuple[str, ...], root: str | Path | None) -> Path:
-    """The first directory holding ``files``, downloading them into the cache if need be."""
+def _resolve(spec: DatasetSpec, file: str, root: str | Path | None) -> Path:
+    """The first path of ``file`` that exists, downloading it into the cache if need be."""
     if root is not None:
         root = Path(root).expanduser()
         for directory in (root, root / spec.name):
-            if _has(directory, files):
-                return directory
+            if (directory / file).is_file():
+                return directory / file
         raise DatasetNotFoundError(
-            f"dataset {spec.name!r} is not in {root} (nor {root / spec.name}): "
-            f"missing {', '.join(files)}"
+            f"dataset {spec.name!r} is not in {root} (nor {root / spec.name}): missing {file}"
         )
     looked = []
     env = os.environ.get(ENV_VAR)
     if env:
-        directory = Path(env).expanduser() / spec.name
-        if _has(directory, files):
-            return directory
-        looked.append(f"{directory} (${ENV_VAR})")
+        path = Path(env).expanduser() / spec.name / file
+        if path.is_file():
+            return path
+        looked.append(f"{path.parent} (${ENV_VAR})")
     else:
         looked.append(f"${ENV_VAR} (not set)")
-    cache = cache_dir() / spec.name
-    if _has(cache, files):
-        return cache
-    looked.append(f"{cache} (cache)")
+    path = cache_dir() / spec.name / file
+    if path.is_file():
+        return path
+    looked.append(f"{path.parent} (cache)")
     try:
-        for file in files:
-            if not (cache / file).is_file():
-                _download(spec, file, cache / file)
+        _download(spec, file, path)
     except OSError as err:  # URLError and timeouts are OSErrors
         raise DatasetNotFoundError(
-            f"dataset {spec.name!r} not found: looked in {', '.join(looked)} for "
-            f"{', '.join(files)}; could not download it ({err}). Set {ENV_VAR} to the "
-            f"directory that holds {spec.name}/"
+            f"dataset {spec.name!r} not found: looked in {', '.join(looked)} for {file}; "
+            f"could not download it ({err}). Set {ENV_VAR} to the directory that holds "
+            f"{spec.name}/"
         ) from err
-    return cache
-
-
-def _has(directory: Path, files: tuple[str, ...]) -> bool:
-    return all((directory / file).is_file() for file in files)
+    return path
 
 
 def _download(spec: DatasetSpec, file: str, destination: Path) -> None:

@@ -2,21 +2,20 @@
 
 Decoding a few sequences multiplies every weight matrix by a handful of rows a step, so a
 step costs a pass over all the weights plus the Python of every layer. Eager PyTorch runs
-such products on one thread (at batch 1 of a GPT-2-small-sized model, 13-19 GB/s on a
-2-core CPU that streams memory at 32-40). Compiled with the weights frozen in as constants
-(``torch._inductor.config.freezing``) and GEMM kernels chosen by benchmarking
-(``max-autotune``), the products run on every core at memory speed, and the Python of
-every layer gives way to one call of generated code: ``python benchmarks/generate.py``
-measures both.
+such products on one thread, below the memory speed of the CPU (see docs/performance.md).
+Compiled with the weights frozen in as constants (``torch._inductor.config.freezing``) and
+GEMM kernels chosen by benchmarking (``max-autotune``), the products run on every core at
+memory speed, and the Python of every layer gives way to one call of generated code:
+``python benchmarks/generate.py`` measures both.
 
 Before every call Dynamo checks its guards, the conditions under which the compiled code
-holds. Most of them (1,070 of 1,190 for the GPT-2-sized model of the benchmark) watch the
-model's modules: their hooks, attributes and parameters. Since the model is read once anyway
-(its weights are frozen in), those are dropped
-(``torch.compiler.skip_guard_on_all_nn_modules_unsafe``), which saves 0.2-0.7 ms of a
-batch-1 decoding step of about 3 ms on a 2-core CPU; the guards on the inputs (shapes, the
-cache) and on the global state stay. Each ``CompiledLM`` keeps its compiled code to itself
-(``isolate_recompiles``), so that another model of the same class never runs it.
+holds. Most of them watch the model's modules: their hooks, attributes and parameters.
+Since the model is read once anyway (its weights are frozen in), those are dropped
+(``torch.compiler.skip_guard_on_all_nn_modules_unsafe``), which makes a batch-1 decoding
+step on the CPU noticeably shorter (see docs/performance.md); the guards on the inputs
+(shapes, the cache) and on the global state stay. Each ``CompiledLM`` keeps its compiled
+code to itself (``isolate_recompiles``), so that another model of the same class never
+runs it.
 
 Freezing is read while Dynamo traces, which happens lazily at a call, so every call runs
 inside the setting rather than the setting being changed for the whole process.

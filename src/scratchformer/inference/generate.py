@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..data.batching import pad_batch
 from .cache import DecoderCache
 
 
@@ -124,18 +125,6 @@ def decoding_device(model: nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
-def left_pad(
-    prompts: Sequence[Sequence[int]], pad_id: int, device: torch.device
-) -> tuple[Tensor, Tensor]:
-    """The prompts as one ``(batch, longest)`` tensor padded on the left, and its mask."""
-    if not prompts or not all(prompts):
-        raise ValueError("every prompt needs at least one token (e.g. a BOS token)")
-    width = max(len(prompt) for prompt in prompts)
-    ids = torch.tensor([[pad_id] * (width - len(p)) + list(p) for p in prompts], device=device)
-    mask = torch.tensor([[False] * (width - len(p)) + [True] * len(p) for p in prompts])
-    return ids, mask.to(device)
-
-
 @torch.no_grad()
 def stream(
     model: nn.Module,
@@ -173,7 +162,10 @@ def stream(
     choose = Sampling(temperature, top_k, top_p, repetition_penalty, no_repeat_ngram_size, greedy)
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens={max_new_tokens} must be >= 0")
-    ids, mask = left_pad(prompts, pad_id, device)
+    if not prompts or not all(prompts):
+        raise ValueError("every prompt needs at least one token (e.g. a BOS token)")
+    ids, mask = pad_batch(prompts, pad_id, left=True)
+    ids, mask = ids.to(device), mask.to(device)
     config = model.config
     if config.positional == "learned" and ids.shape[1] + max_new_tokens > config.max_len:
         raise ValueError(

@@ -3,9 +3,9 @@
 :func:`from_pretrained` reads a checkpoint directory (``config.json``, the weights in
 ``model.safetensors`` or ``pytorch_model.bin``, ``tokenizer.json``) into our own modules:
 a BERT-family model (BERT, MiniLM, ...) becomes an :class:`EncoderModel` with BERT's
-embedding LayerNorm and pooler, GPT-2 a :class:`DecoderLM`. :func:`save_pretrained` writes
-a directory that ``transformers.AutoModel.from_pretrained`` loads. ``transformers`` itself
-is never imported.
+embedding LayerNorm and pooler, GPT-2 a :class:`DecoderModel`. :func:`save_pretrained`
+writes a directory that ``transformers.AutoModel.from_pretrained`` loads. ``transformers``
+itself is never imported.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from torch import Tensor
 
 from ..data.tokenizer import SPECIAL_TOKENS, Tokenizer
 from ..io import atomic_write, atomic_write_json, load_tensors, safe_torch_load
-from ..models import DecoderLM, EncoderModel, build_model
+from ..models import DecoderModel, EncoderModel, build_model
 from .hf_config import hf_config, model_config
 from .hf_weights import NAMINGS, check, checkpoint_tensors, from_hf, to_hf
 
@@ -35,7 +35,7 @@ TOKENIZER_FILE = "tokenizer.json"
 SPECIAL_TOKENS_FILE = "special_tokens_map.json"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 
-Model = EncoderModel | DecoderLM
+Model = EncoderModel | DecoderModel
 
 
 def from_pretrained(path: str | Path) -> tuple[Model, Tokenizer | None]:

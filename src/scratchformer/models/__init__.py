@@ -1,4 +1,9 @@
-"""The three architectures and their heads."""
+"""The three architectures and their heads.
+
+Each model class is named after its ``arch``: :class:`EncoderModel`, :class:`DecoderModel`,
+:class:`Seq2SeqModel`. ``DecoderLM`` and ``Transformer`` are their old names, kept as
+aliases so that code written against them still runs.
+"""
 
 from __future__ import annotations
 
@@ -6,16 +11,21 @@ from torch import nn
 
 from ..config import ModelConfig
 from .base import ModelOutput, count_parameters
-from .decoder import Decoder, DecoderLM
+from .decoder import Decoder, DecoderModel
 from .encoder import Encoder, EncoderModel
 from .heads import LMHead, Pooler, SequenceHead, TokenClassificationHead, pool
-from .seq2seq import Transformer
+from .seq2seq import Seq2SeqModel
 
 MODELS: dict[str, type[nn.Module]] = {
     "encoder": EncoderModel,
-    "decoder": DecoderLM,
-    "seq2seq": Transformer,
+    "decoder": DecoderModel,
+    "seq2seq": Seq2SeqModel,
 }
+
+DecoderLM = DecoderModel
+"""The old name of :class:`DecoderModel`."""
+Transformer = Seq2SeqModel
+"""The old name of :class:`Seq2SeqModel`."""
 
 
 def build_model(config: ModelConfig) -> nn.Module:
@@ -27,11 +37,13 @@ __all__ = [
     "MODELS",
     "Decoder",
     "DecoderLM",
+    "DecoderModel",
     "Encoder",
     "EncoderModel",
     "LMHead",
     "ModelOutput",
     "Pooler",
+    "Seq2SeqModel",
     "SequenceHead",
     "TokenClassificationHead",
     "Transformer",

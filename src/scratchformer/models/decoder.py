@@ -85,7 +85,7 @@ class Decoder(nn.Module):
         return x, self_weights, cross_weights
 
 
-class DecoderLM(nn.Module):
+class DecoderModel(nn.Module):
     """Decoder-only language model: embeddings, causal self-attention layers (no
     cross-attention), and an LM head, tied to the token embedding when
     ``config.tie_output``. Use ``norm_first=True`` for the GPT-2 layout."""
@@ -93,7 +93,7 @@ class DecoderLM(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         if config.arch != "decoder":
-            raise ValueError(f"arch={config.arch!r}: DecoderLM needs arch='decoder'")
+            raise ValueError(f"arch={config.arch!r}: DecoderModel needs arch='decoder'")
         self.config = config
         self.embedding = embedding_for(config, config.vocab_size)
         self.decoder = Decoder(config, config.n_layers, cross_attention=False)

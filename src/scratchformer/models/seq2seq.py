@@ -18,7 +18,7 @@ from .encoder import Encoder
 from .heads import LMHead
 
 
-class Transformer(nn.Module):
+class Seq2SeqModel(nn.Module):
     """Source embedding -> encoder; target embedding (the target shifted right, BOS first)
     -> decoder attending to the encoder output -> projection to target-vocabulary logits.
 
@@ -29,7 +29,7 @@ class Transformer(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         if config.arch != "seq2seq":
-            raise ValueError(f"arch={config.arch!r}: Transformer needs arch='seq2seq'")
+            raise ValueError(f"arch={config.arch!r}: Seq2SeqModel needs arch='seq2seq'")
         self.config = config
         self.src_embedding = embedding_for(config, config.vocab_size)
         self.tgt_embedding = (
