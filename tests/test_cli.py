@@ -123,3 +123,39 @@ def test_asking_for_a_gpu_without_one_is_a_clear_error(tmp_path: Path, capsys) -
     status, _, err = run(capsys, "--device", "cuda", *args)
     assert_one_line_error(status, err, "--device cuda: PyTorch sees no CUDA device")
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["translate", "run", "--batch-size", "0"],
+        ["translate", "run", "--batch-size", "-1"],
+        ["translate", "run", "--beam", "0"],
+        ["translate", "run", "--length-penalty", "inf"],
+        ["eval", "run", "--beam", "two"],
+        ["generate", "run", "--prompt", "a", "--max-new-tokens", "-5"],
+        ["generate", "run", "--prompt", "a", "--temperature", "-1"],
+        ["generate", "run", "--prompt", "a", "--temperature", "nan"],
+        ["generate", "run", "--prompt", "a", "--top-k", "0"],
+        ["generate", "run", "--prompt", "a", "--top-p", "0"],
+        ["generate", "run", "--prompt", "a", "--top-p", "1.5"],
+        ["generate", "run", "--prompt", "a", "--no-repeat-ngram", "-1"],
+        ["generate", "run", "--prompt", "a", "--repetition-penalty", "0"],
+        ["attention", "run", "text", "--out", "a.png", "--layer", "-1"],
+        ["plot-pe", "--out", "pe.png", "--d-model", "0"],
+    ],
+    ids=lambda args: " ".join(args[-2:]),
+)
+def test_numeric_options_are_checked_where_they_are_parsed(args: list[str], capsys) -> None:
+    status = main(args)
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith(f"scratchformer {args[0]}: error: argument {args[-2]}")
+
+
+def test_global_options_are_accepted_after_the_subcommand(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "pe.png"
+    assert main(["plot-pe", "--out", str(out), "--quiet", "--device", "cpu"]) == 0
+    assert out.stat().st_size > 0
+    with pytest.raises(ValueError, match=r"pe\.gif"):  # --debug: the error itself
+        main(["plot-pe", "--out", str(tmp_path / "pe.gif"), "--debug"])

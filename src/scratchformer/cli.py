@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import sys
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from . import __version__
 from .config import ATTENTION_KINDS, DEVICES
@@ -32,6 +33,41 @@ class Argument:
 
 def arg(*flags: str, exclusive: str | None = None, **options: Any) -> Argument:
     return Argument(flags, options, exclusive)
+
+
+def bounded(
+    kind: type[int] | type[float],
+    low: float,
+    *,
+    above: bool = False,
+    high: float = math.inf,
+) -> Callable[[str], int | float]:
+    """An argparse type: a finite ``kind`` at least ``low`` (or ``above`` it) and at most
+    ``high``; anything else is the usage error that names the option."""
+    bound = f"> {low:g}" if above else f">= {low:g}"
+    wanted = f"{'an integer' if kind is int else 'a number'} {bound}"
+    if high < math.inf:
+        wanted += f" and <= {high:g}"
+
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {wanted}") from None
+        if not (
+            math.isfinite(value) and (value > low if above else value >= low) and value <= high
+        ):
+            raise argparse.ArgumentTypeError(f"{text} is not {wanted}")
+        return value
+
+    return parse
+
+
+POSITIVE_INT = bounded(int, 1)
+COUNT = bounded(int, 0)
+NON_NEGATIVE = bounded(float, 0)
+POSITIVE = bounded(float, 0, above=True)
+PROBABILITY = bounded(float, 0, above=True, high=1)
 
 
 @dataclass(frozen=True)
@@ -87,7 +123,7 @@ COMMANDS = (
                 exclusive="source",
                 help="a file in the task's format (translation: SRC,TGT)",
             ),
-            arg("--beam", type=int, default=5, help="translation: beam size for BLEU"),
+            arg("--beam", type=POSITIVE_INT, default=5, help="translation: beam size for BLEU"),
         ),
     ),
     Command(
@@ -97,12 +133,12 @@ COMMANDS = (
         (
             arg("run", help="run directory of a language model"),
             arg("--prompt", required=True),
-            arg("--max-new-tokens", type=int, default=200),
-            arg("--temperature", type=float, default=0.8),
-            arg("--top-k", type=int, default=None),
-            arg("--top-p", type=float, default=None),
-            arg("--repetition-penalty", type=float, default=1.0),
-            arg("--no-repeat-ngram", type=int, default=0, metavar="N"),
+            arg("--max-new-tokens", type=COUNT, default=200),
+            arg("--temperature", type=NON_NEGATIVE, default=0.8, help="0: greedy"),
+            arg("--top-k", type=POSITIVE_INT, default=None),
+            arg("--top-p", type=PROBABILITY, default=None),
+            arg("--repetition-penalty", type=POSITIVE, default=1.0),
+            arg("--no-repeat-ngram", type=COUNT, default=0, metavar="N"),
             arg("--greedy", action="store_true", help="always take the most likely token"),
             arg(
                 "--stop",
@@ -126,9 +162,9 @@ COMMANDS = (
         "translate stdin to stdout, line by line",
         (
             arg("run", help="run directory of a translation model"),
-            arg("--beam", type=int, default=5, help="beam size (1: greedy)"),
-            arg("--length-penalty", type=float, default=0.6),
-            arg("--batch-size", type=int, default=64),
+            arg("--beam", type=POSITIVE_INT, default=5, help="beam size (1: greedy)"),
+            arg("--length-penalty", type=NON_NEGATIVE, default=0.6),
+            arg("--batch-size", type=POSITIVE_INT, default=64),
         ),
         description="One line out per line in, in order; an empty line gives an empty line. "
         "A line longer than the model's data.max_len tokens is truncated to it, with a "
@@ -184,8 +220,8 @@ COMMANDS = (
                 choices=ATTENTION_KINDS,
                 help="which attention to draw (default: cross for translation, else the only one)",
             ),
-            arg("--layer", type=int, help="only this layer (0-based)"),
-            arg("--head", type=int, help="only this head (0-based)"),
+            arg("--layer", type=COUNT, help="only this layer (0-based)"),
+            arg("--head", type=COUNT, help="only this head (0-based)"),
             arg("--out", required=True, help="attn.png, attn.svg, attn.pdf or attn.html"),
         ),
         description="A PNG (or SVG, PDF) grid of heatmaps, layers x heads, of one kind of "
@@ -208,8 +244,8 @@ COMMANDS = (
         "pictures:plot_positional",
         "draw the sinusoidal positional encoding",
         (
-            arg("--d-model", type=int, default=128),
-            arg("--length", type=int, default=100, help="number of positions"),
+            arg("--d-model", type=POSITIVE_INT, default=128),
+            arg("--length", type=POSITIVE_INT, default=100, help="number of positions"),
             arg("--out", required=True, help="pe.png (or .svg, .pdf)"),
         ),
     ),
@@ -233,6 +269,14 @@ GLOBAL_OPTIONS = (
 )
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, with its errors as one line: ``scratchformer translate: error: ...``,
+    exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def _add(parser: argparse.ArgumentParser, arguments: Sequence[Argument]) -> None:
     groups: dict[str, Any] = {}
     for argument in arguments:
@@ -245,13 +289,13 @@ def _add(parser: argparse.ArgumentParser, arguments: Sequence[Argument]) -> None
 def build_parser() -> argparse.ArgumentParser:
     """The parser of :data:`COMMANDS`; the global options are accepted after a subcommand
     too (there they leave the values given before it alone unless given again)."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="scratchformer",
         description="Train, run and look inside Transformers written from scratch.",
     )
     parser.add_argument("--version", action="version", version=f"scratchformer {__version__}")
     _add(parser, GLOBAL_OPTIONS)
-    after = argparse.ArgumentParser(add_help=False)
+    after = Parser(add_help=False)
     _add(
         after,
         [arg(*o.flags, **{**o.options, "default": argparse.SUPPRESS}) for o in GLOBAL_OPTIONS],
@@ -273,7 +317,10 @@ def print_warning(message: Warning | str, *_: object, **__: object) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as done:  # --help, --version, or a usage error (already printed)
+        return int(done.code or 0)
     command: Command | None = getattr(args, "command_entry", None)
     if command is None:
         parser.print_help()

@@ -26,8 +26,16 @@ INF = float("inf")
 
 
 def test_temperature_divides_the_logits() -> None:
-    logits = torch.tensor([[2.0, -1.0, 0.5]])
-    torch.testing.assert_close(scale_temperature(logits, 0.5), logits * 2)
+    logits = torch.tensor([[1.0, -2.0, 3.0], [0.5, 0.0, float("-inf")]])
+    scaled = scale_temperature(logits, 0.5)
+    torch.testing.assert_close(scaled.softmax(-1), (logits * 2).softmax(-1))
+    torch.testing.assert_close(scaled, (logits - logits.amax(-1, keepdim=True)) * 2)
+
+
+def test_a_tiny_temperature_samples_the_most_likely_token_not_nan() -> None:
+    logits = torch.tensor([[10.0, 30.0, -5.0]])
+    probs = scale_temperature(logits, 1e-300).softmax(-1)
+    assert torch.equal(probs, torch.tensor([[0.0, 1.0, 0.0]]))
 
 
 def test_top_k_keeps_the_k_largest() -> None:

@@ -23,8 +23,10 @@ from .cache import DecoderCache
 
 
 def scale_temperature(logits: Tensor, temperature: float) -> Tensor:
-    """Divide by ``temperature``: below 1 sharpens the distribution, above 1 flattens it."""
-    return logits / temperature
+    """Divide by ``temperature``: below 1 sharpens the distribution, above 1 flattens it.
+    The largest logit of each row is taken off first (the softmax is the same), so that a
+    temperature near 0 tends to the greedy choice instead of overflowing into NaN."""
+    return (logits - logits.amax(dim=-1, keepdim=True)) / temperature
 
 
 def filter_top_k(logits: Tensor, k: int) -> Tensor:
