@@ -43,7 +43,7 @@ def train(run_dir: Path, recipe: str, *settings: str) -> None:
 
 
 def run(capsys, monkeypatch, stdin: str, *args: str) -> tuple[int, list[str], str]:
-    monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(stdin.encode("utf-8"))))
     capsys.readouterr()
     status = main(["--quiet", *args])
     out, err = capsys.readouterr()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pytest
@@ -106,3 +107,11 @@ def test_demo_trains_decodes_and_draws(tmp_path, capsys, monkeypatch) -> None:
     assert "Exact match on" in out and "greedy" in out and "beam 4" in out
     picture = tmp_path / "demo" / "attention.png"
     assert picture.stat().st_size > 1000
+
+
+def test_standard_input_that_is_not_utf8_names_its_line(copy_run, capsys, monkeypatch) -> None:
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"123\n\xff\xfe45\n")))
+    status = main(["--quiet", "translate", str(copy_run)])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1
+    assert "standard input, line 2: not UTF-8 text" in err

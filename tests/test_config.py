@@ -1,4 +1,5 @@
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -159,3 +160,15 @@ def test_data_and_train_validation() -> None:
     with pytest.raises(ValueError, match=r"text_columns=.* must name one column or a pair"):
         DataConfig(text_columns=[1, 2, 3])
     assert DataConfig(text_columns=["sentence1", 7]).text_columns == ["sentence1", 7]
+
+
+def test_a_recipe_with_a_byte_order_mark_loads_and_other_encodings_name_the_file(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "bom.toml"
+    path.write_bytes(b'\xef\xbb\xbftask = "lm"\n')
+    assert Recipe.load(path).task == "lm"
+    path = tmp_path / "latin1.toml"
+    path.write_bytes('task = "lm"  # caf\u00e9\n'.encode("latin-1"))
+    with pytest.raises(ValueError, match=r"latin1\.toml: not UTF-8 text .*save it as UTF-8"):
+        Recipe.load(path)

@@ -72,7 +72,18 @@ class ConfigBase:
 
     @classmethod
     def load(cls: type[C], path: str | Path) -> C:
-        return cls.from_json(Path(path).read_text(encoding="utf-8"))
+        return cls.from_json(read_text(path))
+
+
+def read_text(path: str | Path) -> str:
+    """A recipe or config file's text: UTF-8, a leading byte-order mark allowed (as some
+    Windows editors write it); other encodings are an error naming the file."""
+    try:
+        return Path(path).read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"{path}: not UTF-8 text ({error.reason} at byte {error.start}); save it as UTF-8"
+        ) from None
 
 
 def _accepts(expected: Any, kind: type) -> bool:
@@ -457,7 +468,7 @@ class Recipe:
     def load(cls, path: str | Path, overrides: typing.Sequence[str] = ()) -> Recipe:
         """Read a TOML (or a run directory's JSON) recipe; errors name the file."""
         path = Path(path)
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path)
         try:
             values = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
         except (tomllib.TOMLDecodeError, json.JSONDecodeError) as error:

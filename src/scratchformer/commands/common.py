@@ -27,8 +27,18 @@ def run_of(
 
 
 def input_lines() -> list[str]:
-    """Standard input's lines, without their line ends."""
-    return [line.rstrip("\r\n") for line in sys.stdin]
+    """Standard input's lines, without their line ends; text that is not UTF-8 is an error
+    naming its line."""
+    lines = []
+    for number, line in enumerate(sys.stdin.buffer, start=1):
+        try:
+            lines.append(line.decode("utf-8").rstrip("\r\n"))
+        except UnicodeDecodeError as error:
+            raise ValueError(
+                f"standard input, line {number}: not UTF-8 text ({error.reason} at byte "
+                f"{error.start})"
+            ) from None
+    return lines
 
 
 def progress_wanted(args: argparse.Namespace) -> bool:
