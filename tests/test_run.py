@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import RECIPES, set_options
+from helpers import RECIPES, TINY_MODEL, set_options
 from scratchformer.cli import main
 from scratchformer.config import Recipe
 from scratchformer.run import start_run, train
@@ -51,3 +51,15 @@ def test_a_started_run_is_not_trained_again_and_resume_needs_a_checkpoint(tmp_pa
     train(recipe, tmp_path / "copy", quiet=True)
     with pytest.raises(ValueError, match="already holds a run"):
         train(recipe, tmp_path / "copy", quiet=True)
+
+
+def test_a_config_that_asks_for_terabytes_fails_before_allocating(tmp_path: Path, capsys) -> None:
+    recipe = Recipe.load(RECIPES / "copy.toml", ["train.max_steps=1", "train.eval_every=1"])
+    train(recipe, tmp_path / "copy", overrides=TINY_MODEL, quiet=True)
+    config = tmp_path / "copy" / "config.json"
+    values = json.loads(config.read_text())
+    values["model"]["d_ff"] = 2**38  # a 32 x 2**38 matrix: 32 TiB of float32
+    config.write_text(json.dumps(values))
+    assert main(["eval", str(tmp_path / "copy")]) == 2
+    err = capsys.readouterr().err
+    assert "model.safetensors does not fit" in err and f"{2**38}" in err

@@ -129,18 +129,46 @@ def load_weights(
     A wrong shape, or with ``strict`` a missing or unexpected tensor, raises ``ValueError``
     naming them, before anything is loaded.
     """
-    path = Path(path)
+    return load_tensors(read_tensors(path), model, str(path), strict)
+
+
+def read_tensors(path: str | Path) -> dict[str, Tensor]:
+    """The tensors of a safetensors file; anything else is a ``ValueError`` naming it."""
     try:
-        tensors = load_file(path)
+        return load_file(path)
     except SafetensorError as error:
         raise ValueError(f"{path} is not a safetensors file: {error}") from error
-    return load_tensors(tensors, model, str(path), strict)
+
+
+def load_model(build: Callable[[], nn.Module], path: str | Path) -> nn.Module:
+    """The model that ``build`` makes, with the weights of the safetensors file ``path``.
+
+    The file is first checked against a model built on the meta device, which holds no
+    memory, so that a config that does not fit its weights (an untrusted one asking for
+    terabytes, say) is an error naming the tensors before anything is allocated."""
+    tensors = read_tensors(path)
+    with torch.device("meta"):
+        fit_tensors(tensors, build(), str(path))
+    model = build()
+    load_tensors(tensors, model, str(path))
+    return model
 
 
 def load_tensors(
     tensors: dict[str, Tensor], model: nn.Module, origin: str, strict: bool = True
 ) -> tuple[list[str], list[str]]:
     """:func:`load_weights` of tensors already in memory; ``origin`` names them in errors."""
+    chosen, missing, unexpected = fit_tensors(tensors, model, origin, strict)
+    model.load_state_dict({name: tensors[name] for name in chosen}, strict=False)
+    return missing, unexpected
+
+
+def fit_tensors(
+    tensors: dict[str, Tensor], model: nn.Module, origin: str, strict: bool = True
+) -> tuple[list[str], list[str], list[str]]:
+    """The names of ``tensors`` to load into ``model`` (one per tied group), the missing and
+    the unexpected ones; a wrong shape, or with ``strict`` a missing or unexpected tensor,
+    is a ``ValueError`` naming them. Nothing is loaded."""
     expected = model.state_dict()
     chosen: list[str] = []
     missing: list[str] = []
@@ -164,8 +192,7 @@ def load_tensors(
         problems.append(f"unexpected: {listing(unexpected)}")
     if problems:
         raise ValueError(f"{origin} does not fit {type(model).__name__}: {'; '.join(problems)}")
-    model.load_state_dict({name: tensors[name] for name in chosen}, strict=False)
-    return missing, unexpected
+    return chosen, missing, unexpected
 
 
 def safe_torch_load(path: Path) -> Any:

@@ -16,7 +16,7 @@ from torch import nn
 from .config import DataConfig, Recipe, TrainConfig
 from .data.tokenizer import recognise_roles
 from .interop.hf import TOKENIZER_FILE, from_pretrained, save_pretrained
-from .io import MODEL_FILE, atomic_write_text, load_weights, save_weights
+from .io import MODEL_FILE, atomic_write_text, load_model, save_weights
 from .models import build_model
 from .tasks import Task, build_task
 from .training.checkpoint import TRAINER_STATE
@@ -124,8 +124,7 @@ def load_run(run_dir: Path, need_head: bool = True) -> tuple[Task, nn.Module]:
             f"{run_dir} holds a model without the {task.head} head of a {task.name} run "
             "(an imported checkpoint?); fine-tune it first"
         )
-    model = build_model(recipe.model)
-    load_weights(run_dir / MODEL_FILE, model)
+    model = load_model(lambda: build_model(recipe.model), run_dir / MODEL_FILE)
     return task, model.eval()
 
 

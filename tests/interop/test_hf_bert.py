@@ -150,6 +150,10 @@ def _broken(tiny_bert: Path, directory: Path, kind: str) -> None:
         tensors["embeddings.position_embeddings.weight"] = torch.zeros(32, 32)
     elif kind == "unexpected":
         tensors["classifier.weight"] = torch.zeros(2, 32)
+    elif kind == "terabytes":  # a 2**38 x 32 matrix: 32 TiB, refused before it is allocated
+        config = (directory / "config.json").read_text()
+        config = config.replace('"intermediate_size": 64', f'"intermediate_size": {2**38}')
+        (directory / "config.json").write_text(config)
     else:
         config = (directory / "config.json").read_text().replace('"bert"', '"roberta"')
         (directory / "config.json").write_text(config)
@@ -160,6 +164,7 @@ BROKEN = {
     "missing": "missing: encoder.layer.1.attention.self.key.weight",
     "shape": r"embeddings.position_embeddings.weight is \(32, 32\), the config needs \(64, 32\)",
     "unexpected": "unexpected: classifier.weight",
+    "terabytes": rf"intermediate.dense.weight is \(64, 32\), the config needs \({2**38}, 32\)",
     "model_type": "model_type='roberta' is not supported; supported: bert, gpt2",
 }
 

@@ -59,9 +59,10 @@ def from_pretrained(path: str | Path) -> tuple[Model, Tokenizer | None]:
     tensors = checkpoint_tensors(tensors, hf["model_type"])
     if config.pooler and not any(name.startswith("pooler.") for name in tensors):
         config = dataclasses.replace(config, pooler=False)  # saved without its pooler
-    model: Model = build_model(config)  # type: ignore[assignment]
     table = naming.table(config)
-    check(tensors, to_hf(model.state_dict(), table), origin)
+    with torch.device("meta"):  # sizes checked before anything is allocated
+        check(tensors, to_hf(build_model(config).state_dict(), table), origin)
+    model: Model = build_model(config)  # type: ignore[assignment]
     load_tensors(from_hf(tensors, table), model, origin)
     tokenizer = load_tokenizer(directory)
     if tokenizer is not None and tokenizer.vocab_size > config.vocab_size:
