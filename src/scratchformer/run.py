@@ -84,9 +84,16 @@ def train(
         raise ValueError(f"{run_dir} already holds a run: add --resume, or choose another --out")
     dist = setup(device)
     try:
+        failure = None
         if not resume and dist.is_main:
-            task, model = start_run(_recipe_of(recipe, overrides), run_dir)
-        dist.barrier()
+            try:
+                task, model = start_run(_recipe_of(recipe, overrides), run_dir)
+            except Exception as error:  # told to the other ranks, then raised
+                failure = error
+        if dist.any(failure is not None):  # also the barrier: rank 0 has written the run
+            if failure is not None:
+                raise failure
+            raise ValueError("rank 0 could not start the run (its error says why)")
         if resume or not dist.is_main:  # the recipe and tokenizers that rank 0 wrote
             task, saved = open_task(run_dir, list(overrides) if resume else [])
             model = new_model(saved)

@@ -56,3 +56,29 @@ def test_two_ranks_with_batch_b_equal_one_rank_with_batch_2b(tmp_path: Path, dat
         torch.testing.assert_close(double[name], single[name], atol=1e-6, rtol=0, msg=name)
     half = train([sys.executable, "-m"], tmp_path / "half", batch_size=4)  # the control
     assert max((half[k] - single[k]).abs().max().item() for k in single) > 1e-5
+
+
+def test_world_size_without_rank_is_a_clear_error(tmp_path: Path) -> None:
+    env = {**os.environ, "WORLD_SIZE": "2"}
+    env.pop("RANK", None)
+    command = [sys.executable, "-m", "scratchformer", "train", str(RECIPE), "--out", str(tmp_path)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.startswith("scratchformer: error: WORLD_SIZE is set but RANK is not")
+
+
+def test_when_rank_0_cannot_start_the_others_stop_too(tmp_path: Path) -> None:
+    """Rank 0 alone reads the recipe: its error must not leave rank 1 waiting at a barrier
+    until the process group times out (30 minutes)."""
+    recipe = tmp_path / "broken.toml"
+    recipe.write_text('task = "lm"\n[data]\ntrain = "no-such-file.txt"\n')
+    command = [
+        sys.executable,
+        *("-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"),
+        *("-m", "scratchformer", "--quiet", "train", str(recipe), "--out", str(tmp_path / "r")),
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode != 0
+    assert "no-such-file.txt" in result.stderr
+    assert "rank 0 could not start the run" in result.stderr

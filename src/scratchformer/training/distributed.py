@@ -86,11 +86,13 @@ def setup(device: str = "auto") -> Distributed:
     """Join the process group that torchrun describes in the environment, if any, on the
     ``device`` kind (see :func:`default_device`): one GPU per process, or CPU processes."""
     kind = default_device(device)
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    world_size = _environment_number("WORLD_SIZE", "1")
     if world_size <= 1:
         return Distributed(device=kind)
-    rank = int(os.environ["RANK"])
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    rank = _environment_number("RANK", None)
+    local_rank = _environment_number("LOCAL_RANK", "0")
+    if not 0 <= rank < world_size:
+        raise ValueError(f"RANK={rank} must be in 0 .. WORLD_SIZE-1 = {world_size - 1}")
     if kind.type == "cuda":
         torch.cuda.set_device(local_rank)
         device = torch.device("cuda", local_rank)
@@ -101,3 +103,18 @@ def setup(device: str = "auto") -> Distributed:
     if not dist.is_initialized():
         dist.init_process_group(backend=backend, rank=rank, world_size=world_size)
     return Distributed(rank, world_size, local_rank, device)
+
+
+def _environment_number(name: str, default: str | None) -> int:
+    """An integer that torchrun sets in the environment; missing (with no ``default``) or
+    malformed, a clear error rather than a traceback."""
+    value = os.environ.get(name, default)
+    if value is None:
+        raise ValueError(
+            f"WORLD_SIZE is set but {name} is not: start several processes with torchrun "
+            "(which sets both), or unset WORLD_SIZE for one process"
+        )
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"the environment's {name}={value!r} is not an integer") from None
