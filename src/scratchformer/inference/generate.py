@@ -25,7 +25,9 @@ from .cache import DecoderCache
 def scale_temperature(logits: Tensor, temperature: float) -> Tensor:
     """Divide by ``temperature``: below 1 sharpens the distribution, above 1 flattens it.
     The largest logit of each row is taken off first (the softmax is the same), so that a
-    temperature near 0 tends to the greedy choice instead of overflowing into NaN."""
+    temperature near 0 tends to the greedy choice instead of overflowing into NaN (one
+    below the dtype's smallest normal number, which would round to 0, counts as that)."""
+    temperature = max(temperature, torch.finfo(logits.dtype).tiny)
     return (logits - logits.amax(dim=-1, keepdim=True)) / temperature
 
 
