@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer as Backend
 from tokenizers import models, pre_tokenizers
 
+from scratchformer.config import TOKENIZERS
 from scratchformer.data.tokenizer import SPECIAL_TOKENS, Tokenizer
 
 DATA = Path(
@@ -144,7 +145,7 @@ def test_invalid_arguments_are_rejected() -> None:
         Tokenizer.train("bpe", ["a"], 100, ("pad",))
 
 
-@pytest.mark.parametrize("kind", ["char", "bpe", "wordpiece"])
+@pytest.mark.parametrize("kind", TOKENIZERS)
 def test_training_is_deterministic(kind: str, shakespeare: str, tmp_path: Path) -> None:
     texts = shakespeare[:50_000].splitlines()
     for name in ("a.json", "b.json"):

@@ -20,6 +20,8 @@ from pathlib import Path
 from tokenizers import Tokenizer as _Backend
 from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
 
+from ..config import TOKENIZERS
+
 SPECIAL_TOKENS = {
     "pad": "<pad>",
     "unk": "<unk>",
@@ -43,7 +45,6 @@ RECOGNISED = {
 """Role -> the special-token strings that take it when no roles are given, first found wins:
 ours, then BERT's and GPT-2's."""
 
-KINDS = ("char", "bpe", "wordpiece")
 _PREFIX = "##"  # WordPiece's mark of a sub-word that continues a word
 
 _PARALLELISM = "TOKENIZERS_PARALLELISM"
@@ -108,8 +109,8 @@ class Tokenizer:
         """
         roles = set(specials)
         _check_roles(roles)
-        if kind not in KINDS:
-            raise ValueError(f"kind={kind!r} must be one of {', '.join(KINDS)}")
+        if kind not in TOKENIZERS:
+            raise ValueError(f"kind={kind!r} must be one of {', '.join(TOKENIZERS)}")
         tokens = [token for role, token in SPECIAL_TOKENS.items() if role in roles]
         if vocab_size <= len(tokens):
             raise ValueError(f"vocab_size={vocab_size} leaves no room after {len(tokens)} specials")
