@@ -76,6 +76,28 @@ def test_global_batch_builds_each_epochs_batches_once(
     assert built == list(range(12))
 
 
+def test_evaluate_gives_the_model_its_mode_back_even_when_it_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    train = tmp_path / "train.txt"
+    train.write_text("Paris B-LOC\nwent O\n")
+    data = {"train": str(train), "val": str(train), "tokenizer": "wordpiece", "vocab_size": 40}
+    model_settings = {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32}
+    task = build_task(recipe("tagging", data=data, model=model_settings))
+    task.prepare()
+    model = build_model(task.model_config()).train()
+    assert "loss" in task.evaluate(model) and model.training
+
+    def failing(model: torch.nn.Module, batch: object) -> torch.Tensor:
+        assert not model.training
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(task, "logits", failing)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        task.evaluate(model)
+    assert model.training
+
+
 def test_tagging_labels_first_subwords_and_checks_tags(tmp_path: Path) -> None:
     train, val = tmp_path / "train.txt", tmp_path / "val.txt"
     train.write_text("Peter B-PER\nBlackburnshire I-PER\nwent O\n\nParis B-LOC\n")

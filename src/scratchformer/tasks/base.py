@@ -224,12 +224,14 @@ class Task(ABC):
         was_training = model.training
         model.eval()
         totals: dict[str, Any] = {}
-        for i, batch in enumerate(self.eval_batches(split, path)):
-            if max_batches is not None and i >= max_batches:
-                break
-            batch = batch.to(device) if device is not None else batch
-            self.accumulate(totals, self.logits(model, batch).float(), batch.targets)
-        model.train(was_training)
+        try:
+            for i, batch in enumerate(self.eval_batches(split, path)):
+                if max_batches is not None and i >= max_batches:
+                    break
+                batch = batch.to(device) if device is not None else batch
+                self.accumulate(totals, self.logits(model, batch).float(), batch.targets)
+        finally:
+            model.train(was_training)
         if not totals:
             raise ValueError(f"no examples to evaluate in split {split!r}")
         return self.summarize(totals)
