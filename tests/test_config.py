@@ -3,8 +3,14 @@ from pathlib import Path
 
 import pytest
 
+from scratchformer import config, models, tasks
 from scratchformer.config import DataConfig, ModelConfig, Recipe, TrainConfig
 from scratchformer.models import build_model, count_parameters
+
+
+def test_every_architecture_and_task_named_here_is_implemented() -> None:
+    assert tuple(models.MODELS) == config.ARCHITECTURES
+    assert tuple(tasks.TASKS) == config.TASKS
 
 
 @pytest.mark.parametrize(
@@ -108,7 +114,7 @@ def test_recipe_from_toml_with_overrides(tmp_path) -> None:
     assert recipe.train.max_steps == 20 and recipe.train.lr == 3e-4
     assert recipe.data.train == "my.tsv" and recipe.data.pair == "de-en"
     assert isinstance(Recipe.load(path).train.lr, float)
-    recipe.save(tmp_path / "config.json")
+    (tmp_path / "config.json").write_text(recipe.to_json())
     assert Recipe.load(tmp_path / "config.json") == recipe
 
 

@@ -1,7 +1,9 @@
 """Dataclass configurations: validated on construction, JSON and TOML round trip.
 
 Every invalid value raises ``ValueError`` naming the field, e.g.
-``d_model=300 is not divisible by n_heads=8``.
+``d_model=300 is not divisible by n_heads=8``. The names a field may take live here, so
+that this module imports nothing from the package; the modules that implement them
+(feed-forward activations, schedules, tokenizers, ...) use or check these tuples.
 """
 
 from __future__ import annotations
@@ -15,10 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .data.tokenizer import KINDS as TOKENIZERS
-from .nn.feedforward import ACTIVATIONS
-from .training.schedule import SCHEDULES
-
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -28,6 +26,9 @@ ARCHITECTURES = ("encoder", "decoder", "seq2seq")
 POSITIONALS = ("sinusoidal", "learned", "rotary")
 HEADS = ("classification", "regression", "similarity", "token_classification")
 POOLINGS = ("mean", "first")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh")
+TOKENIZERS = ("char", "bpe", "wordpiece")
+SCHEDULES = ("noam", "cosine", "constant", "inverse_sqrt")
 
 C = TypeVar("C", bound="ConfigBase")
 
@@ -216,7 +217,7 @@ class ModelConfig(ConfigBase):
         _in_unit_interval(self, "dropout", "attention_dropout")
         _require(self.type_vocab_size >= 0, f"type_vocab_size={self.type_vocab_size} must be >= 0")
         _require(self.layer_norm_eps > 0, f"layer_norm_eps={self.layer_norm_eps!r} must be > 0")
-        _one_of(self, "activation", tuple(ACTIVATIONS))
+        _one_of(self, "activation", ACTIVATIONS)
         _one_of(self, "positional", POSITIONALS)
         if self.positional == "rotary":
             _require(
@@ -483,9 +484,6 @@ class Recipe:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2) + "\n"
-
-    def save(self, path: str | Path) -> None:
-        Path(path).write_text(self.to_json(), encoding="utf-8")
 
 
 def _apply_override(values: dict[str, Any], override: str) -> None:

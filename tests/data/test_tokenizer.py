@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer as Backend
 from tokenizers import models, pre_tokenizers
 
+from scratchformer.config import TOKENIZERS
 from scratchformer.data.tokenizer import SPECIAL_TOKENS, Tokenizer
 
 LM = ("pad", "bos", "eos")
@@ -135,7 +136,7 @@ def test_invalid_arguments_are_rejected() -> None:
         Tokenizer.train("bpe", ["a"], 100, ("pad",))
 
 
-@pytest.mark.parametrize("kind", ["char", "bpe", "wordpiece"])
+@pytest.mark.parametrize("kind", TOKENIZERS)
 def test_training_is_deterministic(kind: str, shakespeare: str, tmp_path: Path) -> None:
     texts = shakespeare[:50_000].splitlines()
     for name in ("a.json", "b.json"):
@@ -222,27 +223,54 @@ def test_encode_words_aligns_sub_words_to_words(wordpiece: Tokenizer, bpe: Token
     assert sorted(set(word_index)) == list(range(len(words)))
 
 
-def test_tokenizers_work_in_forked_workers_even_with_parallelism_forced_on() -> None:
-    # Without the fork hooks a child that encodes a batch deadlocks under =true.
-    script = textwrap.dedent(
+def _run(script: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_tokenizers_work_in_workers_forked_when_fork_safe() -> None:
+    # Outside fork_safe() a child that encodes a batch deadlocks under =true.
+    result = _run(
         """
         import multiprocessing, os
-        from scratchformer.data.tokenizer import Tokenizer
+        from scratchformer.data.tokenizer import Tokenizer, fork_safe
         tok = Tokenizer.train("bpe", ["to be or not to be"] * 50, 300, ["pad"])
         lines = ["that is the question"] * 2000
         expected = tok.encode_batch(lines)
-        with multiprocessing.get_context("fork").Pool(2) as pool:
+        with fork_safe(), multiprocessing.get_context("fork").Pool(2) as pool:
             results = pool.map(tok.encode_batch, [lines, lines])
         assert results == [expected, expected]
         assert os.environ["TOKENIZERS_PARALLELISM"] == "true"
-        """
-    )
-    env = {**os.environ, "TOKENIZERS_PARALLELISM": "true"}
-    result = subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60
+        """,
+        TOKENIZERS_PARALLELISM="true",
     )
     assert result.returncode == 0, result.stderr
     assert "huggingface/tokenizers" not in result.stdout + result.stderr
+
+
+def test_importing_the_package_changes_no_environment_of_forked_children() -> None:
+    result = _run(
+        """
+        import os
+        before = dict(os.environ)
+        import scratchformer, scratchformer.config, scratchformer.data.tokenizer
+        assert dict(os.environ) == before
+        read, write = os.pipe()
+        if os.fork() == 0:
+            os.write(write, os.environ["TOKENIZERS_PARALLELISM"].encode())
+            os._exit(0)
+        os.wait()
+        print(os.read(read, 100).decode())
+        """,
+        TOKENIZERS_PARALLELISM="true",
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "true"
 
 
 def _backend_with(specials: list[str]):

@@ -2,7 +2,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from scratchformer import config
 from scratchformer.nn import FeedForward
+from scratchformer.nn.feedforward import ACTIVATIONS
 
 
 @pytest.mark.parametrize(
@@ -23,3 +25,7 @@ def test_feed_forward_is_two_linear_maps_around_the_activation(activation, funct
 def test_unknown_activation_is_named() -> None:
     with pytest.raises(ValueError, match="activation='swish'"):
         FeedForward(8, 32, activation="swish")
+
+
+def test_every_configurable_activation_has_a_function() -> None:
+    assert tuple(ACTIVATIONS) == config.ACTIVATIONS

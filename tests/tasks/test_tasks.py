@@ -47,6 +47,57 @@ def test_classification_from_a_local_tsv(tmp_path: Path) -> None:
         task.examples("val")
 
 
+@pytest.mark.parametrize("size", [{"batch_size": 2}, {"max_tokens": 24}])
+def test_global_batch_builds_each_epochs_batches_once(
+    tmp_path: Path, size: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Resuming in epoch 6, then stepping to the end of epoch 11, builds each epoch's
+    batches once (not every earlier epoch at every step), and finds the right batch."""
+    train = tmp_path / "train.txt"
+    words = ["Paris B-LOC", "went O", "Peter B-PER", "home O", "late O"]
+    train.write_text("\n".join("\n".join(words[: n + 1]) + "\n" for n in range(5)))
+    data = {"train": str(train), "val": str(train), "tokenizer": "wordpiece", "vocab_size": 40}
+    task = build_task(recipe("tagging", data=data, train=size))
+    task.prepare()
+    examples = task.examples("train")
+    epochs = [task.batches(examples, epoch, 1, True) for epoch in range(12)]
+    expected = [batch for epoch in epochs for batch in epoch]
+    built = []
+
+    def batches(examples: list, epoch: int, parts: int, shuffle: bool) -> list[list[int]]:
+        built.append(epoch)
+        return epochs[epoch]
+
+    monkeypatch.setattr(task, "batches", batches)
+    resumed_at = sum(len(epoch) for epoch in epochs[:6]) + 1
+    for index in range(resumed_at, len(expected)):
+        wanted = task.collate([examples[i] for i in expected[index]]).targets
+        assert torch.equal(task.global_batch(index, 1).targets, wanted), index
+    assert built == list(range(12))
+
+
+def test_evaluate_gives_the_model_its_mode_back_even_when_it_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    train = tmp_path / "train.txt"
+    train.write_text("Paris B-LOC\nwent O\n")
+    data = {"train": str(train), "val": str(train), "tokenizer": "wordpiece", "vocab_size": 40}
+    model_settings = {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32}
+    task = build_task(recipe("tagging", data=data, model=model_settings))
+    task.prepare()
+    model = build_model(task.model_config()).train()
+    assert "loss" in task.evaluate(model) and model.training
+
+    def failing(model: torch.nn.Module, batch: object) -> torch.Tensor:
+        assert not model.training
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(task, "logits", failing)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        task.evaluate(model)
+    assert model.training
+
+
 def test_tagging_labels_first_subwords_and_checks_tags(tmp_path: Path) -> None:
     train, val = tmp_path / "train.txt", tmp_path / "val.txt"
     train.write_text("Peter B-PER\nBlackburnshire I-PER\nwent O\n\nParis B-LOC\n")

@@ -1,5 +1,5 @@
 """torchrun with 2 CPU processes (gloo): one step with batch b on each rank gives the same
-weights as one step with batch 2b in a single process.
+weights as one step with batch 2b in a single process. And the check for native bfloat16.
 
 Adam's first step is about ``lr * sign(gradient)``, which magnifies the rounding
 differences of summing a batch in two halves for gradients near zero; lr 1e-4 keeps those
@@ -12,10 +12,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
 from helpers import RECIPES, set_options
+from scratchformer.training.distributed import CPU_BF16_PROBES, native_bf16
 
 RECIPE = RECIPES / "shakespeare-char.toml"
 SETTINGS = [
@@ -82,3 +84,18 @@ def test_when_rank_0_cannot_start_the_others_stop_too(tmp_path: Path) -> None:
     assert result.returncode != 0
     assert "no-such-file.txt" in result.stderr
     assert "rank 0 could not start the run" in result.stderr
+
+
+@pytest.mark.parametrize("answers", [(False, False), (True, False), (False, True)])
+def test_native_bf16_reads_the_cpu_probes(monkeypatch: pytest.MonkeyPatch, answers) -> None:
+    for name, answer in zip(CPU_BF16_PROBES, answers, strict=True):
+        monkeypatch.setattr(torch.cpu, name, lambda answer=answer: answer)
+    assert native_bf16(torch.device("cpu")) is any(answers)
+
+
+def test_native_bf16_is_false_on_a_torch_without_the_private_cpu_probes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in CPU_BF16_PROBES:
+        monkeypatch.delattr(torch.cpu, name)
+    assert native_bf16(torch.device("cpu")) is False

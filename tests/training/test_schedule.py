@@ -5,7 +5,8 @@ from itertools import pairwise
 import pytest
 import torch
 
-from scratchformer.training import SCHEDULES, build_schedule
+from scratchformer.config import SCHEDULES
+from scratchformer.training import build_schedule
 
 
 def optimizer(lr: float = 1.0) -> torch.optim.Optimizer:

@@ -17,7 +17,7 @@ from scratchformer.config import ModelConfig, Recipe, TrainConfig
 from scratchformer.errors import TrainingError
 from scratchformer.models import build_model
 from scratchformer.tasks import build_task
-from scratchformer.training.trainer import Trainer, build_optimizer
+from scratchformer.training.trainer import Trainer, build_optimizer, layer_depths
 
 RECIPE = RECIPES / "copy.toml"
 TINY = [
@@ -271,6 +271,54 @@ def test_layer_lr_decay_scales_the_lr_from_the_head_down_to_the_embeddings() -> 
         assert lr_of[id(parameter)] == pytest.approx(expected[prefix]), name
         assert decay_of[id(parameter)] == (0.1 if parameter.dim() >= 2 else 0.0), name
     assert optimizer.param_groups[0]["lr"] == 0.4
+
+
+@pytest.mark.parametrize(
+    ("arch", "expected"),
+    [
+        (
+            "encoder",
+            {"embedding.": 0, "encoder.layers.0.": 1, "encoder.layers.1.": 2, "pooler.": None},
+        ),
+        ("decoder", {"embedding.": 0, "decoder.layers.0.": 1, "decoder.layers.1.": 2}),
+        (
+            "seq2seq",
+            {
+                "src_embedding.": 0,
+                "tgt_embedding.": 0,
+                "encoder.layers.0.": 1,
+                "encoder.layers.1.": 2,
+                "decoder.layers.0.": 3,
+                "decoder.layers.1.": 4,
+                "decoder.layers.2.": 5,
+            },
+        ),
+    ],
+)
+def test_layer_depths_stack_the_decoder_above_the_encoder_above_the_embeddings(
+    arch: str, expected: dict[str, int | None]
+) -> None:
+    """Heads and final norms (what no prefix names) are None: above every layer. The tied
+    output projection is the target embedding."""
+    model = build_model(
+        ModelConfig(
+            arch=arch,
+            vocab_size=50,
+            d_model=16,
+            d_ff=32,
+            n_heads=2,
+            n_layers=2,
+            n_decoder_layers=3 if arch == "seq2seq" else None,
+            norm_first=True,
+            head="classification" if arch == "encoder" else None,
+            pooler=arch == "encoder",
+        )
+    )
+    depths = layer_depths([name for name, _ in model.named_parameters()])
+    for name, depth in depths.items():
+        prefix = next((p for p in expected if name.startswith(p)), None)
+        assert depth == expected.get(prefix), name
+    assert {p for p in expected if any(name.startswith(p) for name in depths)} == set(expected)
 
 
 def test_the_optimizer_takes_the_steps_of_torch_adamw() -> None:

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from tokenizers import Tokenizer as _Backend
 from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
 
+from ..config import TOKENIZERS
 from ..io import atomic_write
 
 SPECIAL_TOKENS = {
@@ -45,7 +47,6 @@ RECOGNISED = {
 """Role -> the special-token strings that take it when no roles are given, first found wins:
 ours, then BERT's and GPT-2's."""
 
-KINDS = ("char", "bpe", "wordpiece")
 _PREFIX = "##"  # WordPiece's mark of a sub-word that continues a word
 
 _PARALLELISM = "TOKENIZERS_PARALLELISM"
@@ -110,8 +111,8 @@ class Tokenizer:
         """
         roles = set(specials)
         _check_roles(roles)
-        if kind not in KINDS:
-            raise ValueError(f"kind={kind!r} must be one of {', '.join(KINDS)}")
+        if kind not in TOKENIZERS:
+            raise ValueError(f"kind={kind!r} must be one of {', '.join(TOKENIZERS)}")
         tokens = [token for role, token in SPECIAL_TOKENS.items() if role in roles]
         if vocab_size <= len(tokens):
             raise ValueError(f"vocab_size={vocab_size} leaves no room after {len(tokens)} specials")
@@ -416,35 +417,25 @@ def _train_wordpiece(
 
 
 # Fork safety ------------------------------------------------------------------------------
-# The library encodes batches on a thread pool that a forked child (a DataLoader worker)
-# does not inherit: with TOKENIZERS_PARALLELISM=true the child deadlocks, and unset the
-# library may print a warning. Around every fork the variable is set to "false", so the
-# child encodes serially (there are several workers anyway); the parent gets its own value
-# back, and its parallel batch encoding, right after the fork.
-
-_saved_parallelism: list[str | None] = []
 
 
-def _before_fork() -> None:
-    _saved_parallelism.append(os.environ.get(_PARALLELISM))
+@contextmanager
+def fork_safe() -> Iterator[None]:
+    """Tokenizers encode serially within the block, so that processes forked in it
+    (DataLoader workers, ``fork`` pools) can encode.
+
+    The library encodes batches on a thread pool that a forked child does not inherit:
+    once the parent has encoded in parallel, a child deadlocks under
+    ``TOKENIZERS_PARALLELISM=true`` and prints a warning with the variable unset. The block
+    sets it to ``false`` (the library reads it at each call, the parent too encodes
+    serially meanwhile); the previous value comes back on leaving. Nothing is set on import.
+    """
+    saved = os.environ.get(_PARALLELISM)
     os.environ[_PARALLELISM] = "false"
-
-
-def _after_fork_in_parent() -> None:
-    value = _saved_parallelism.pop()
-    if value is None:
-        del os.environ[_PARALLELISM]
-    else:
-        os.environ[_PARALLELISM] = value
-
-
-def _after_fork_in_child() -> None:
-    _saved_parallelism.clear()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(
-        before=_before_fork,
-        after_in_parent=_after_fork_in_parent,
-        after_in_child=_after_fork_in_child,
-    )
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(_PARALLELISM, None)
+        else:
+            os.environ[_PARALLELISM] = saved

@@ -13,6 +13,8 @@ ACTIVATIONS = {
     "gelu": F.gelu,
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
 }
+"""Name -> function; the names are ``config.ACTIVATIONS`` (``nn`` imports nothing from the
+package)."""
 
 
 class FeedForward(nn.Module):

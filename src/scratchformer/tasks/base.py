@@ -9,6 +9,7 @@ same batch, so that 2 ranks with batch b compute what 1 rank with batch 2b does.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
@@ -223,12 +224,14 @@ class Task(ABC):
         was_training = model.training
         model.eval()
         totals: dict[str, Any] = {}
-        for i, batch in enumerate(self.eval_batches(split, path)):
-            if max_batches is not None and i >= max_batches:
-                break
-            batch = batch.to(device) if device is not None else batch
-            self.accumulate(totals, self.logits(model, batch).float(), batch.targets)
-        model.train(was_training)
+        try:
+            for i, batch in enumerate(self.eval_batches(split, path)):
+                if max_batches is not None and i >= max_batches:
+                    break
+                batch = batch.to(device) if device is not None else batch
+                self.accumulate(totals, self.logits(model, batch).float(), batch.targets)
+        finally:
+            model.train(was_training)
         if not totals:
             raise ValueError(f"no examples to evaluate in split {split!r}")
         return self.summarize(totals)
@@ -274,6 +277,8 @@ class ExampleTask(Task):
         super().__init__(recipe)
         self._encoded: dict[tuple[str, str | None], list[Any]] = {}
         self._epoch_cache: dict[tuple[int, int], list[list[int]]] = {}
+        self._epoch_starts: dict[int, list[int]] = {}
+        """By ``parts``: the index of the first batch of epochs 0, 1, ... as far as known."""
 
     @abstractmethod
     def read(self, split: str, path: str | None = None) -> list[Any]:
@@ -300,11 +305,8 @@ class ExampleTask(Task):
 
     def global_batch(self, index: int, parts: int) -> Batch:
         examples = self.examples("train")
-        epoch, position = 0, index
-        while position >= len(batches := self._epoch_batches(epoch, parts)):
-            position -= len(batches)
-            epoch += 1
-        batch = self.collate([examples[i] for i in batches[position]])
+        epoch, position = self._locate(index, parts)
+        batch = self.collate([examples[i] for i in self._epoch_batches(epoch, parts)[position]])
         if self.train_config.token_dropout:
             batch.inputs["input_ids"] = self._drop_tokens(batch.inputs["input_ids"], index)
         return batch
@@ -320,6 +322,16 @@ class ExampleTask(Task):
         drop = torch.rand(ids.shape, generator=generator) < self.train_config.token_dropout
         drop &= ~torch.isin(ids, torch.tensor(tokenizer.special_ids))
         return ids.masked_fill(drop, tokenizer.unk_id)
+
+    def _locate(self, index: int, parts: int) -> tuple[int, int]:
+        """The epoch of training batch ``index`` and its position in that epoch. Epochs
+        are counted once each (a token budget's count may vary with the shuffle), so a
+        step costs the same in every epoch."""
+        starts = self._epoch_starts.setdefault(parts, [0])
+        while starts[-1] <= index:
+            starts.append(starts[-1] + len(self._epoch_batches(len(starts) - 1, parts)))
+        epoch = bisect.bisect_right(starts, index) - 1
+        return epoch, index - starts[epoch]
 
     def _epoch_batches(self, epoch: int, parts: int) -> list[list[int]]:
         key = (epoch, parts)

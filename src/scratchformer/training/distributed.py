@@ -72,13 +72,19 @@ def default_device(choice: str = "auto") -> torch.device:
     return torch.device("cuda") if use_cuda else CPU
 
 
+CPU_BF16_PROBES = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+"""torch's private CPU checks for AVX512-BF16 and AMX: a torch without one answers no."""
+
+
 def native_bf16(device: torch.device) -> bool:
     """Whether ``device`` computes in bfloat16 natively (CPUs: AVX512-BF16 or AMX); elsewhere
-    autocast emulates it, many times slower than fp32."""
+    autocast emulates it, many times slower than fp32. A CPU check that this torch lacks
+    counts as no, the safe answer: fp32."""
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()
     if device.type == "cpu":
-        return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+        probes = (getattr(torch.cpu, name, None) for name in CPU_BF16_PROBES)
+        return any(probe is not None and probe() for probe in probes)
     return True
 
 

@@ -15,7 +15,7 @@ from functools import partial
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
-SCHEDULES = ("noam", "cosine", "constant", "inverse_sqrt")
+from ..config import SCHEDULES
 
 
 def noam(step: int, *, d_model: int, warmup_steps: int) -> float:

@@ -32,13 +32,28 @@ FUSED_ADAMW_DEVICES = ("cpu", "cuda")
 """Where torch has a fused AdamW kernel that the trainer uses."""
 
 
-def layer_depth(name: str) -> int | None:
-    """How far from the input a parameter sits, by its name: 0 for the embeddings, ``i + 1``
-    for layer ``i`` of a stack, None for what comes after the layers (heads, final norms)."""
-    if name.startswith("embedding"):
-        return 0
-    match = re.search(r"(?:^|\.)layers\.(\d+)\.", name)
-    return int(match.group(1)) + 1 if match else None
+EMBEDDING = re.compile(r"(?:^|\.)(?:src_|tgt_)?embedding\.")
+STACK_LAYER = re.compile(r"(?:^|\.)(encoder|decoder)\.layers\.(\d+)\.")
+
+
+def layer_depths(names: list[str]) -> dict[str, int | None]:
+    """How far from the input each parameter of a model sits, by its name: 0 for the
+    embeddings (``embedding``, ``src_embedding``, ``tgt_embedding``), ``i + 1`` for layer
+    ``i`` of the encoder, the decoder's layers stacked above the encoder's (or above the
+    embeddings in a decoder-only model), None for what comes after the layers (heads,
+    final norms). ``names`` are all the model's parameter names."""
+    layers = {name: STACK_LAYER.search(name) for name in names}
+    encoder_layers = len({m.group(2) for m in layers.values() if m and m.group(1) == "encoder"})
+    depths: dict[str, int | None] = {}
+    for name, layer in layers.items():
+        if EMBEDDING.search(name):
+            depths[name] = 0
+        elif layer is None:
+            depths[name] = None
+        else:
+            below = encoder_layers if layer.group(1) == "decoder" else 0
+            depths[name] = below + int(layer.group(2)) + 1
+    return depths
 
 
 def build_optimizer(model: nn.Module, config: Any) -> torch.optim.AdamW:
@@ -53,8 +68,9 @@ def build_optimizer(model: nn.Module, config: Any) -> torch.optim.AdamW:
     reported for group 0 is ``config.lr``'s schedule."""
     decay = config.layer_lr_decay
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    # Without decay every parameter counts as depth 0: two groups, matrices and the rest.
-    depths = {n: layer_depth(n) if decay != 1.0 else 0 for n, _ in named}
+    depths = layer_depths([n for n, _ in model.named_parameters()])
+    if decay == 1.0:  # every parameter at depth 0: two groups, matrices and the rest
+        depths = dict.fromkeys(depths, 0)
     top = max((d for d in depths.values() if d is not None), default=0) + 1
     groups: dict[tuple[int, bool], list[nn.Parameter]] = {}
     for name, parameter in named:
