@@ -21,18 +21,9 @@ from .config import Recipe
 from .demo import run_demo
 from .inference import CompiledLM
 from .inference.generate import stream
-from .inference.translate import translate
-from .metrics import translation_scores
 from .models import build_model
 from .run import CONFIG_FILE, export_hf, import_hf, initialise_from, load_run, open_task, start_run
-from .tasks import (
-    TASKS,
-    ClassificationTask,
-    LanguageModelTask,
-    TaggingTask,
-    Task,
-    TranslationTask,
-)
+from .tasks import TASKS, Task
 from .training.checkpoint import METRICS_FILE, TRAINER_STATE, atomic_write, atomic_write_text
 from .training.distributed import DEVICES, Distributed, default_device, setup
 from .training.trainer import Trainer, TrainingError
@@ -93,27 +84,19 @@ def evaluate(args: argparse.Namespace) -> int:
     task, model = load_run(Path(args.run))
     device = default_device(args.device)
     metrics = task.evaluate(model.to(device), args.split, args.data, device=device)
-    if isinstance(task, TranslationTask):  # scores of real decoding, not teacher forcing
-        pairs = task.read(args.split, args.data)
-        hypotheses = translate(
-            task,
-            model,
-            [s for s, _ in pairs],
-            beam_size=args.beam,
-            progress=not args.quiet and sys.stderr.isatty(),
-        )
-        metrics.update(translation_scores(hypotheses, [t for _, t in pairs]), beam=args.beam)
+    progress = not args.quiet and sys.stderr.isatty()
+    metrics.update(task.decoding_metrics(model, args.split, args.data, args.beam, progress))
     print(
         json.dumps({"split": args.split if args.data is None else args.data, **metrics}, indent=2)
     )
     return 0
 
 
-def _run_of(args: argparse.Namespace, kinds: tuple[type[Task], ...], command: str):
-    """The task and model of ``args.run``, which must be of one of the task ``kinds``."""
+def _run_of(args: argparse.Namespace, command: str) -> tuple[Task, torch.nn.Module]:
+    """The task and model of ``args.run``, which must be of a task that ``command`` serves."""
     task, model = load_run(Path(args.run))
-    if not isinstance(task, kinds):
-        wanted = " or ".join(kind.name for kind in kinds)
+    if task.command != command:
+        wanted = " or ".join(name for name, kind in TASKS.items() if kind.command == command)
         raise UsageError(f"{args.run} is a {task.name!r} run; {command} needs a {wanted} run")
     return task, model.to(default_device(args.device))
 
@@ -122,9 +105,13 @@ def _input_lines() -> list[str]:
     return [line.rstrip("\r\n") for line in sys.stdin]
 
 
+def _output_lines(outputs: Sequence[str]) -> None:
+    sys.stdout.writelines(output + "\n" for output in outputs)
+
+
 def generate(args: argparse.Namespace) -> int:
     """``scratchformer generate DIR --prompt TEXT``: stream a continuation to stdout."""
-    task, model = _run_of(args, (LanguageModelTask,), "generate")
+    task, model = _run_of(args, "generate")
     tokenizer = task.tokenizer()
     prompt = tokenizer.encode(args.prompt)
     if not prompt:
@@ -165,48 +152,31 @@ def generate(args: argparse.Namespace) -> int:
 
 def translate_lines(args: argparse.Namespace) -> int:
     """``scratchformer translate DIR < source > hypotheses``: one line out per line in."""
-    task, model = _run_of(args, (TranslationTask,), "translate")
-    lines = _input_lines()
-    hypotheses = translate(
-        task,
+    task, model = _run_of(args, "translate")
+    hypotheses = task.predict_lines(
         model,
-        lines,
+        _input_lines(),
         beam_size=args.beam,
         length_penalty=args.length_penalty,
         batch_size=args.batch_size,
         progress=not args.quiet and sys.stderr.isatty(),
     )
-    sys.stdout.writelines(hypothesis + "\n" for hypothesis in hypotheses)
+    _output_lines(hypotheses)
     return 0
 
 
 def classify(args: argparse.Namespace) -> int:
     """``scratchformer classify DIR < sentences``: label and probability (or value) a line."""
-    task, model = _run_of(args, (ClassificationTask,), "classify")
-    for prediction in task.predict(model, _input_lines()):
-        if isinstance(prediction, tuple):
-            label, probability = prediction
-            print(f"{label}\t{probability:.4f}")
-        else:
-            print(f"{prediction:.4f}")
+    task, model = _run_of(args, "classify")
+    _output_lines(task.predict_lines(model, _input_lines()))
     return 0
 
 
 def tag(args: argparse.Namespace) -> int:
     """``scratchformer tag DIR < sentences``: ``token tag`` lines, a blank line after each
     sentence (CoNLL style); words are split on whitespace."""
-    task, model = _run_of(args, (TaggingTask,), "tag")
-    sentences = [line.split() for line in _input_lines()]
-    cut = sum(len(task.encode_words(words)[0]) >= task.data.max_len for words in sentences)
-    if cut:
-        warnings.warn(
-            f"{cut} sentence(s) longer than {task.data.max_len} sub-words: "
-            "their last words are tagged O",
-            stacklevel=1,
-        )
-    for words, tags in zip(sentences, task.predict(model, sentences), strict=True):
-        sys.stdout.writelines(f"{word} {label}\n" for word, label in zip(words, tags, strict=True))
-        sys.stdout.write("\n")
+    task, model = _run_of(args, "tag")
+    _output_lines(task.predict_lines(model, _input_lines()))
     return 0
 
 

@@ -16,7 +16,7 @@ from ..data.batching import pad_batch
 from ..data.readers import LabeledText, read_tsv
 from ..data.registry import sst2_examples, stsb_examples
 from ..metrics import correlations, macro_f1
-from .base import Batch, ExampleTask, add
+from .base import Batch, ExampleTask, TokenLabels, add
 
 SPECIALS = ("pad", "unk", "cls", "sep")
 READERS = {"sst2": sst2_examples, "stsb": stsb_examples}
@@ -42,6 +42,7 @@ class ClassificationTask(ExampleTask):
     head = "classification"
     metric = "accuracy"
     higher_is_better = True
+    command = "classify"
     regression = False
 
     def read(self, split: str, path: str | None = None) -> list[LabeledText]:
@@ -125,6 +126,16 @@ class ClassificationTask(ExampleTask):
             ]
         return predictions
 
+    def predict_lines(self, model: nn.Module, lines: Sequence[str], **options: Any) -> list[str]:
+        """``label<TAB>probability`` for each line."""
+        return [f"{label}\t{probability:.4f}" for label, probability in self.predict(model, lines)]
+
+    def attention_inputs(self, text: str) -> tuple[dict[str, Tensor], TokenLabels]:
+        """A sentence, or for pair tasks ``first<TAB>second``, as in training."""
+        inputs = self.collate([self.encode_texts(self.split_line(text))]).inputs
+        words = self.tokenizer().labels(inputs["input_ids"][0].tolist())
+        return inputs, {"encoder": (words, words)}
+
     def split_line(self, line: str) -> tuple[str, ...]:
         """A line of input: one sentence, or for pair tasks two separated by a tab."""
         if not self._has_pairs():
@@ -191,6 +202,10 @@ class RegressionTask(ClassificationTask):
         return [
             v for logits, _ in self.forward_in_order(model, encoded) for v in logits[:, 0].tolist()
         ]
+
+    def predict_lines(self, model: nn.Module, lines: Sequence[str], **options: Any) -> list[str]:
+        """The predicted value of each line."""
+        return [f"{value:.4f}" for value in self.predict(model, lines)]
 
     def accumulate(self, totals: dict[str, Any], logits: Tensor, targets: Tensor) -> None:
         predictions = logits.squeeze(-1)

@@ -22,7 +22,7 @@ from ..config import Recipe
 from ..data.batching import pad_batch
 from ..metrics import correlations
 from ..models.heads import pool
-from .base import Batch, add
+from .base import Attentions, Batch, TokenLabels, add
 from .classification import RegressionTask
 
 COSENT_SCALE = 20.0
@@ -85,6 +85,17 @@ class SimilarityTask(RegressionTask):
             hidden, _ = model.encode(ids, mask)
             vectors.append(F.normalize(pool(hidden, mask, model.config.pooling).float(), dim=-1))
         return torch.cat(vectors).cpu()
+
+    def attention_inputs(self, text: str) -> tuple[dict[str, Tensor], TokenLabels]:
+        """One sentence: the bi-encoder reads each sentence of a pair alone."""
+        ids = self.sentence_ids(text)
+        words = self.tokenizer().labels(ids)
+        return {"input_ids": torch.tensor([ids])}, {"encoder": (words, words)}
+
+    def attend(self, model: nn.Module, inputs: dict[str, Tensor]) -> Attentions:
+        """Through the encoder alone: the head compares the sentences of pairs."""
+        _, weights = model.encode(**inputs, need_weights=True)
+        return {"encoder": weights}
 
     def length(self, example: EncodedPair) -> int:  # type: ignore[override]
         return 2 * max(len(example.first), len(example.second))
