@@ -253,3 +253,36 @@ def test_tasks_without_line_predictions_or_decoding_say_so(tmp_path: Path) -> No
     with pytest.raises(ValueError, match="lm models do not predict line by line"):
         task.predict_lines(model, ["to be"])
     assert task.decoding_metrics(model) == {}
+
+
+def test_value_tasks_read_scores_and_report_correlations(tmp_path: Path) -> None:
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("a man plays\ta man sings\t4.0\nthe cat\tthe dog\t1.0\nbig\tsmall\t0.5\n")
+    data = {
+        "train": str(pairs),
+        "val": str(pairs),
+        "text_columns": [0, 1],
+        "label_column": 2,
+        "header": False,
+        "tokenizer": "wordpiece",
+        "vocab_size": 40,
+    }
+    regression = build_task(recipe("regression", data=data, model=SMALL_MODEL))
+    regression.prepare()
+    batch = regression.collate(regression.examples("train"))
+    assert batch.targets.tolist() == [4.0, 1.0, 0.5] and batch.targets.dtype == torch.float32
+    assert batch.inputs["token_type_ids"].amax() == 1, "both sentences in one input"
+    model = build_model(regression.model_config())
+    metrics = regression.evaluate(model)
+    assert metrics.keys() == {"mse", "pearson", "spearman"}
+    predicted = torch.tensor(regression.predict(model, ["a man plays\ta man sings"]))
+    assert metrics["mse"] >= 0 and predicted.shape == (1,)
+    similarity = build_task(recipe("similarity", data=data, model=SMALL_MODEL))
+    similarity.prepare()
+    assert similarity.collate(similarity.examples("train")).targets.dtype == torch.float32
+    assert similarity.evaluate(build_model(similarity.model_config())).keys() == {
+        "pearson",
+        "spearman",
+    }
+    with pytest.raises(ValueError, match="R-Drop compares predicted class distributions, and si"):
+        build_task(recipe("similarity", data=data, train={"rdrop": 0.1}))

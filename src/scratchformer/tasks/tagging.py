@@ -15,7 +15,7 @@ from ..data.registry import conll_examples
 from ..metrics import entity_scores
 from ..nn.loss import IGNORE_INDEX
 from .base import Batch, ExampleTask, TokenLabels
-from .classification import DEV_SPLIT
+from .sentences import DEV_SPLIT
 from .tag_scheme import best_valid_tags, iob2_transitions
 
 SPECIALS = ("pad", "unk", "cls", "sep")
