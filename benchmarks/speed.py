@@ -27,7 +27,7 @@ random inputs, with random weights (translation excepted):
   path (``src_key_padding_mask``, nested tensors: padding is skipped).
 - ``translate``: sentences/s translating the 1,000 German sentences of Multi30k
   test_2016_flickr (``$SCRATCHFORMER_DATA/multi30k/test_2016_flickr.de.gz``) with beam 5
-  (``scratchformer.inference.translate``, as ``scratchformer translate`` does), by the
+  (``TranslationTask.translate``, as ``scratchformer translate`` does), by the
   trained ``multi30k-de-en`` run, or by a random model of that recipe's shape when no run
   is there (hypotheses then run to their length limit); with the KV cache and without it
   (every beam's prefix recomputed each step, timed once); how many translations differ is

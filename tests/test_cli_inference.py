@@ -30,8 +30,14 @@ def test_translate_keeps_line_alignment(copy_run, capsys, monkeypatch) -> None:
 
 
 def test_commands_refuse_runs_of_another_task(copy_run, capsys, monkeypatch) -> None:
-    status, _, err = run(capsys, monkeypatch, "x\n", "classify", str(copy_run))
-    assert status == 2 and "is a 'synthetic' run; classify needs a classification" in err
+    for args, wanted in [
+        (["classify"], "a classification or regression or similarity run"),
+        (["tag"], "a tagging run"),
+        (["generate", "--prompt", "1"], "a lm run"),
+    ]:
+        command, *options = args
+        status, _, err = run(capsys, monkeypatch, "x\n", command, str(copy_run), *options)
+        assert status == 2 and f"is a 'synthetic' run; {command} needs {wanted}" in err
 
 
 def test_classify_prints_a_label_and_probability_per_line(tmp_path, capsys, monkeypatch) -> None:

@@ -11,7 +11,6 @@ from scratchformer import build_model
 from scratchformer.config import Recipe
 from scratchformer.data.readers import read_lines
 from scratchformer.data.registry import dataset_file
-from scratchformer.inference.translate import translate
 from scratchformer.io import MODEL_FILE
 from scratchformer.run import load_run
 from scratchformer.tasks import build_task
@@ -48,14 +47,14 @@ def translation(settings: Settings) -> list[Row]:
 
     def run(use_cache: bool) -> Step:
         def step() -> list[str]:
-            out = translate(task, model, sentences, beam_size=BEAM, use_cache=use_cache)
+            out = task.translate(model, sentences, beam_size=BEAM, use_cache=use_cache)
             if len(out) != len(sentences):
                 raise RuntimeError(f"{len(sentences)} sentences gave {len(out)} translations")
             return out
 
         return step
 
-    translate(task, model, sentences[:16], beam_size=BEAM)  # warm-up
+    task.translate(model, sentences[:16], beam_size=BEAM)  # warm-up
     repeats = settings.repeats_or(3, quick=1)
     timings = interleaved([run(True), run(False)], [repeats, 1])  # without: minutes a run
     empty = sum(not line for line in timings[0].last)

@@ -9,7 +9,6 @@ from typing import Any
 import torch
 
 from .config import Recipe
-from .inference.translate import translate
 from .models import count_parameters
 from .run import load_run, train
 from .tasks import Task
@@ -47,7 +46,7 @@ def run_demo(out: Path, quiet: bool = False) -> dict[str, Any]:
 
     held_out = task.read("test")
     sources = [source for source, _ in held_out]
-    greedy = translate(task, model, sources, beam_size=1)
+    greedy = task.translate(model, sources, beam_size=1)
     exact = sum(h == target for h, (_, target) in zip(greedy, held_out, strict=True))
     accuracy = exact / len(held_out)
     say(
@@ -55,7 +54,7 @@ def run_demo(out: Path, quiet: bool = False) -> dict[str, Any]:
         f"{count_parameters(model):,}-parameter model: {accuracy:.1%}\n"
     )
     shown = sources[:5]
-    beam = translate(task, model, shown, beam_size=4)
+    beam = task.translate(model, shown, beam_size=4)
     say(f"{'input':<14} {'greedy':<14} {'beam 4':<14}")
     for source, g, b in zip(shown, greedy[: len(shown)], beam, strict=True):
         say(f"{source:<14} {g:<14} {b:<14}")

@@ -96,3 +96,36 @@ def test_dropout_is_active_in_training_on_every_sublayer() -> None:
     assert not torch.allclose(layer(x)[0], layer(x)[0])
     layer.eval()
     torch.testing.assert_close(layer(x)[0], layer(x)[0])
+
+
+SELF_ATTENTION = ["self_attn.qkv_proj.weight", "self_attn.qkv_proj.bias"]
+SELF_ATTENTION += ["self_attn.out_proj.weight", "self_attn.out_proj.bias"]
+SELF_ATTENTION += ["self_attn_norm.weight", "self_attn_norm.bias"]
+FEED_FORWARD = ["feed_forward.w1.weight", "feed_forward.w1.bias"]
+FEED_FORWARD += ["feed_forward.w2.weight", "feed_forward.w2.bias"]
+FEED_FORWARD += ["feed_forward_norm.weight", "feed_forward_norm.bias"]
+CROSS_ATTENTION = ["cross_attn.q_proj.weight", "cross_attn.q_proj.bias"]
+CROSS_ATTENTION += ["cross_attn.kv_proj.weight", "cross_attn.kv_proj.bias"]
+CROSS_ATTENTION += ["cross_attn.out_proj.weight", "cross_attn.out_proj.bias"]
+CROSS_ATTENTION += ["cross_attn_norm.weight", "cross_attn_norm.bias"]
+
+
+def test_parameter_names_and_order_are_those_of_checkpoints() -> None:
+    """Checkpoints, their optimizer states (by parameter order) and the Hugging Face weight
+    mapping depend on these names, in this order."""
+    for norm_first in (False, True):
+        layers = {
+            "encoder": EncoderLayer(D, HEADS, FF, norm_first=norm_first),
+            "decoder": DecoderLayer(D, HEADS, FF, norm_first=norm_first),
+            "decoder-only": DecoderLayer(
+                D, HEADS, FF, norm_first=norm_first, cross_attention=False
+            ),
+        }
+        expected = {
+            "encoder": SELF_ATTENTION + FEED_FORWARD,
+            "decoder": SELF_ATTENTION + FEED_FORWARD + CROSS_ATTENTION,
+            "decoder-only": SELF_ATTENTION + FEED_FORWARD,
+        }
+        for kind, layer in layers.items():
+            assert [name for name, _ in layer.named_parameters()] == expected[kind], kind
+            assert list(layer.state_dict()) == expected[kind], kind

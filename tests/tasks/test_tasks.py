@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import gzip
+import re
 from pathlib import Path
 
 import numpy as np
@@ -241,3 +242,98 @@ def test_language_model_streams_are_memory_mapped_token_files(tmp_path: Path) ->
     del task, stream
     gc.collect()
     assert not folder.exists(), "token files are removed with the task"
+
+
+SMALL_MODEL = {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32}
+
+
+def test_sentence_tasks_predict_one_line_of_text_a_line(tmp_path: Path) -> None:
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("a man plays\ta man sings\t4.0\nthe cat\tthe dog\t1.0\n")
+    data = {
+        "train": str(pairs),
+        "text_columns": [0, 1],
+        "label_column": 2,
+        "header": False,
+        "tokenizer": "wordpiece",
+        "vocab_size": 40,
+    }
+    lines = ["a man plays\tthe dog", "the cat\tthe cat"]
+    for name, pattern in [
+        ("classification", r"(1\.0|4\.0)\t[01]\.\d{4}"),
+        ("regression", r"-?\d+\.\d{4}"),
+        ("similarity", r"-?[01]\.\d{4}"),
+    ]:
+        task = build_task(recipe(name, data=data, model=SMALL_MODEL))
+        task.prepare()
+        model = build_model(task.model_config()).eval()
+        predicted = task.predict_lines(model, lines)
+        assert len(predicted) == 2 and all(re.fullmatch(pattern, p) for p in predicted), name
+        if name != "classification":
+            values = task.predict(model, lines)
+            assert predicted == [f"{value:.4f}" for value in values]
+        with pytest.raises(ValueError, match="this model reads sentence pairs"):
+            task.predict_lines(model, ["one sentence"])
+
+
+def test_the_tagger_predicts_conll_lines_and_warns_of_cut_sentences(tmp_path: Path) -> None:
+    data = tmp_path / "train.txt"
+    data.write_text("Peter B-PER\nwent O\n\nParis B-LOC\n")
+    settings = {"train": str(data), "tokenizer": "char", "max_len": 12}
+    task = build_task(recipe("tagging", data=settings, model=SMALL_MODEL))
+    task.prepare()
+    model = build_model(task.model_config()).eval()
+    tagged = task.predict_lines(model, ["Peter  went", ""])
+    assert tagged[1] == ""
+    assert [line.split(" ")[0] for line in tagged[0].splitlines(keepends=True)] == [
+        "Peter",
+        "went",
+    ]
+    assert all(line.split(" ")[1] in task.labels() for line in tagged[0].splitlines())
+    with pytest.warns(UserWarning, match="1 sentence.s. longer than 12 sub-words: their last"):
+        tagged = task.predict_lines(model, ["Peter went to Paris today"])
+    assert tagged[0].endswith("\ntoday O\n") and tagged[0].count("\n") == 5
+
+
+def test_tasks_without_line_predictions_or_decoding_say_so(tmp_path: Path) -> None:
+    text = tmp_path / "corpus.txt"
+    text.write_text("to be or not to be\n")
+    task = build_task(recipe("lm", data={"train": str(text), "tokenizer": "char"}))
+    task.prepare()
+    model = build_model(task.model_config()).eval()
+    with pytest.raises(ValueError, match="lm models do not predict line by line"):
+        task.predict_lines(model, ["to be"])
+    assert task.decoding_metrics(model) == {}
+
+
+def test_value_tasks_read_scores_and_report_correlations(tmp_path: Path) -> None:
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("a man plays\ta man sings\t4.0\nthe cat\tthe dog\t1.0\nbig\tsmall\t0.5\n")
+    data = {
+        "train": str(pairs),
+        "val": str(pairs),
+        "text_columns": [0, 1],
+        "label_column": 2,
+        "header": False,
+        "tokenizer": "wordpiece",
+        "vocab_size": 40,
+    }
+    regression = build_task(recipe("regression", data=data, model=SMALL_MODEL))
+    regression.prepare()
+    batch = regression.collate(regression.examples("train"))
+    assert batch.targets.tolist() == [4.0, 1.0, 0.5] and batch.targets.dtype == torch.float32
+    assert batch.inputs["token_type_ids"].amax() == 1, "both sentences in one input"
+    model = build_model(regression.model_config())
+    metrics = regression.evaluate(model)
+    assert metrics.keys() == {"mse", "pearson", "spearman"}
+    predicted = torch.tensor(regression.predict(model, ["a man plays\ta man sings"]))
+    assert metrics["mse"] >= 0 and predicted.shape == (1,)
+    similarity = build_task(recipe("similarity", data=data, model=SMALL_MODEL))
+    similarity.prepare()
+    assert similarity.collate(similarity.examples("train")).targets.dtype == torch.float32
+    assert similarity.evaluate(build_model(similarity.model_config())).keys() == {
+        "pearson",
+        "spearman",
+    }
+    with pytest.raises(ValueError, match="R-Drop compares predicted class distributions, and si"):
+        build_task(recipe("similarity", data=data, train={"rdrop": 0.1}))

@@ -62,9 +62,7 @@ def test_translation_shows_source_against_target_tokens() -> None:
 
 def test_translation_without_target_attends_over_its_greedy_output() -> None:
     task, model = prepared("synthetic", {"dataset": "copy", "synthetic_train_size": 50})
-    from scratchformer.inference.translate import translate
-
-    greedy = translate(task, model, ["907"], beam_size=1)[0]
+    greedy = task.translate(model, ["907"], beam_size=1)[0]
     maps = capture_attention(task, model, "907")
     assert len(maps.queries["cross"]) == 1 + len(task.target_tokenizer().encode(greedy))
 

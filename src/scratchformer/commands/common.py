@@ -4,24 +4,23 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from torch import nn
 
 from ..errors import UsageError
 from ..run import load_run
-from ..tasks import Task
+from ..tasks import TASKS, Task
 from ..training.distributed import default_device
 
 
-def run_of(
-    args: argparse.Namespace, kinds: tuple[type[Task], ...], command: str
-) -> tuple[Task, nn.Module]:
-    """The task and model of ``args.run``, which must be of one of the task ``kinds``, on
-    ``args.device``."""
+def run_of(args: argparse.Namespace, command: str) -> tuple[Task, nn.Module]:
+    """The task and model of ``args.run``, on ``args.device``; the run must be of a task
+    that ``command`` serves."""
     task, model = load_run(Path(args.run))
-    if not isinstance(task, kinds):
-        wanted = " or ".join(kind.name for kind in kinds)
+    if task.command != command:
+        wanted = " or ".join(name for name, kind in TASKS.items() if kind.command == command)
         raise UsageError(f"{args.run} is a {task.name!r} run; {command} needs a {wanted} run")
     return task, model.to(default_device(args.device))
 
@@ -44,3 +43,8 @@ def input_lines() -> list[str]:
 def progress_wanted(args: argparse.Namespace) -> bool:
     """A progress bar on stderr: unless ``--quiet``, and only on a terminal."""
     return not args.quiet and sys.stderr.isatty()
+
+
+def output_lines(outputs: Sequence[str]) -> None:
+    """Write each output as a line of standard output."""
+    sys.stdout.writelines(output + "\n" for output in outputs)

@@ -6,30 +6,24 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import warnings
 from pathlib import Path
 
 from ..errors import UsageError
 from ..inference.generate import stream
-from ..inference.translate import translate
-from ..metrics import translation_scores
 from ..run import load_run
-from ..tasks import ClassificationTask, LanguageModelTask, TaggingTask, TranslationTask
 from ..training.distributed import default_device
-from .common import input_lines, progress_wanted, run_of
+from .common import input_lines, output_lines, progress_wanted, run_of
 
 
 def evaluate(args: argparse.Namespace) -> int:
-    """``scratchformer eval DIR [--split val|test | --data FILE]``: JSON metrics."""
+    """``scratchformer eval DIR [--split val|test | --data FILE]``: JSON metrics, with the
+    scores of real decoding (not teacher forcing) for the tasks that decode."""
     task, model = load_run(Path(args.run))
     device = default_device(args.device)
     metrics = task.evaluate(model.to(device), args.split, args.data, device=device)
-    if isinstance(task, TranslationTask):  # scores of real decoding, not teacher forcing
-        pairs = task.read(args.split, args.data)
-        hypotheses = translate(
-            task, model, [s for s, _ in pairs], beam_size=args.beam, progress=progress_wanted(args)
-        )
-        metrics.update(translation_scores(hypotheses, [t for _, t in pairs]), beam=args.beam)
+    metrics.update(
+        task.decoding_metrics(model, args.split, args.data, args.beam, progress_wanted(args))
+    )
     split = args.split if args.data is None else args.data
     print(json.dumps({"split": split, **metrics}, indent=2))
     return 0
@@ -37,7 +31,7 @@ def evaluate(args: argparse.Namespace) -> int:
 
 def generate(args: argparse.Namespace) -> int:
     """``scratchformer generate DIR --prompt TEXT``: stream a continuation to stdout."""
-    task, model = run_of(args, (LanguageModelTask,), "generate")
+    task, model = run_of(args, "generate")
     tokenizer = task.tokenizer()
     prompt = tokenizer.encode(args.prompt)
     if not prompt:
@@ -80,45 +74,30 @@ def generate(args: argparse.Namespace) -> int:
 
 def translate_lines(args: argparse.Namespace) -> int:
     """``scratchformer translate DIR < source > hypotheses``: one line out per line in."""
-    task, model = run_of(args, (TranslationTask,), "translate")
-    hypotheses = translate(
-        task,
-        model,
-        input_lines(),
-        beam_size=args.beam,
-        length_penalty=args.length_penalty,
-        batch_size=args.batch_size,
-        progress=progress_wanted(args),
+    task, model = run_of(args, "translate")
+    output_lines(
+        task.predict_lines(
+            model,
+            input_lines(),
+            beam_size=args.beam,
+            length_penalty=args.length_penalty,
+            batch_size=args.batch_size,
+            progress=progress_wanted(args),
+        )
     )
-    sys.stdout.writelines(hypothesis + "\n" for hypothesis in hypotheses)
     return 0
 
 
 def classify(args: argparse.Namespace) -> int:
     """``scratchformer classify DIR < sentences``: label and probability (or value) a line."""
-    task, model = run_of(args, (ClassificationTask,), "classify")
-    for prediction in task.predict(model, input_lines()):
-        if isinstance(prediction, tuple):
-            label, probability = prediction
-            print(f"{label}\t{probability:.4f}")
-        else:
-            print(f"{prediction:.4f}")
+    task, model = run_of(args, "classify")
+    output_lines(task.predict_lines(model, input_lines()))
     return 0
 
 
 def tag(args: argparse.Namespace) -> int:
     """``scratchformer tag DIR < sentences``: ``token tag`` lines, a blank line after each
     sentence (CoNLL style); words are split on whitespace."""
-    task, model = run_of(args, (TaggingTask,), "tag")
-    sentences = [line.split() for line in input_lines()]
-    cut = sum(len(task.encode_words(words)[0]) >= task.data.max_len for words in sentences)
-    if cut:
-        warnings.warn(
-            f"{cut} sentence(s) longer than {task.data.max_len} sub-words: "
-            "their last words are tagged O",
-            stacklevel=1,
-        )
-    for words, tags in zip(sentences, task.predict(model, sentences), strict=True):
-        sys.stdout.writelines(f"{word} {label}\n" for word, label in zip(words, tags, strict=True))
-        sys.stdout.write("\n")
+    task, model = run_of(args, "tag")
+    output_lines(task.predict_lines(model, input_lines()))
     return 0

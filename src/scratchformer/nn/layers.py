@@ -18,6 +18,34 @@ from .packing import Packing
 from .rotary import Rotation
 
 
+class ResidualNorm(LayerNorm):
+    """The LayerNorm of a sub-layer with the sub-layer's dropout and residual connection,
+    post-LN or pre-LN: the sub-layer reads :meth:`sublayer_input` of ``x``, and
+    :meth:`residual` adds its output back. Its parameters are the norm's alone, so that a
+    layer's ``*_norm.weight`` and ``*_norm.bias`` name them."""
+
+    def __init__(
+        self,
+        d_model: int,
+        dropout: float = 0.1,
+        norm_first: bool = False,
+        eps: float = 1e-5,
+        bias: bool = True,
+    ) -> None:
+        super().__init__(d_model, eps, bias)
+        self.norm_first = norm_first
+        self.dropout = Dropout(dropout)
+
+    def sublayer_input(self, x: Tensor) -> Tensor:
+        """``norm(x)`` with pre-LN, else ``x``."""
+        return self(x) if self.norm_first else x
+
+    def residual(self, x: Tensor, sublayer_output: Tensor) -> Tensor:
+        """``x + dropout(sublayer_output)``, normalised with post-LN."""
+        x = x + self.dropout(sublayer_output)
+        return x if self.norm_first else self(x)
+
+
 class EncoderLayer(nn.Module):
     """Self-attention, then the position-wise feed-forward network."""
 
@@ -34,12 +62,10 @@ class EncoderLayer(nn.Module):
         bias: bool = True,
     ) -> None:
         super().__init__()
-        self.norm_first = norm_first
-        self.dropout = Dropout(dropout)
         self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout, bias)
-        self.self_attn_norm = LayerNorm(d_model, eps, bias)
+        self.self_attn_norm = ResidualNorm(d_model, dropout, norm_first, eps, bias)
         self.feed_forward = FeedForward(d_model, d_ff, dropout, activation, bias)
-        self.feed_forward_norm = LayerNorm(d_model, eps, bias)
+        self.feed_forward_norm = ResidualNorm(d_model, dropout, norm_first, eps, bias)
 
     def forward(
         self,
@@ -54,45 +80,20 @@ class EncoderLayer(nn.Module):
         ``(tokens, d_model)``; ``mask``: True = may attend; ``rotation`` rotates queries and
         keys (rotary embeddings). Returns the new ``x`` and, if ``need_weights``, the
         attention weights ``(batch, heads, len, len)``."""
-        x, weights = self._self_attention(
-            x, mask, is_causal, need_weights, packing=packing, rotation=rotation
-        )
-        return self._feed_forward(x), weights
-
-    def _sublayer_input(self, norm: LayerNorm, x: Tensor) -> Tensor:
-        return norm(x) if self.norm_first else x
-
-    def _residual(self, norm: LayerNorm, x: Tensor, sublayer_output: Tensor) -> Tensor:
-        x = x + self.dropout(sublayer_output)
-        return x if self.norm_first else norm(x)
-
-    def _self_attention(
-        self,
-        x: Tensor,
-        mask: Tensor | None,
-        is_causal: bool,
-        need_weights: bool,
-        cache: SelfAttentionCache | None = None,
-        packing: Packing | None = None,
-        rotation: Rotation | None = None,
-    ) -> tuple[Tensor, Tensor | None]:
         h, weights = self.self_attn(
-            self._sublayer_input(self.self_attn_norm, x),
+            self.self_attn_norm.sublayer_input(x),
             mask=mask,
             is_causal=is_causal,
             need_weights=need_weights,
-            cache=cache,
             packing=packing,
             rotation=rotation,
         )
-        return self._residual(self.self_attn_norm, x, h), weights
-
-    def _feed_forward(self, x: Tensor) -> Tensor:
-        h = self.feed_forward(self._sublayer_input(self.feed_forward_norm, x))
-        return self._residual(self.feed_forward_norm, x, h)
+        x = self.self_attn_norm.residual(x, h)
+        h = self.feed_forward(self.feed_forward_norm.sublayer_input(x))
+        return self.feed_forward_norm.residual(x, h), weights
 
 
-class DecoderLayer(EncoderLayer):
+class DecoderLayer(nn.Module):
     """Masked self-attention, cross-attention (queries from the decoder, keys and values
     from the encoder output), then the feed-forward network. With ``cross_attention=False``
     it is the block of a decoder-only (GPT-style) language model."""
@@ -110,18 +111,22 @@ class DecoderLayer(EncoderLayer):
         bias: bool = True,
         cross_attention: bool = True,
     ) -> None:
-        super().__init__(
-            d_model, n_heads, d_ff, dropout, attention_dropout, activation, norm_first, eps, bias
-        )
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout, bias)
+        self.self_attn_norm = ResidualNorm(d_model, dropout, norm_first, eps, bias)
+        self.feed_forward = FeedForward(d_model, d_ff, dropout, activation, bias)
+        self.feed_forward_norm = ResidualNorm(d_model, dropout, norm_first, eps, bias)
+        # cross-attention comes last in the parameter order (and the initialisation's
+        # random draws), which checkpoints' optimizer states follow
         self.cross_attn: MultiHeadAttention | None = None
-        self.cross_attn_norm: LayerNorm | None = None
+        self.cross_attn_norm: ResidualNorm | None = None
         if cross_attention:
             self.cross_attn = MultiHeadAttention(
                 d_model, n_heads, attention_dropout, bias, cross=True
             )
-            self.cross_attn_norm = LayerNorm(d_model, eps, bias)
+            self.cross_attn_norm = ResidualNorm(d_model, dropout, norm_first, eps, bias)
 
-    def forward(  # type: ignore[override]
+    def forward(
         self,
         x: Tensor,
         memory: Tensor | None = None,
@@ -138,19 +143,26 @@ class DecoderLayer(EncoderLayer):
         incremental decoding; ``rotation`` rotates self-attention's queries and keys (rotary
         embeddings). Returns the new ``x`` and, if asked, the self- and cross-attention
         weights."""
-        x, self_weights = self._self_attention(
-            x, self_mask, is_causal, need_weights, self_cache, rotation=rotation
+        h, self_weights = self.self_attn(
+            self.self_attn_norm.sublayer_input(x),
+            mask=self_mask,
+            is_causal=is_causal,
+            need_weights=need_weights,
+            cache=self_cache,
+            rotation=rotation,
         )
+        x = self.self_attn_norm.residual(x, h)
         cross_weights = None
         if self.cross_attn is not None and self.cross_attn_norm is not None:
             if memory is None:
                 raise ValueError("this decoder layer has cross-attention and needs `memory`")
             h, cross_weights = self.cross_attn(
-                self._sublayer_input(self.cross_attn_norm, x),
+                self.cross_attn_norm.sublayer_input(x),
                 memory,
                 mask=memory_mask,
                 need_weights=need_weights,
                 cache=cross_cache,
             )
-            x = self._residual(self.cross_attn_norm, x, h)
-        return self._feed_forward(x), self_weights, cross_weights
+            x = self.cross_attn_norm.residual(x, h)
+        h = self.feed_forward(self.feed_forward_norm.sublayer_input(x))
+        return self.feed_forward_norm.residual(x, h), self_weights, cross_weights

@@ -1,4 +1,5 @@
-"""What every task provides to the trainer and to ``scratchformer eval``.
+"""What every task provides to the trainer, to ``scratchformer eval`` and to the commands
+that use a trained model.
 
 A task owns its data (examples read through the registry or from local files), its
 tokenizer(s), the model configuration it needs, its loss and its metrics. Training batches
@@ -26,6 +27,13 @@ from ..data.batching import fixed_size_batches, token_budget_batches
 from ..data.tokenizer import Tokenizer
 from ..metrics import perplexity
 from ..nn.loss import IGNORE_INDEX
+
+Attentions = dict[str, list[Tensor]]
+"""Per attention kind (``encoder``, ``decoder``, ``cross``): the weights ``(1, heads,
+queries, keys)`` of each layer."""
+
+TokenLabels = dict[str, tuple[list[str], list[str]]]
+"""Per attention kind: the labels of the query tokens and of the key tokens."""
 
 
 @dataclass
@@ -65,6 +73,9 @@ class Task(ABC):
     metric: ClassVar[str]
     """The validation metric that selects the best checkpoint and drives early stopping."""
     higher_is_better: ClassVar[bool]
+    command: ClassVar[str | None] = None
+    """The ``scratchformer`` command that applies the task's models to text (``generate``,
+    ``translate``, ``classify``, ``tag``), if any; it refuses the runs of other tasks."""
 
     def __init__(self, recipe: Recipe) -> None:
         self.recipe = recipe
@@ -252,6 +263,45 @@ class Task(ABC):
         count = max(totals["targets"], 1)
         loss = totals["loss_sum"] / count
         return {"loss": loss, "perplexity": perplexity(loss), "accuracy": totals["correct"] / count}
+
+    def decoding_metrics(
+        self,
+        model: nn.Module,
+        split: str = "val",
+        path: str | None = None,
+        beam_size: int = 5,
+        progress: bool = False,
+    ) -> dict[str, float]:
+        """Scores of what the model outputs on a split (or file) when it decodes on its own,
+        beside :meth:`evaluate`'s teacher-forced ones; none for tasks that do not decode."""
+        return {}
+
+    # -- inference ---------------------------------------------------------------------
+
+    def predict_lines(self, model: nn.Module, lines: Sequence[str], **options: Any) -> list[str]:
+        """The model's output for each line of input, as text: one string a line, in order.
+        ``options`` are the task's own (translation: those of its ``translate``)."""
+        raise ValueError(f"{self.name} models do not predict line by line")
+
+    def attention(
+        self, model: nn.Module, text: str, target: str | None = None
+    ) -> tuple[Attentions, TokenLabels]:
+        """The attention weights of ``model`` on ``text`` encoded as in training (every
+        layer and head), with the labels of the query and key tokens. ``target`` is for
+        translation: the output the decoder reads."""
+        if target is not None:
+            raise ValueError(f"a target is for translation models, not for a {self.name} run")
+        inputs, tokens = self.attention_inputs(text)
+        device = next(model.parameters()).device
+        return self.attend(model, {k: v.to(device) for k, v in inputs.items()}), tokens
+
+    def attention_inputs(self, text: str) -> tuple[dict[str, Tensor], TokenLabels]:
+        """The model inputs of ``text`` alone (a batch of one), and the labels of its tokens."""
+        raise ValueError(f"attention pictures do not support {self.name} runs")
+
+    def attend(self, model: nn.Module, inputs: dict[str, Tensor]) -> Attentions:
+        """The model's attention weights on ``inputs``."""
+        return model(**inputs, need_weights=True).attentions
 
 
 def rdrop_loss(first: Tensor, second: Tensor) -> Tensor:

@@ -1,5 +1,6 @@
 """Sequence classification (one label a sentence or sentence pair) and regression (one
-value a pair, e.g. semantic similarity), with an encoder and a pooled head."""
+value a sentence or pair), with a cross-encoder: both sentences of a pair in one input,
+the encoder, and a pooled head."""
 
 from __future__ import annotations
 
@@ -11,17 +12,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..config import Recipe
 from ..data.batching import pad_batch
-from ..data.readers import LabeledText, read_tsv
-from ..data.registry import sst2_examples, stsb_examples
-from ..metrics import correlations, macro_f1
-from .base import Batch, ExampleTask, add
-
-SPECIALS = ("pad", "unk", "cls", "sep")
-READERS = {"sst2": sst2_examples, "stsb": stsb_examples}
-DEV_SPLIT = {"val": "dev"}
-"""GLUE's and CoNLL's name for the validation split."""
+from ..data.readers import LabeledText
+from ..metrics import macro_f1
+from .base import Batch, TokenLabels, add
+from .sentences import SentenceTask, ValueTask
 
 
 @dataclass(frozen=True)
@@ -33,66 +28,13 @@ class Encoded:
     target: int | float
 
 
-class ClassificationTask(ExampleTask):
-    """``[CLS] sentence [SEP]`` (or ``[CLS] a [SEP] b [SEP]`` with segment ids for a pair)
-    -> encoder -> pooled head -> class logits; cross-entropy, accuracy."""
+class CrossEncoderTask(SentenceTask):
+    """Base of the tasks that read ``[CLS] sentence [SEP]``, or ``[CLS] a [SEP] b [SEP]``
+    with segment ids for a pair, as one input."""
 
-    name = "classification"
-    arch = "encoder"
-    head = "classification"
-    metric = "accuracy"
-    higher_is_better = True
-    regression = False
-
-    def read(self, split: str, path: str | None = None) -> list[LabeledText]:
-        path = path or getattr(self.data, split, None)
-        data = self.data
-        if path is not None:
-            if data.text_columns is None or data.label_column is None:
-                raise ValueError("a TSV file needs data.text_columns and data.label_column")
-            labels = None if self.regression or split == "train" else self.labels()
-            return read_tsv(
-                path,
-                tuple(data.text_columns),
-                data.label_column,
-                header=data.header,
-                labels=labels,
-                regression=self.regression,
-            )
-        if data.dataset in READERS:
-            return READERS[data.dataset](DEV_SPLIT.get(split, split), data.root)
-        raise ValueError(
-            f"no {split} data: set data.dataset to one of {', '.join(READERS)} or data.{split} "
-            "to a TSV file (with data.text_columns and data.label_column)"
-        )
-
-    def prepare(self) -> None:
-        examples = self.read("train")
-        texts = [text for example in examples for text in example.texts]
-        self.tokenizers = {"tokenizer": self.train_tokenizer(texts, SPECIALS)}
-        if not self.regression and self.data.labels is None:
-            self.data.labels = sorted({str(example.label) for example in examples})
-
-    def model_sizes(self) -> dict[str, Any]:
-        pairs = self.recipe.model.type_vocab_size
-        return {
-            "vocab_size": self.tokenizer().vocab_size,
-            "num_labels": 1 if self.regression else len(self.labels()),
-            "type_vocab_size": max(pairs, 2 if self._has_pairs() else 0),
-        }
-
-    def _has_pairs(self) -> bool:
-        columns = self.data.text_columns
-        return self.data.dataset == "stsb" or (columns is not None and len(columns) == 2)
-
-    def encode(self, raw: Sequence[LabeledText]) -> list[Encoded]:
-        index = None if self.regression else {label: i for i, label in enumerate(self.labels())}
-        return [
-            self.encode_texts(
-                example.texts, float(example.label) if index is None else index[str(example.label)]
-            )
-            for example in raw
-        ]
+    def segment_types(self) -> int:
+        """Segment embeddings: two for sentence pairs (or the recipe's, if more)."""
+        return max(self.recipe.model.type_vocab_size, 2 if self._has_pairs() else 0)
 
     def encode_texts(self, texts: Sequence[str], target: int | float = 0) -> Encoded:
         """``[CLS] text [SEP]``, or ``[CLS] a [SEP] b [SEP]`` with segments 0 and 1."""
@@ -103,48 +45,69 @@ class ClassificationTask(ExampleTask):
             segments = [0] * len(ids)
         return Encoded(ids, segments, target)
 
-    def sentence_ids(self, text: str) -> list[int]:
-        """``[CLS] text [SEP]``, the text cut to fit ``data.max_len``."""
-        tokenizer = self.tokenizer()
-        return [
-            tokenizer.cls_id,
-            *tokenizer.encode(text)[: self.data.max_len - 2],
-            tokenizer.sep_id,
-        ]
+    def length(self, example: Encoded) -> int:
+        return len(example.ids)
+
+    def collate(self, examples: Sequence[Encoded]) -> Batch:
+        """Padded ids and mask, and segment ids for pairs."""
+        ids, mask = pad_batch([e.ids for e in examples], self.tokenizer().pad_id)
+        inputs = {"input_ids": ids, "attention_mask": mask}
+        if self._has_pairs():
+            inputs["token_type_ids"], _ = pad_batch([e.segments for e in examples], 0)
+        targets = torch.tensor([e.target for e in examples], dtype=self.target_dtype)
+        return Batch(inputs, targets, int(mask.sum()))
+
+    def attention_inputs(self, text: str) -> tuple[dict[str, Tensor], TokenLabels]:
+        """A sentence, or for pair tasks ``first<TAB>second``, as in training."""
+        inputs = self.collate([self.encode_texts(self.split_line(text))]).inputs
+        words = self.tokenizer().labels(inputs["input_ids"][0].tolist())
+        return inputs, {"encoder": (words, words)}
+
+
+class ClassificationTask(CrossEncoderTask):
+    """Sentence or pair -> encoder -> pooled head -> class logits; cross-entropy, accuracy,
+    macro F1."""
+
+    name = "classification"
+    head = "classification"
+    metric = "accuracy"
+    higher_is_better = True
+
+    def read(self, split: str, path: str | None = None) -> list[LabeledText]:
+        return self.read_labelled(split, path, labels=None if split == "train" else self.labels())
+
+    def prepare(self) -> None:
+        examples = self.read("train")
+        self.learn_tokenizer(examples)
+        if self.data.labels is None:
+            self.data.labels = sorted({str(example.label) for example in examples})
+
+    def model_sizes(self) -> dict[str, Any]:
+        return {
+            "vocab_size": self.tokenizer().vocab_size,
+            "num_labels": len(self.labels()),
+            "type_vocab_size": self.segment_types(),
+        }
+
+    def encode(self, raw: Sequence[LabeledText]) -> list[Encoded]:
+        index = {label: i for i, label in enumerate(self.labels())}
+        return [self.encode_texts(example.texts, index[str(example.label)]) for example in raw]
 
     def predict(self, model: nn.Module, lines: Sequence[str]) -> list[tuple[str, float]]:
         """For each line (a sentence, or two tab-separated sentences for pair tasks): the
         most probable label and its probability."""
-        encoded = [self.encode_texts(self.split_line(line)) for line in lines]
         labels = self.labels()
         predictions = []
-        for logits, _ in self.forward_in_order(model, encoded):
+        for logits in self.line_logits(model, lines):
             probabilities, best = logits.softmax(-1).max(-1)
             predictions += [
                 (labels[i], p) for i, p in zip(best.tolist(), probabilities.tolist(), strict=True)
             ]
         return predictions
 
-    def split_line(self, line: str) -> tuple[str, ...]:
-        """A line of input: one sentence, or for pair tasks two separated by a tab."""
-        if not self._has_pairs():
-            return (line,)
-        first, tab, second = line.partition("\t")
-        if not tab:
-            raise ValueError(f"this model reads sentence pairs: 'first<TAB>second', got {line!r}")
-        return first, second
-
-    def length(self, example: Encoded) -> int:
-        return len(example.ids)
-
-    def collate(self, examples: Sequence[Encoded]) -> Batch:
-        ids, mask = pad_batch([e.ids for e in examples], self.tokenizer().pad_id)
-        inputs = {"input_ids": ids, "attention_mask": mask}
-        if self._has_pairs():
-            inputs["token_type_ids"], _ = pad_batch([e.segments for e in examples], 0)
-        dtype = torch.float32 if self.regression else torch.long
-        targets = torch.tensor([e.target for e in examples], dtype=dtype)
-        return Batch(inputs, targets, int(mask.sum()))
+    def predict_lines(self, model: nn.Module, lines: Sequence[str], **options: Any) -> list[str]:
+        """``label<TAB>probability`` for each line."""
+        return [f"{label}\t{probability:.4f}" for label, probability in self.predict(model, lines)]
 
     def accumulate(self, totals: dict[str, Any], logits: Tensor, targets: Tensor) -> None:
         loss = F.cross_entropy(logits, targets, reduction="sum")
@@ -165,40 +128,26 @@ class ClassificationTask(ExampleTask):
         }
 
 
-class RegressionTask(ClassificationTask):
-    """The same encoder and pooling with a regression head: one value per input, mean
-    squared error, Pearson and Spearman correlation."""
+class RegressionTask(CrossEncoderTask, ValueTask):
+    """Sentence or pair -> encoder -> pooled head -> one value; mean squared error, Pearson
+    and Spearman correlation."""
 
     name = "regression"
     head = "regression"
-    metric = "pearson"
-    regression = True
 
-    def __init__(self, recipe: Recipe) -> None:
-        super().__init__(recipe)
-        if recipe.train.rdrop:
-            raise ValueError(
-                f"[train] rdrop={recipe.train.rdrop}: R-Drop compares predicted class "
-                "distributions, and regression predicts values"
-            )
+    def model_sizes(self) -> dict[str, Any]:
+        return {
+            "vocab_size": self.tokenizer().vocab_size,
+            "num_labels": 1,
+            "type_vocab_size": self.segment_types(),
+        }
 
     def loss(self, model: nn.Module, batch: Batch) -> Tensor:
         return F.mse_loss(self.logits(model, batch).squeeze(-1).float(), batch.targets)
 
-    def predict(self, model: nn.Module, lines: Sequence[str]) -> list[float]:  # type: ignore[override]
-        """The predicted value of each line (two tab-separated sentences for pair tasks)."""
-        encoded = [self.encode_texts(self.split_line(line)) for line in lines]
-        return [
-            v for logits, _ in self.forward_in_order(model, encoded) for v in logits[:, 0].tolist()
-        ]
-
     def accumulate(self, totals: dict[str, Any], logits: Tensor, targets: Tensor) -> None:
-        predictions = logits.squeeze(-1)
-        loss = F.mse_loss(predictions, targets, reduction="sum")
-        add(totals, loss_sum=loss.item(), targets=len(targets))
-        totals.setdefault("predictions", []).extend(predictions.tolist())
-        totals.setdefault("gold", []).extend(targets.tolist())
+        super().accumulate(totals, logits, targets)
+        add(totals, loss_sum=F.mse_loss(logits.squeeze(-1), targets, reduction="sum").item())
 
     def summarize(self, totals: dict[str, Any]) -> dict[str, float]:
-        mse = totals["loss_sum"] / max(totals["targets"], 1)
-        return {"mse": mse, **correlations(totals["predictions"], totals["gold"])}
+        return {"mse": totals["loss_sum"] / max(totals["targets"], 1), **super().summarize(totals)}

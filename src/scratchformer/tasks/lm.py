@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import shutil
 import tempfile
+import warnings
 import weakref
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -12,11 +13,12 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import Tensor
 
 from ..data.batching import TokenStream, lm_batch, lm_eval_blocks, token_dtype
 from ..data.readers import iter_lines
 from ..data.registry import cache_dir, shakespeare_text
-from .base import Batch, Task
+from .base import Batch, Task, TokenLabels
 
 ENCODE_LINES = 10_000
 """Lines encoded at a time on the way to a token file."""
@@ -34,6 +36,7 @@ class LanguageModelTask(Task):
     arch = "decoder"
     metric = "loss"
     higher_is_better = False
+    command = "generate"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -97,3 +100,16 @@ class LanguageModelTask(Task):
             self.stream(split, path), self.train_config.batch_size, self.data.block_size
         ):
             yield Batch({"input_ids": x}, y, x.numel())
+
+    def attention_inputs(self, text: str) -> tuple[dict[str, Tensor], TokenLabels]:
+        """The tokens of ``text``, at most as many as the model reads in training."""
+        tokenizer = self.tokenizer()
+        limit = min(self.data.block_size, self.recipe.model.max_len)
+        ids = tokenizer.encode(text)
+        if len(ids) > limit:
+            warnings.warn(
+                f"the text has {len(ids)} tokens: the model sees its first {limit}", stacklevel=4
+            )
+            ids = ids[:limit]
+        labels = tokenizer.labels(ids)
+        return {"input_ids": torch.tensor([ids])}, {"decoder": (labels, labels)}

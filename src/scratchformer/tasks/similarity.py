@@ -20,10 +20,9 @@ from torch import Tensor, nn
 
 from ..config import Recipe
 from ..data.batching import pad_batch
-from ..metrics import correlations
 from ..models.heads import pool
-from .base import Batch, add
-from .classification import RegressionTask
+from .base import Attentions, Batch, TokenLabels
+from .sentences import ValueTask
 
 COSENT_SCALE = 20.0
 """How sharply CoSENT punishes a pair ranked the wrong way (the paper's lambda)."""
@@ -48,7 +47,7 @@ def cosent_loss(similarities: Tensor, targets: Tensor, scale: float = COSENT_SCA
     return torch.cat([differences.new_zeros(1), differences]).logsumexp(0)
 
 
-class SimilarityTask(RegressionTask):
+class SimilarityTask(ValueTask):
     """Sentence pairs -> the encoder, a sentence at a time -> mean-pooled vectors -> their
     cosine; CoSENT loss; Pearson and Spearman correlation with the gold scores."""
 
@@ -64,10 +63,13 @@ class SimilarityTask(RegressionTask):
             )
 
     def model_sizes(self) -> dict[str, Any]:
-        # each sentence is encoded alone: no segment embeddings
-        return {**super().model_sizes(), "type_vocab_size": self.recipe.model.type_vocab_size}
+        return {
+            "vocab_size": self.tokenizer().vocab_size,
+            "num_labels": 1,
+            "type_vocab_size": self.recipe.model.type_vocab_size,  # sentences go in alone
+        }
 
-    def encode_texts(self, texts: Sequence[str], target: int | float = 0) -> EncodedPair:  # type: ignore[override]
+    def encode_texts(self, texts: Sequence[str], target: int | float = 0) -> EncodedPair:
         """Each sentence of the pair as ``[CLS] text [SEP]``."""
         first, second = texts
         return EncodedPair(self.sentence_ids(first), self.sentence_ids(second), float(target))
@@ -86,10 +88,21 @@ class SimilarityTask(RegressionTask):
             vectors.append(F.normalize(pool(hidden, mask, model.config.pooling).float(), dim=-1))
         return torch.cat(vectors).cpu()
 
-    def length(self, example: EncodedPair) -> int:  # type: ignore[override]
+    def attention_inputs(self, text: str) -> tuple[dict[str, Tensor], TokenLabels]:
+        """One sentence: the bi-encoder reads each sentence of a pair alone."""
+        ids = self.sentence_ids(text)
+        words = self.tokenizer().labels(ids)
+        return {"input_ids": torch.tensor([ids])}, {"encoder": (words, words)}
+
+    def attend(self, model: nn.Module, inputs: dict[str, Tensor]) -> Attentions:
+        """Through the encoder alone: the head compares the sentences of pairs."""
+        _, weights = model.encode(**inputs, need_weights=True)
+        return {"encoder": weights}
+
+    def length(self, example: EncodedPair) -> int:
         return 2 * max(len(example.first), len(example.second))
 
-    def collate(self, examples: Sequence[EncodedPair]) -> Batch:  # type: ignore[override]
+    def collate(self, examples: Sequence[EncodedPair]) -> Batch:
         """``input_ids`` and ``attention_mask`` of shape ``(pairs, 2, seq)``: a batch's rows
         are pairs, so that it slices (processes, accumulation) as other batches do."""
         sentences = [ids for e in examples for ids in (e.first, e.second)]
@@ -98,7 +111,7 @@ class SimilarityTask(RegressionTask):
             "input_ids": ids.view(len(examples), 2, -1),
             "attention_mask": mask.view(len(examples), 2, -1),
         }
-        targets = torch.tensor([e.target for e in examples], dtype=torch.float32)
+        targets = torch.tensor([e.target for e in examples], dtype=self.target_dtype)
         return Batch(inputs, targets, int(mask.sum()))
 
     def logits(self, model: nn.Module, batch: Batch) -> Tensor:
@@ -107,11 +120,3 @@ class SimilarityTask(RegressionTask):
 
     def loss(self, model: nn.Module, batch: Batch) -> Tensor:
         return cosent_loss(self.logits(model, batch).squeeze(-1).float(), batch.targets)
-
-    def accumulate(self, totals: dict[str, Any], logits: Tensor, targets: Tensor) -> None:
-        add(totals, targets=len(targets))
-        totals.setdefault("predictions", []).extend(logits.squeeze(-1).tolist())
-        totals.setdefault("gold", []).extend(targets.tolist())
-
-    def summarize(self, totals: dict[str, Any]) -> dict[str, float]:
-        return correlations(totals["predictions"], totals["gold"])

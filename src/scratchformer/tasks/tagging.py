@@ -3,6 +3,7 @@ word's first sub-word, decoded as a valid IOB2 sequence, scored by entity-level 
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -13,8 +14,8 @@ from ..data.readers import DataError, TaggedSentence, read_conll
 from ..data.registry import conll_examples
 from ..metrics import entity_scores
 from ..nn.loss import IGNORE_INDEX
-from .base import Batch, ExampleTask
-from .classification import DEV_SPLIT
+from .base import Batch, ExampleTask, TokenLabels
+from .sentences import DEV_SPLIT
 from .tag_scheme import best_valid_tags, iob2_transitions
 
 SPECIALS = ("pad", "unk", "cls", "sep")
@@ -32,6 +33,7 @@ class TaggingTask(ExampleTask):
     head = "token_classification"
     metric = "entity_f1"
     higher_is_better = True
+    command = "tag"
 
     def read(self, split: str, path: str | None = None) -> list[TaggedSentence]:
         path = path or getattr(self.data, split, None)
@@ -86,8 +88,15 @@ class TaggingTask(ExampleTask):
 
     def predict(self, model: nn.Module, sentences: Sequence[Sequence[str]]) -> list[list[str]]:
         """The tag of every word of every sentence. Words cut off by ``data.max_len`` get
-        ``O`` (the caller can warn: see :meth:`encode_words`)."""
+        ``O``, with a warning."""
         encoded = [self.encode_words(words) for words in sentences]
+        cut = sum(len(ids) >= self.data.max_len for ids, _ in encoded)
+        if cut:
+            warnings.warn(
+                f"{cut} sentence(s) longer than {self.data.max_len} sub-words: "
+                "their last words are tagged O",
+                stacklevel=2,
+            )
         tags = [
             tagged
             for logits, batch in self.forward_in_order(model, encoded)
@@ -97,6 +106,21 @@ class TaggingTask(ExampleTask):
             tagged + ["O"] * (len(words) - len(tagged))
             for words, tagged in zip(sentences, tags, strict=True)
         ]
+
+    def predict_lines(self, model: nn.Module, lines: Sequence[str], **options: Any) -> list[str]:
+        """For each line, its words (split on whitespace) with their tags: a ``word tag``
+        line each, newline included, as in CoNLL files."""
+        sentences = [line.split() for line in lines]
+        return [
+            "".join(f"{word} {tag}\n" for word, tag in zip(words, tags, strict=True))
+            for words, tags in zip(sentences, self.predict(model, sentences), strict=True)
+        ]
+
+    def attention_inputs(self, text: str) -> tuple[dict[str, Tensor], TokenLabels]:
+        """The words of ``text``, split on whitespace, as sub-words."""
+        inputs = self.collate([self.encode_words(text.split())]).inputs
+        pieces = self.tokenizer().labels(inputs["input_ids"][0].tolist())
+        return inputs, {"encoder": (pieces, pieces)}
 
     def word_tags(self, logits: Tensor, targets: Tensor) -> list[list[str]]:
         """The predicted tags of the words of a batch of sentences, from the logits

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import sys
+import warnings
 from collections.abc import Sequence
 from typing import Any
+
+import torch
+from torch import nn
+from tqdm import tqdm
 
 from ..data.batching import pad_batch
 from ..data.readers import read_parallel
 from ..data.registry import parallel_examples
 from ..data.tokenizer import Tokenizer
+from ..inference.beam import beam_search, greedy_decode
+from ..metrics import translation_scores
 from ..nn.loss import IGNORE_INDEX
-from .base import Batch, ExampleTask
+from .base import Attentions, Batch, ExampleTask, TokenLabels
 
 SPECIALS = ("pad", "unk", "bos", "eos")
 SPLIT_FILES = {"train": "train", "val": "val", "test": "test_2016_flickr"}
@@ -29,6 +37,7 @@ class TranslationTask(ExampleTask):
     arch = "seq2seq"
     metric = "loss"
     higher_is_better = False
+    command = "translate"
 
     def read(self, split: str, path: str | None = None) -> list[tuple[str, str]]:
         files = path.split(",") if path is not None else getattr(self.data, split, None)
@@ -95,6 +104,107 @@ class TranslationTask(ExampleTask):
             "tgt_mask": tgt_mask,
         }
         return Batch(inputs, targets, int(target_mask.sum()) + int(src_mask.sum()))
+
+    @torch.no_grad()
+    def translate(
+        self,
+        model: nn.Module,
+        lines: Sequence[str],
+        *,
+        beam_size: int = 5,
+        length_penalty: float = 0.6,
+        batch_size: int = 64,
+        progress: bool = False,
+        use_cache: bool = True,
+    ) -> list[str]:
+        """The translation of every line, batched by length, in input order. An empty line
+        gives an empty line; a line longer than ``data.max_len`` tokens is cut to it, with a
+        warning. Hypotheses may run to 50 tokens more than their source (the decoders'
+        default), whatever the batch. ``use_cache=False`` decodes without the KV cache (for
+        benchmarks)."""
+        source, target = self.source_tokenizer(), self.target_tokenizer()
+        limit = self.data.max_len
+        encoded = source.encode_batch(list(lines), add_eos=True)
+        too_long = [i + 1 for i, ids in enumerate(encoded) if len(ids) > limit]
+        if too_long:
+            shown = ", ".join(map(str, too_long[:5])) + (" ..." if len(too_long) > 5 else "")
+            warnings.warn(
+                f"{len(too_long)} line(s) longer than {limit} tokens were cut (line {shown})",
+                stacklevel=2,
+            )
+        encoded = [clip(ids, limit) for ids in encoded]
+        todo = sorted(
+            (i for i, line in enumerate(lines) if line.strip()), key=lambda i: len(encoded[i])
+        )
+        results = [""] * len(lines)
+        device = next(model.parameters()).device
+        bar = tqdm(total=len(todo), disable=not progress, file=sys.stderr, unit="line")
+        for start in range(0, len(todo), batch_size):
+            rows = todo[start : start + batch_size]
+            src_ids, src_mask = pad_batch([encoded[i] for i in rows], source.pad_id)
+            src_ids, src_mask = src_ids.to(device), src_mask.to(device)
+            if beam_size > 1:
+                best = [
+                    hypotheses[0].tokens
+                    for hypotheses in beam_search(
+                        model,
+                        src_ids,
+                        src_mask,
+                        bos_id=target.bos_id,
+                        eos_id=target.eos_id,
+                        beam_size=beam_size,
+                        length_penalty=length_penalty,
+                        use_cache=use_cache,
+                    )
+                ]
+            else:
+                best = greedy_decode(
+                    model,
+                    src_ids,
+                    src_mask,
+                    bos_id=target.bos_id,
+                    eos_id=target.eos_id,
+                    use_cache=use_cache,
+                )
+            for i, tokens in zip(rows, best, strict=True):
+                results[i] = target.decode(tokens)
+            bar.update(len(rows))
+        bar.close()
+        return results
+
+    def predict_lines(self, model: nn.Module, lines: Sequence[str], **options: Any) -> list[str]:
+        """The translation of each line (``options``: those of :meth:`translate`)."""
+        return self.translate(model, lines, **options)
+
+    def decoding_metrics(
+        self,
+        model: nn.Module,
+        split: str = "val",
+        path: str | None = None,
+        beam_size: int = 5,
+        progress: bool = False,
+    ) -> dict[str, float]:
+        """BLEU and chrF of the model's own translations, by beam search."""
+        pairs = self.read(split, path)
+        hypotheses = self.translate(
+            model, [s for s, _ in pairs], beam_size=beam_size, progress=progress
+        )
+        return {**translation_scores(hypotheses, [t for _, t in pairs]), "beam": beam_size}
+
+    def attention(
+        self, model: nn.Module, text: str, target: str | None = None
+    ) -> tuple[Attentions, TokenLabels]:
+        """The source ``text`` against the output ``target`` (the model's own greedy
+        translation when None); the decoder's queries are its inputs, BOS first."""
+        if target is None:
+            target = self.translate(model, [text], beam_size=1)[0]
+        device = next(model.parameters()).device
+        batch = self.collate(self.encode([(text, target)])).to(device)
+        source = self.source_tokenizer().labels(batch.inputs["src_ids"][0].tolist())
+        output = self.target_tokenizer().labels(batch.inputs["tgt_ids"][0].tolist())
+        tokens = {"encoder": (source, source), "decoder": (output, output)}
+        tokens["cross"] = (output, source)
+        return self.attend(model, batch.inputs), tokens
 
 
 def clip(ids: list[int], limit: int) -> list[int]:

@@ -1,0 +1,146 @@
+"""What the encoder tasks over sentences and sentence pairs share (classification,
+regression, similarity): their data -- TSV files or SST-2 and STS-B --, their tokenizer,
+``[CLS] sentence [SEP]``, lines of input; and, for those that predict a value per input
+rather than a class, reading, predicting and scoring values."""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Iterator, Sequence
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from ..config import Recipe
+from ..data.readers import LabeledText, read_tsv
+from ..data.registry import sst2_examples, stsb_examples
+from ..metrics import correlations
+from .base import ExampleTask, add
+
+SPECIALS = ("pad", "unk", "cls", "sep")
+READERS = {"sst2": sst2_examples, "stsb": stsb_examples}
+DEV_SPLIT = {"val": "dev"}
+"""GLUE's and CoNLL's name for the validation split."""
+
+
+class SentenceTask(ExampleTask):
+    """Base of the tasks that label sentences or sentence pairs with an encoder."""
+
+    arch = "encoder"
+    command = "classify"
+    target_dtype: ClassVar[torch.dtype] = torch.long
+    """Of the targets in batches: class indices."""
+
+    def read_labelled(
+        self,
+        split: str,
+        path: str | None = None,
+        *,
+        labels: Sequence[str] | None = None,
+        values: bool = False,
+    ) -> list[LabeledText]:
+        """The sentences (or pairs) of a split with their labels: from ``path`` or
+        ``data.<split>``, a TSV file (``data.text_columns``, ``data.label_column``), else
+        from ``data.dataset``. In files, ``labels`` are the classes allowed, and with
+        ``values`` labels are numbers."""
+        path = path or getattr(self.data, split, None)
+        data = self.data
+        if path is not None:
+            if data.text_columns is None or data.label_column is None:
+                raise ValueError("a TSV file needs data.text_columns and data.label_column")
+            return read_tsv(
+                path,
+                tuple(data.text_columns),
+                data.label_column,
+                header=data.header,
+                labels=labels,
+                regression=values,
+            )
+        if data.dataset in READERS:
+            return READERS[data.dataset](DEV_SPLIT.get(split, split), data.root)
+        raise ValueError(
+            f"no {split} data: set data.dataset to one of {', '.join(READERS)} or data.{split} "
+            "to a TSV file (with data.text_columns and data.label_column)"
+        )
+
+    def prepare(self) -> None:
+        self.learn_tokenizer(self.read("train"))
+
+    def learn_tokenizer(self, examples: Sequence[LabeledText]) -> None:
+        """The tokenizer, from the texts of the training examples."""
+        texts = [text for example in examples for text in example.texts]
+        self.tokenizers = {"tokenizer": self.train_tokenizer(texts, SPECIALS)}
+
+    def _has_pairs(self) -> bool:
+        columns = self.data.text_columns
+        return self.data.dataset == "stsb" or (columns is not None and len(columns) == 2)
+
+    def sentence_ids(self, text: str) -> list[int]:
+        """``[CLS] text [SEP]``, the text cut to fit ``data.max_len``."""
+        tokenizer = self.tokenizer()
+        return [
+            tokenizer.cls_id,
+            *tokenizer.encode(text)[: self.data.max_len - 2],
+            tokenizer.sep_id,
+        ]
+
+    @abstractmethod
+    def encode_texts(self, texts: Sequence[str], target: int | float = 0) -> Any:
+        """The example of one sentence or a pair, with its target (0 when unknown)."""
+
+    def split_line(self, line: str) -> tuple[str, ...]:
+        """A line of input: one sentence, or for pair tasks two separated by a tab."""
+        if not self._has_pairs():
+            return (line,)
+        first, tab, second = line.partition("\t")
+        if not tab:
+            raise ValueError(f"this model reads sentence pairs: 'first<TAB>second', got {line!r}")
+        return first, second
+
+    def line_logits(self, model: nn.Module, lines: Sequence[str]) -> Iterator[Tensor]:
+        """The model's logits (on the CPU) for lines of input, batch by batch, in order."""
+        encoded = [self.encode_texts(self.split_line(line)) for line in lines]
+        for logits, _ in self.forward_in_order(model, encoded):
+            yield logits
+
+
+class ValueTask(SentenceTask):
+    """Base of the sentence tasks that predict a value per input (a score), not a class:
+    Pearson and Spearman correlation with the gold values."""
+
+    metric = "pearson"
+    higher_is_better = True
+    target_dtype = torch.float32
+
+    def __init__(self, recipe: Recipe) -> None:
+        super().__init__(recipe)
+        if recipe.train.rdrop:
+            raise ValueError(
+                f"[train] rdrop={recipe.train.rdrop}: R-Drop compares predicted class "
+                f"distributions, and {self.name} predicts values"
+            )
+
+    def read(self, split: str, path: str | None = None) -> list[LabeledText]:
+        return self.read_labelled(split, path, values=True)
+
+    def encode(self, raw: Sequence[LabeledText]) -> list[Any]:
+        return [self.encode_texts(example.texts, float(example.label)) for example in raw]
+
+    def predict(self, model: nn.Module, lines: Sequence[str]) -> list[float]:
+        """The predicted value of each line (two tab-separated sentences for pair tasks)."""
+        return [
+            value for logits in self.line_logits(model, lines) for value in logits[:, 0].tolist()
+        ]
+
+    def predict_lines(self, model: nn.Module, lines: Sequence[str], **options: Any) -> list[str]:
+        """The predicted value of each line, to four decimals."""
+        return [f"{value:.4f}" for value in self.predict(model, lines)]
+
+    def accumulate(self, totals: dict[str, Any], logits: Tensor, targets: Tensor) -> None:
+        add(totals, targets=len(targets))
+        totals.setdefault("predictions", []).extend(logits.squeeze(-1).tolist())
+        totals.setdefault("gold", []).extend(targets.tolist())
+
+    def summarize(self, totals: dict[str, Any]) -> dict[str, float]:
+        return correlations(totals["predictions"], totals["gold"])
