@@ -159,3 +159,21 @@ def test_global_options_are_accepted_after_the_subcommand(tmp_path: Path, capsys
     assert out.stat().st_size > 0
     with pytest.raises(ValueError, match=r"pe\.gif"):  # --debug: the error itself
         main(["plot-pe", "--out", str(tmp_path / "pe.gif"), "--debug"])
+
+
+HEAVY = "any(m.startswith(('torch._inductor', 'matplotlib')) for m in sys.modules)"
+
+
+@pytest.mark.parametrize("command", ["--help", "train", "eval", "import-hf"])
+def test_light_commands_load_neither_the_compiler_nor_matplotlib(command: str) -> None:
+    """``--help`` and the commands that draw nothing start without torch's compiler or
+    matplotlib (seconds of start-up each)."""
+    load = (
+        "main(['--help'])"
+        if command == "--help"
+        else f"next(c for c in COMMANDS if c.name == {command!r}).handler()"
+    )
+    code = f"import sys\nfrom scratchformer.cli import COMMANDS, main\n{load}\nprint({HEAVY})"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "False"

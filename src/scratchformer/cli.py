@@ -251,7 +251,7 @@ COMMANDS = (
     ),
     Command(
         "demo",
-        "training:demo",
+        "demo:demo",
         "train a tiny model on a synthetic task, no data needed",
         (arg("--out", default="runs/demo", help="run directory (default: runs/demo)"),),
     ),

@@ -40,7 +40,7 @@ def generate(args: argparse.Namespace) -> int:
     new: list[int] = []
     shown = ""
     if args.compile:
-        from ..inference.compiled import CompiledLM  # torch's compiler: imported when asked for
+        from ..inference import CompiledLM  # (torch's compiler: imported when asked for)
 
         model = CompiledLM(model)
         if not args.quiet:

@@ -1,13 +1,11 @@
-"""``scratchformer train`` and ``scratchformer demo``."""
+"""``scratchformer train``."""
 
 from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from .. import run
-from ..demo import run_demo
 
 
 def train(args: argparse.Namespace) -> int:
@@ -22,10 +20,4 @@ def train(args: argparse.Namespace) -> int:
     )
     if result is not None:  # rank 0
         print(json.dumps(result, indent=2))
-    return 0
-
-
-def demo(args: argparse.Namespace) -> int:
-    """``scratchformer demo [--out DIR]``: the synthetic task end to end."""
-    run_demo(Path(args.out), quiet=args.quiet)
     return 0

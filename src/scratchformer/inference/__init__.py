@@ -1,8 +1,11 @@
-"""Decoding: key/value caches, generation, beam search."""
+"""Decoding: key/value caches, generation, beam search, and compiled decoding
+(``CompiledLM``, imported on first use: it brings in torch's compiler, which the other
+commands need not load)."""
+
+from typing import Any
 
 from .beam import Hypothesis, beam_search, gnmt_penalty, greedy_decode
 from .cache import CrossKV, DecoderCache, KVCache
-from .compiled import CompiledLM
 from .generate import (
     ban_repeated_ngrams,
     filter_top_k,
@@ -30,3 +33,11 @@ __all__ = [
     "scale_temperature",
     "stream",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "CompiledLM":
+        from .compiled import CompiledLM
+
+        return CompiledLM
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
