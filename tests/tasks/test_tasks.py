@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import gzip
 import re
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -274,6 +275,27 @@ def test_sentence_tasks_predict_one_line_of_text_a_line(tmp_path: Path) -> None:
             assert predicted == [f"{value:.4f}" for value in values]
         with pytest.raises(ValueError, match="this model reads sentence pairs"):
             task.predict_lines(model, ["one sentence"])
+
+
+@pytest.mark.parametrize("name", ["classification", "regression", "similarity"])
+def test_sentence_tasks_warn_of_cut_lines(name: str, tmp_path: Path) -> None:
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("a man plays\ta man sings\t4.0\nthe cat\tthe dog\t1.0\n")
+    data = {"train": str(pairs), "text_columns": [0, 1], "label_column": 2, "header": False}
+    task = build_task(recipe(name, data={**data, "tokenizer": "char", "max_len": 14}))
+    task.prepare()
+    model = build_model(task.model_config()).eval()
+    fits = "a man\tthe dog"  # [CLS] 5 [SEP] 7 [SEP]: 15 tokens as one input, 9 alone
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        if name == "similarity":  # a bi-encoder reads each sentence alone
+            task.predict_lines(model, [fits])
+        else:
+            with pytest.warns(UserWarning, match=r"1 line\(s\) longer than 14 tokens .*line 1\)"):
+                task.predict_lines(model, [fits])
+        task.predict_lines(model, ["a man\tthe"])
+    with pytest.warns(UserWarning, match=r"1 line\(s\) longer than 14 tokens were cut \(line 2\)"):
+        task.predict_lines(model, ["a\tb", "a man plays well\tthe"])
 
 
 def test_the_tagger_predicts_conll_lines_and_warns_of_cut_sentences(tmp_path: Path) -> None:

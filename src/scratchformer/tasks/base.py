@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -311,6 +312,17 @@ def rdrop_loss(first: Tensor, second: Tensor) -> Tensor:
     log_p, log_q = first.log_softmax(-1), second.log_softmax(-1)
     symmetric = ((log_p.exp() - log_q.exp()) * (log_p - log_q)).sum(-1)
     return symmetric.mean() / 4
+
+
+def warn_cut(too_long: Sequence[int], limit: int) -> None:
+    """Warn that the input lines numbered ``too_long`` (1-based) were cut to ``limit``
+    tokens."""
+    if too_long:
+        shown = ", ".join(map(str, too_long[:5])) + (" ..." if len(too_long) > 5 else "")
+        warnings.warn(
+            f"{len(too_long)} line(s) longer than {limit} tokens were cut (line {shown})",
+            stacklevel=3,
+        )
 
 
 def add(totals: dict[str, Any], **values: float) -> None:

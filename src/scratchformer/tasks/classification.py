@@ -45,6 +45,10 @@ class CrossEncoderTask(SentenceTask):
             segments = [0] * len(ids)
         return Encoded(ids, segments, target)
 
+    def tokens_needed(self, texts: Sequence[str]) -> int:
+        """``[CLS] a [SEP] b [SEP]`` read as one input, uncut."""
+        return sum(len(self.tokenizer().encode(text)) + 1 for text in texts) + 1
+
     def length(self, example: Encoded) -> int:
         return len(example.ids)
 

@@ -16,7 +16,7 @@ from ..config import Recipe
 from ..data.readers import LabeledText, read_tsv
 from ..data.registry import sst2_examples, stsb_examples
 from ..metrics import correlations
-from .base import ExampleTask, add
+from .base import ExampleTask, add, warn_cut
 
 SPECIALS = ("pad", "unk", "cls", "sep")
 READERS = {"sst2": sst2_examples, "stsb": stsb_examples}
@@ -98,9 +98,18 @@ class SentenceTask(ExampleTask):
             raise ValueError(f"this model reads sentence pairs: 'first<TAB>second', got {line!r}")
         return first, second
 
+    def tokens_needed(self, texts: Sequence[str]) -> int:
+        """The tokens of the longest input that ``texts`` make, uncut: ``[CLS] text [SEP]``
+        for each sentence read alone."""
+        return max(len(self.tokenizer().encode(text)) + 2 for text in texts)
+
     def line_logits(self, model: nn.Module, lines: Sequence[str]) -> Iterator[Tensor]:
-        """The model's logits (on the CPU) for lines of input, batch by batch, in order."""
-        encoded = [self.encode_texts(self.split_line(line)) for line in lines]
+        """The model's logits (on the CPU) for lines of input, batch by batch, in order;
+        lines longer than ``data.max_len`` tokens are cut, with a warning."""
+        texts = [self.split_line(line) for line in lines]
+        limit = self.data.max_len
+        warn_cut([i + 1 for i, t in enumerate(texts) if self.tokens_needed(t) > limit], limit)
+        encoded = [self.encode_texts(t) for t in texts]
         for logits, _ in self.forward_in_order(model, encoded):
             yield logits
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,7 +17,7 @@ from ..data.tokenizer import Tokenizer
 from ..inference.beam import beam_search, greedy_decode
 from ..metrics import translation_scores
 from ..nn.loss import IGNORE_INDEX
-from .base import Attentions, Batch, ExampleTask, TokenLabels
+from .base import Attentions, Batch, ExampleTask, TokenLabels, warn_cut
 
 SPECIALS = ("pad", "unk", "bos", "eos")
 SPLIT_FILES = {"train": "train", "val": "val", "test": "test_2016_flickr"}
@@ -125,13 +124,7 @@ class TranslationTask(ExampleTask):
         source, target = self.source_tokenizer(), self.target_tokenizer()
         limit = self.data.max_len
         encoded = source.encode_batch(list(lines), add_eos=True)
-        too_long = [i + 1 for i, ids in enumerate(encoded) if len(ids) > limit]
-        if too_long:
-            shown = ", ".join(map(str, too_long[:5])) + (" ..." if len(too_long) > 5 else "")
-            warnings.warn(
-                f"{len(too_long)} line(s) longer than {limit} tokens were cut (line {shown})",
-                stacklevel=2,
-            )
+        warn_cut([i + 1 for i, ids in enumerate(encoded) if len(ids) > limit], limit)
         encoded = [clip(ids, limit) for ids in encoded]
         todo = sorted(
             (i for i, line in enumerate(lines) if line.strip()), key=lambda i: len(encoded[i])
