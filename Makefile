@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export SCRATCHFORMER_DATA ?= $(abspath ../shared/data)
 
-.PHONY: demo test lint format bench results install
+.PHONY: demo test lint format docs bench results install
 
 install: $(STAMP)
 
@@ -29,6 +29,10 @@ lint: $(STAMP)
 format: $(STAMP)
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
+
+# The generated parts of docs/ (recipe keys, command line, quoted code), from the code.
+docs: $(STAMP)
+	$(BIN)/python docs/build.py
 
 # Minutes: our layers against torch.nn's, then whole models against torch.nn and Hugging Face
 # (speed.py's generate workload is generate.py's comparison with Hugging Face; run

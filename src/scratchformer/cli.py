@@ -132,13 +132,34 @@ COMMANDS = (
         "continue a prompt with a language model",
         (
             arg("run", help="run directory of a language model"),
-            arg("--prompt", required=True),
-            arg("--max-new-tokens", type=COUNT, default=200),
+            arg("--prompt", required=True, help="the text to continue"),
+            arg("--max-new-tokens", type=COUNT, default=200, help="tokens to add at most"),
             arg("--temperature", type=NON_NEGATIVE, default=0.8, help="0: greedy"),
-            arg("--top-k", type=POSITIVE_INT, default=None),
-            arg("--top-p", type=PROBABILITY, default=None),
-            arg("--repetition-penalty", type=POSITIVE, default=1.0),
-            arg("--no-repeat-ngram", type=COUNT, default=0, metavar="N"),
+            arg(
+                "--top-k",
+                type=POSITIVE_INT,
+                default=None,
+                help="sample among the k likeliest tokens",
+            ),
+            arg(
+                "--top-p",
+                type=PROBABILITY,
+                default=None,
+                help="sample among the likeliest tokens whose probabilities add up to p",
+            ),
+            arg(
+                "--repetition-penalty",
+                type=POSITIVE,
+                default=1.0,
+                help="above 1, tokens already in the text become less likely (CTRL's penalty)",
+            ),
+            arg(
+                "--no-repeat-ngram",
+                type=COUNT,
+                default=0,
+                metavar="N",
+                help="never repeat an n-gram of N tokens (0: off)",
+            ),
             arg("--greedy", action="store_true", help="always take the most likely token"),
             arg(
                 "--stop",
@@ -163,8 +184,13 @@ COMMANDS = (
         (
             arg("run", help="run directory of a translation model"),
             arg("--beam", type=POSITIVE_INT, default=5, help="beam size (1: greedy)"),
-            arg("--length-penalty", type=NON_NEGATIVE, default=0.6),
-            arg("--batch-size", type=POSITIVE_INT, default=64),
+            arg(
+                "--length-penalty",
+                type=NON_NEGATIVE,
+                default=0.6,
+                help="GNMT's alpha: higher favours longer translations (0: none)",
+            ),
+            arg("--batch-size", type=POSITIVE_INT, default=64, help="sentences decoded together"),
         ),
         description="One line out per line in, in order; an empty line gives an empty line. "
         "A line longer than the model's data.max_len tokens is truncated to it, with a "
@@ -244,7 +270,7 @@ COMMANDS = (
         "pictures:plot_positional",
         "draw the sinusoidal positional encoding",
         (
-            arg("--d-model", type=POSITIVE_INT, default=128),
+            arg("--d-model", type=POSITIVE_INT, default=128, help="width of the encoding"),
             arg("--length", type=POSITIVE_INT, default=100, help="number of positions"),
             arg("--out", required=True, help="pe.png (or .svg, .pdf)"),
         ),

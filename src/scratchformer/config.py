@@ -152,28 +152,36 @@ class ModelConfig(ConfigBase):
     """
 
     arch: str = "seq2seq"
+    """``encoder``, ``decoder`` or ``seq2seq``; a recipe's task sets it."""
     vocab_size: int = 32000
     """Vocabulary size; the source vocabulary for ``seq2seq``."""
     tgt_vocab_size: int | None = None
     """Target vocabulary of ``seq2seq``; ``None`` means the same as ``vocab_size``."""
     d_model: int = 512
+    """Width of every token vector (the paper's d_model)."""
     n_heads: int = 8
+    """Attention heads per attention layer; ``d_model`` must be divisible by it."""
     n_layers: int = 6
     """Layers of the encoder (``encoder``, ``seq2seq``) or of the decoder (``decoder``)."""
     n_decoder_layers: int | None = None
     """Decoder layers of ``seq2seq``; ``None`` means ``n_layers``."""
     d_ff: int = 2048
+    """Inner width of the position-wise feed-forward network."""
     dropout: float = 0.1
     """Dropout on embeddings, every sub-layer output and inside the feed-forward."""
     attention_dropout: float = 0.0
     """Dropout on the attention weights."""
     activation: str = "relu"
+    """Of the feed-forward network: ``relu`` (the paper), ``gelu`` (BERT) or ``gelu_tanh``
+    (GPT-2)."""
     norm_first: bool = False
     """Pre-LN (``True``) or post-LN as in the paper (``False``)."""
     final_norm: bool | None = None
     """LayerNorm after the last layer of each stack; ``None`` means ``norm_first``."""
     layer_norm_eps: float = 1e-5
+    """Added to the variance inside LayerNorm's square root."""
     bias: bool = True
+    """Biases in the linear layers and LayerNorms."""
     positional: str = "sinusoidal"
     """Added ``sinusoidal`` encodings (the paper) or ``learned`` embeddings; or ``rotary``
     (RoPE): every self-attention rotates its queries and keys by their positions."""
@@ -288,11 +296,16 @@ class DataConfig(ConfigBase):
     root: str | None = None
     """Directory holding the dataset's files (else ``$SCRATCHFORMER_DATA/<name>/``, ...)."""
     train: str | list[str] | None = None
+    """Training file: text (``lm``), ``[source, target]`` (``translation``), TSV
+    (``classification``, ``regression``, ``similarity``) or CoNLL (``tagging``)."""
     val: str | list[str] | None = None
+    """Validation file, in the format of ``train``; it selects the best weights."""
     test: str | list[str] | None = None
+    """Test file, in the format of ``train``, for ``scratchformer eval --split test``."""
     text_columns: list[str | int] | None = None
     """TSV files: the one or two text columns, by header name or 0-based index."""
     label_column: str | int | None = None
+    """TSV files: the label (or value) column, by header name or 0-based index."""
     header: bool = True
     """TSV files: whether the first row names the columns."""
     labels: list[str] | None = None
@@ -301,20 +314,26 @@ class DataConfig(ConfigBase):
     """Tagging: ``iob2`` predicts the most likely sequence in which ``I-X`` only follows
     ``B-X`` or ``I-X``; ``none`` each word's most likely tag (for IOB1 training data)."""
     tokenizer: str = "bpe"
+    """``char``, ``bpe`` or ``wordpiece``, learnt from the training split."""
     vocab_size: int = 8000
     """Upper bound on the vocabulary learnt from the training split (a char vocabulary is
     as large as the alphabet)."""
     shared_vocab: bool = True
     """Translation: one vocabulary for both languages (else one each)."""
     lowercase: bool = False
+    """Lower-case all text before tokenizing."""
     max_len: int = 128
     """Longest input in tokens; longer examples are truncated."""
     block_size: int = 256
     """Language modelling: tokens of context per training example."""
     synthetic_train_size: int = 20000
+    """Synthetic task: training examples."""
     synthetic_val_size: int = 500
+    """Synthetic task: validation (and test) examples drawn, less any seen in training."""
     synthetic_min_digits: int = 3
+    """Synthetic task: fewest digits of a string."""
     synthetic_max_digits: int = 12
+    """Synthetic task: most digits of a string."""
 
     def __post_init__(self) -> None:
         self._check_types()
@@ -338,6 +357,7 @@ class TrainConfig(ConfigBase):
     """How to train: optimisation, schedule, evaluation, stopping, precision, seeds."""
 
     max_steps: int = 1000
+    """Optimiser steps to train for (``--set train.max_steps=20`` makes a smoke run)."""
     max_minutes: float | None = None
     """Wall-clock budget: stop (with a last evaluation) once training has run this long."""
     batch_size: int = 32
@@ -348,18 +368,28 @@ class TrainConfig(ConfigBase):
     """Micro-batches accumulated per optimiser step: a step sees ``batch_size`` (or
     ``max_tokens``) times ``grad_accum`` times the number of processes."""
     lr: float = 1e-3
+    """Peak learning rate, reached at the end of warm-up (``noam`` scales its curve)."""
     layer_lr_decay: float = 1.0
     """Fine-tuning: below 1, each layer gets this factor of the lr of the layer above it
     (the heads keep ``lr``, the embeddings get the least), so pretrained layers near the
     input change least."""
     schedule: str = "cosine"
+    """Learning-rate schedule: ``cosine``, ``noam`` (the paper's), ``inverse_sqrt`` or
+    ``constant``, each after a linear warm-up."""
     warmup_steps: int = 100
+    """Steps of linear warm-up from 0 to ``lr``."""
     min_lr_ratio: float = 0.1
+    """``cosine``: the final learning rate as a fraction of ``lr``."""
     weight_decay: float = 0.01
+    """AdamW's decoupled weight decay, on matrices only (not biases or norm gains)."""
     adam_beta1: float = 0.9
+    """AdamW's first-moment decay."""
     adam_beta2: float = 0.98
+    """AdamW's second-moment decay (0.98 as in the paper)."""
     adam_eps: float = 1e-9
+    """AdamW's epsilon (1e-9 as in the paper)."""
     label_smoothing: float = 0.0
+    """Weight of the uniform distribution mixed into the targets (the paper: 0.1)."""
     token_dropout: float = 0.0
     """Encoder tasks: the chance that each input token of a training batch (not the special
     ones) is replaced by the unknown token, so that the model learns to read context (the
@@ -370,6 +400,7 @@ class TrainConfig(ConfigBase):
     KL divergence between the two predictions joins the loss, so that the model's
     predictions depend less on which units dropout removes. Steps cost about twice as much."""
     grad_clip: float | None = 1.0
+    """Clip the gradients' global norm to this (``None``: no clipping)."""
     precision: str = "fp32"
     """``bf16`` runs forward passes under bfloat16 autocast; ``auto`` does so only where the
     device computes in bfloat16 natively (elsewhere autocast emulates it, many times slower
@@ -378,6 +409,7 @@ class TrainConfig(ConfigBase):
     """Train through ``torch.compile``: faster steps after a one-off compilation (tens of
     seconds, inside ``max_minutes``); fixed shapes (language modelling) gain most."""
     eval_every: int = 200
+    """Steps between evaluations on the validation split (and checkpoints)."""
     eval_batches: int | None = None
     """Cap on validation batches per evaluation (``None``: the whole split)."""
     early_stop_patience: int | None = None
@@ -387,10 +419,13 @@ class TrainConfig(ConfigBase):
     0.999: an average over about the last 1,000 steps); evaluations, the best weights and
     ``model.safetensors`` are then the average's."""
     log_every: int = 10
+    """Steps between training log records in ``metrics.jsonl``."""
     seed: int = 1337
+    """Seed of the initial weights, the order of batches and dropout."""
     threads: int | None = None
     """CPU threads for PyTorch (``None``: its default)."""
     tensorboard: bool = False
+    """Also log to TensorBoard in ``RUN/tensorboard`` (needs the ``tensorboard`` package)."""
 
     def __post_init__(self) -> None:
         self._check_types()

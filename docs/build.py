@@ -1,0 +1,279 @@
+"""Regenerate the parts of the documentation that the code defines, so that they cannot go
+stale: the recipe keys (from the config dataclasses' attribute docstrings), the command
+line (from its argparse parser) and the code quoted by the guide (from the source).
+
+    python docs/build.py            # rewrite every generated region (or: make docs)
+    python docs/build.py --check    # exit 1, naming the files, if one is stale
+
+A generated region of README.md or docs/*.md lies between two markers:
+
+    <!-- generated: quote nn/attention.py:scaled_dot_product_attention -->
+    ...
+    <!-- /generated -->
+
+``quote PATH:NAME`` quotes a function, class or method (``Class.method``) of
+``src/scratchformer/PATH``; ``recipe-keys CLASS`` tables the keys of a config dataclass;
+``cli`` is the reference of every command and option. Everything between the markers is
+replaced; everything around them is written by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import importlib
+import inspect
+import itertools
+import re
+import sys
+import textwrap
+import types
+import typing
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCE = ROOT / "src" / "scratchformer"
+REGION = re.compile(r"(<!-- generated: (.+?) -->\n)(.*?)(<!-- /generated -->)", re.DOTALL)
+COMMAND = "python docs/build.py"
+sys.path.insert(0, str(SOURCE.parent))  # document this checkout's code, installed or not
+
+
+def documents() -> list[Path]:
+    """The files that may hold generated regions."""
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+# -- quotes ------------------------------------------------------------------------------
+
+
+def quote(spec: str, document: Path) -> str:
+    """The source of ``PATH:NAME`` as a Python block, under a link to its file."""
+    path, _, name = spec.partition(":")
+    module = importlib.import_module("scratchformer." + path.removesuffix(".py").replace("/", "."))
+    target: Any = module
+    for part in name.split("."):
+        target = getattr(target, part)
+    code = textwrap.dedent(inspect.getsource(target)).rstrip()
+    link = Path("..") if document.parent != ROOT else Path(".")
+    href = (link / (SOURCE / path).relative_to(ROOT)).as_posix()
+    return f"[`{path}`]({href}), `{name}`:\n\n```python\n{code}\n```\n"
+
+
+# -- recipe keys -------------------------------------------------------------------------
+
+
+def field_docstrings(cls: type) -> dict[str, str]:
+    """The string literal that follows each field of dataclass ``cls`` in its source."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs = {}
+    for node, after in itertools.pairwise(body):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(after, ast.Expr)
+            and isinstance(after.value, ast.Constant)
+            and isinstance(after.value.value, str)
+        ):
+            docs[node.target.id] = after.value.value
+    return docs
+
+
+def markdown(text: str) -> str:
+    """A docstring or help text as one line of Markdown for a table: reST's ``code`` and
+    :role:`name` as `code`; outside code, ``<`` escaped (``<TAB>`` is no HTML tag)."""
+    text = re.sub(r":\w+:`~?\.?([^`]+)`", r"`\1`", " ".join(text.split())).replace("``", "`")
+    parts = text.split("`")
+    parts[::2] = [part.replace("<", "&lt;") for part in parts[::2]]  # outside code spans
+    return "`".join(parts).replace("|", "\\|")
+
+
+def toml_value(value: Any) -> str:
+    """A default as a recipe would write it."""
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, str):
+        return f'`"{value}"`'
+    return f"`{value!r}`"
+
+
+def type_name(annotation: Any) -> str:
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return " or ".join(type_name(option) for option in typing.get_args(annotation))
+    if annotation is type(None):
+        return "none"
+    if typing.get_origin(annotation) is list:
+        return f"list of {type_name(typing.get_args(annotation)[0])}"
+    return {"str": "string", "int": "integer", "float": "number", "bool": "boolean"}.get(
+        annotation.__name__, annotation.__name__
+    )
+
+
+def recipe_keys(class_name: str, document: Path) -> str:
+    """A table of every key of a config dataclass: type, default and its docstring."""
+    from scratchformer import config
+
+    cls = getattr(config, class_name)
+    section = next(name for name, section in config.SECTIONS.items() if section is cls)
+    docs = field_docstrings(cls)
+    hints = typing.get_type_hints(cls)
+    undocumented = [f.name for f in dataclasses.fields(cls) if f.name not in docs]
+    if undocumented:
+        raise ValueError(
+            f"{class_name} in src/scratchformer/config.py has no docstring for "
+            f"{', '.join(undocumented)}: add a string literal after each field"
+        )
+    lines = ["| key | type | default | meaning |", "|---|---|---|---|"]
+    for field in dataclasses.fields(cls):
+        lines.append(
+            f"| `{section}.{field.name}` | {type_name(hints[field.name])} | "
+            f"{toml_value(field.default)} | {markdown(docs[field.name])} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+# -- the command line --------------------------------------------------------------------
+
+
+def value_of(action: argparse.Action) -> str:
+    """What an argument takes, in words."""
+    if action.nargs == 0:
+        return "flag"
+    if not action.option_strings:
+        return ""
+    if action.choices is not None:
+        return " \\| ".join(f"`{choice}`" for choice in action.choices)
+    kind = action.type
+    if kind in (int, float):
+        text = "an integer" if kind is int else "a number"
+    elif inspect.isfunction(kind) and "wanted" in inspect.getclosurevars(kind).nonlocals:
+        text = inspect.getclosurevars(kind).nonlocals["wanted"]  # the cli's bounded numbers
+    else:
+        text = f"`{action.metavar or action.dest.upper()}`"
+    return text + (" (repeatable)" if isinstance(action, argparse._AppendAction) else "")
+
+
+def default_of(action: argparse.Action) -> str:
+    if action.required:
+        return "required"
+    if action.nargs == 0 or action.default in (None, [], argparse.SUPPRESS):
+        return ""
+    return f"`{action.default}`"
+
+
+def synopsis(name: str, parser: argparse.ArgumentParser, inherited: set[str]) -> str:
+    """``scratchformer NAME ARG --opt VALUE [--flag]``, from the parser's arguments."""
+    words = [f"scratchformer {name}"]
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction) or action.dest in inherited:
+            continue
+        if not action.option_strings:
+            words.append(action.metavar or action.dest.upper())
+            continue
+        flag = action.option_strings[-1]
+        word = flag if action.nargs == 0 else f"{flag} {action.metavar or action.dest.upper()}"
+        words.append(word if action.required else f"[{word}]")
+    return " ".join(words)
+
+
+def argument_table(actions: list[argparse.Action], exclusive: dict[str, list[str]]) -> str:
+    lines = ["| argument | value | default | meaning |", "|---|---|---|---|"]
+    for action in actions:
+        name = ", ".join(action.option_strings) or (action.metavar or action.dest.upper())
+        meaning = markdown(action.help or "")
+        others = [o for o in exclusive.get(action.dest, []) if o not in action.option_strings]
+        if others:
+            meaning += f" (not with {', '.join(f'`{o}`' for o in others)})"
+        lines.append(
+            f"| `{name}` | {value_of(action)} | {default_of(action)} | {meaning.strip()} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def cli(_: str, document: Path) -> str:
+    """Every command and option of ``scratchformer``, from its parser."""
+    from scratchformer.cli import GLOBAL_OPTIONS, build_parser
+
+    parser = build_parser()
+    global_dests = {option.flags[0].lstrip("-").replace("-", "_") for option in GLOBAL_OPTIONS}
+    shown = [a for a in parser._actions if a.dest in global_dests]
+    parts = [
+        "### Global options\n",
+        "Given before or after the command (`scratchformer --quiet train ...` or "
+        "`scratchformer train ... --quiet`).\n",
+        argument_table(shown, {}),
+    ]
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    helps = {choice.dest: choice.help for choice in subparsers._choices_actions}
+    for name, sub in subparsers.choices.items():
+        exclusive: dict[str, list[str]] = {}
+        for group in sub._mutually_exclusive_groups:
+            flags = [flag for action in group._group_actions for flag in action.option_strings]
+            for action in group._group_actions:
+                exclusive[action.dest] = flags
+        actions = [
+            a
+            for a in sub._actions
+            if a.dest not in global_dests and not isinstance(a, argparse._HelpAction)
+        ]
+        parts += [
+            f"### `scratchformer {name}`\n",
+            f"{helps[name][0].upper()}{helps[name][1:]}.\n",
+            *([markdown(sub.description) + "\n"] if sub.description else []),
+            f"```text\n{synopsis(name, sub, global_dests)}\n```\n",
+            argument_table(actions, exclusive) if actions else "",
+        ]
+    return "\n".join(parts).rstrip() + "\n"
+
+
+GENERATORS: dict[str, Callable[[str, Path], str]] = {
+    "quote": quote,
+    "recipe-keys": recipe_keys,
+    "cli": cli,
+}
+
+
+# -- the documents -----------------------------------------------------------------------
+
+
+def rendered(document: Path) -> str:
+    """``document``'s text with every generated region regenerated."""
+
+    def fill(match: re.Match[str]) -> str:
+        kind, _, argument = match.group(2).partition(" ")
+        if kind not in GENERATORS:
+            raise ValueError(f"{document.name}: unknown generated region {kind!r}")
+        return match.group(1) + GENERATORS[kind](argument.strip(), document) + match.group(4)
+
+    return REGION.sub(fill, document.read_text(encoding="utf-8"))
+
+
+def stale() -> list[Path]:
+    """The documents whose generated regions differ from what the code gives now."""
+    return [path for path in documents() if rendered(path) != path.read_text(encoding="utf-8")]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="only check that they are current")
+    args = parser.parse_args()
+    if args.check:
+        outdated = stale()
+        if outdated:
+            names = ", ".join(str(path.relative_to(ROOT)) for path in outdated)
+            sys.exit(f"{names}: generated documentation is stale; run {COMMAND} (or make docs)")
+        return
+    for path in documents():
+        text = rendered(path)
+        if text != path.read_text(encoding="utf-8"):
+            path.write_text(text, encoding="utf-8")
+            print(f"wrote {path.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
