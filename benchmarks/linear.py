@@ -1,18 +1,19 @@
-"""Speed of ``scratchformer.nn.linear`` against ``torch.nn.functional.linear`` on few rows.
+"""Speed of the transposed product ``(weight @ x.T).T`` against ``torch.nn.functional.linear``.
 
 What: the time of one pass through every linear map of ``generate.py``'s model (6 layers of
 QKV 384->1152, output 384->384, feed-forward 384->1536->384, then the 384->8192 head: the
 maps one decoding step multiplies, 55 MB of fp32 weights, so they come from memory as in
 decoding), with and without bias, for 1 to 64 rows, fp32 on the CPU.
 
-Why: decoding a batch multiplies every weight by one row a sequence. ``linear`` takes the
-product as ``(weight @ x.T).T`` for 2 to 32 rows, the orientation PyTorch's CPU GEMM runs
-faster at these shapes; this shows by how much on the machine at hand, and that it gains
-nothing outside that range (where ``linear`` is ``torch.nn.functional.linear`` itself).
+Why: decoding a batch multiplies every weight by one row a sequence. Where PyTorch's CPU
+GEMM runs the transposed product faster, ``scratchformer.nn.linear`` takes it: for the
+numbers of rows that ``nn.linear.TRANSPOSED_ROWS`` gives for the CPU's instruction set
+(``torch.backends.cpu.get_cpu_capability()``). This shows the row counts where that pays on
+the machine at hand, the figures to choose its entry by.
 
 How: both candidates in one process, interleaved after a warm-up (``timing.interleaved``);
-the median of each is reported with its ratio, and the rate at which ours reads the weights
-(GB/s): at one row, what bounds the speed of decoding a single sequence.
+the median of each is reported with its ratio, and the rate at which the transposed product
+reads the weights (GB/s): at one row, what bounds the speed of decoding a single sequence.
 
     .venv/bin/python benchmarks/linear.py [--repeats 40] [--threads 2]
 """
@@ -26,10 +27,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from generate import D_FF, D_MODEL, N_LAYERS, VOCAB
-from scratchformer.nn import linear
+from scratchformer.nn.linear import transposed_linear
 from timing import Step, interleaved, repeats_and_threads
 
-ROWS = (1, 2, 4, 8, 16, 32, 64)
+ROWS = range(1, 65)
 SHAPES = [(3 * D_MODEL, D_MODEL), (D_MODEL, D_MODEL), (D_FF, D_MODEL), (D_MODEL, D_FF)] * N_LAYERS
 SHAPES.append((VOCAB, D_MODEL))
 """``(out, in)`` of every weight one decoding step of config B multiplies."""
@@ -41,7 +42,7 @@ LinearMap = Callable[[Tensor, Tensor, Tensor | None], Tensor]
 def one_pass(
     apply: LinearMap, inputs: list[Tensor], weights: list[Tensor], biases: list[Tensor | None]
 ) -> Step:
-    """Every weight times its input, by ``apply`` (``linear`` or ``F.linear``)."""
+    """Every weight times its input, by ``apply`` (``transposed_linear`` or ``F.linear``)."""
     return lambda: [apply(x, w, b) for x, w, b in zip(inputs, weights, biases, strict=True)]
 
 
@@ -50,19 +51,23 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     weights = [torch.randn(shape) / shape[1] ** 0.5 for shape in SHAPES]
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, fp32 CPU")
+    capability = torch.backends.cpu.get_cpu_capability()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, fp32 CPU {capability}")
     megabytes = sum(w.numel() for w in weights) * 4 / 1e6
     print(f"one pass = {len(SHAPES)} linear maps, {megabytes:.0f} MB")
-    print(f"{'rows':>4} {'bias':>5} {'F.linear ms':>12} {'ours ms':>8} {'speed-up':>9} {'GB/s':>6}")
+    header = f"{'rows':>4} {'bias':>5} {'F.linear ms':>12} {'transposed ms':>13} {'speed-up':>9}"
+    print(f"{header} {'GB/s':>6}")
     for rows in ROWS:
         inputs = [torch.randn(rows, w.shape[1]) for w in weights]
         for bias in (True, False):
             biases = [torch.randn(w.shape[0]) if bias else None for w in weights]
-            candidates = [one_pass(f, inputs, weights, biases) for f in (F.linear, linear)]
+            candidates = [
+                one_pass(f, inputs, weights, biases) for f in (F.linear, transposed_linear)
+            ]
             theirs, ours = interleaved(candidates, args.repeats, warmup=3)
             print(
                 f"{rows:>4} {bias!s:>5} {theirs.median_s * 1e3:>12.2f} "
-                f"{ours.median_s * 1e3:>8.2f} {theirs.median_s / ours.median_s:>8.2f}x "
+                f"{ours.median_s * 1e3:>13.2f} {theirs.median_s / ours.median_s:>8.2f}x "
                 f"{megabytes / 1e3 / ours.median_s:>6.1f}"
             )
 
