@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import RECIPES, TINY_MODEL, set_options
+from helpers import RECIPES, TINY_MODEL, set_options, snapshot
+from scratchformer import demo as demo_module
 from scratchformer.cli import main
 
 TINY = set_options(
@@ -98,6 +99,39 @@ def test_an_existing_run_is_not_overwritten(tmp_path: Path, capsys) -> None:
     assert run(capsys, "train", str(RECIPES / "copy.toml"), "--out", str(run_dir), *TINY)[0] == 0
     status, _, err = run(capsys, "train", str(RECIPES / "copy.toml"), "--out", str(run_dir))
     assert_one_line_error(status, err, "already holds a run", "--resume")
+
+
+def test_training_into_a_directory_of_other_files_is_refused(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    (tmp_path / "thesis.tex").write_text("\\begin{document}\n")
+    before = snapshot(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    status, _, err = run(capsys, "train", str(RECIPES / "copy.toml"), "--out", ".", "--overwrite")
+    assert_one_line_error(status, err, "holds files that are no run's (thesis.tex)")
+    status, _, err = run(capsys, "train", str(RECIPES / "copy.toml"), "--out", ".")
+    assert_one_line_error(status, err, ". is not empty (thesis.tex); choose another --out")
+    assert snapshot(tmp_path) == before
+
+
+def test_demo_replaces_only_its_own_run_and_only_when_told(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    recipe = {
+        **demo_module.DEMO_RECIPE,
+        "model": {**demo_module.DEMO_RECIPE["model"], "d_model": 32, "d_ff": 64, "n_layers": 1},
+        "train": {**demo_module.DEMO_RECIPE["train"], "max_steps": 2, "eval_every": 2},
+    }
+    monkeypatch.setattr(demo_module, "DEMO_RECIPE", recipe)
+    demo = tmp_path / "demo"
+    assert run(capsys, "demo", "--out", str(demo))[0] == 0
+    before = snapshot(demo)
+    assert_one_line_error(*run(capsys, "demo", "--out", str(demo))[::2], "already holds a run")
+    assert snapshot(demo) == before
+    assert run(capsys, "demo", "--out", str(demo), "--overwrite")[0] == 0
+    (demo / "notes.txt").write_text("mine\n")
+    status, _, err = run(capsys, "demo", "--out", str(demo), "--overwrite")
+    assert_one_line_error(status, err, "holds files that are no run's (notes.txt)")
 
 
 def test_debug_shows_the_traceback(tmp_path: Path) -> None:

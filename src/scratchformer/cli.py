@@ -18,7 +18,7 @@ from typing import Any
 
 from . import __version__
 from .config import ATTENTION_KINDS, DEVICES
-from .errors import TrainingError
+from .errors import Interrupted, TrainingError
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,10 @@ class Command:
 
 RUN = arg("run", help="run directory")
 OUT_RUN = arg("--out", required=True, help="run directory to write, e.g. runs/NAME")
+OVERWRITE_HELP = (
+    "replace the run directory in --out: delete its run files (recipe, tokenizers, weights, "
+    "checkpoints, metrics), refusing if it holds anything else"
+)
 
 COMMANDS = (
     Command(
@@ -71,9 +75,15 @@ COMMANDS = (
             arg(
                 "--resume",
                 action="store_true",
+                exclusive="start",
                 help="continue the run in --out from its last checkpoint",
             ),
+            arg("--overwrite", action="store_true", exclusive="start", help=OVERWRITE_HELP),
         ),
+        description="--out must be new or empty: a run already there is continued with "
+        "--resume or replaced with --overwrite, and anything else is left alone. One process "
+        "trains in a directory at a time. SIGTERM or Ctrl-C stops after the step in progress, "
+        "keeping a checkpoint of it (exit status 143 or 130); --resume continues from there.",
     ),
     Command(
         "eval",
@@ -217,7 +227,10 @@ COMMANDS = (
         "demo",
         "training:demo",
         "train a tiny model on a synthetic task, no data needed",
-        (arg("--out", default="runs/demo", help="run directory (default: runs/demo)"),),
+        (
+            arg("--out", default="runs/demo", help="run directory (default: runs/demo)"),
+            arg("--overwrite", action="store_true", help=OVERWRITE_HELP),
+        ),
     ),
 )
 
@@ -296,8 +309,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"scratchformer: {error}", file=sys.stderr)
         return 1
+    except Interrupted as stop:
+        print(f"scratchformer: {stop}", file=sys.stderr)
+        return stop.status
     except KeyboardInterrupt:
-        print("scratchformer: interrupted; the last checkpoint is kept", file=sys.stderr)
+        print("scratchformer: interrupted", file=sys.stderr)
         return 130
 
 

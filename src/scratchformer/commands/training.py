@@ -11,12 +11,13 @@ from ..demo import run_demo
 
 
 def train(args: argparse.Namespace) -> int:
-    """``scratchformer train RECIPE --out DIR [--set k=v ...] [--resume]``."""
+    """``scratchformer train RECIPE --out DIR [--set k=v ...] [--resume | --overwrite]``."""
     result = run.train(
         args.recipe,
         args.out,
         overrides=args.set,
         resume=args.resume,
+        overwrite=args.overwrite,
         device=args.device,
         quiet=args.quiet,
     )
@@ -26,6 +27,6 @@ def train(args: argparse.Namespace) -> int:
 
 
 def demo(args: argparse.Namespace) -> int:
-    """``scratchformer demo [--out DIR]``: the synthetic task end to end."""
-    run_demo(Path(args.out), quiet=args.quiet)
+    """``scratchformer demo [--out DIR] [--overwrite]``: the synthetic task end to end."""
+    run_demo(Path(args.out), quiet=args.quiet, overwrite=args.overwrite)
     return 0
