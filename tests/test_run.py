@@ -87,6 +87,13 @@ def stopped_before_its_first_checkpoint(directory: Path) -> None:
     start_run(copy_recipe(), directory)
 
 
+def a_hugging_face_checkpoint(directory: Path) -> None:
+    directory.mkdir()
+    for name in ("config.json", "tokenizer.json"):
+        (directory / name).write_text('{"model_type": "gpt2"}')
+    (directory / "model.safetensors").write_bytes(b"weights")
+
+
 def unrelated_files(directory: Path) -> None:
     (directory / "notes").mkdir(parents=True)
     (directory / "notes" / "todo.txt").write_text("buy milk\n")
@@ -99,7 +106,8 @@ def unrelated_files(directory: Path) -> None:
         (imported_model, "already holds a run without a checkpoint"),
         (another_runs_files, "already holds a run without a checkpoint"),
         (stopped_before_its_first_checkpoint, "already holds a run without a checkpoint"),
-        (unrelated_files, r"is not empty \(notes, thesis.tex\); choose another --out"),
+        (a_hugging_face_checkpoint, r"is not empty \(config.json, model.safetensors, token"),
+        (unrelated_files, r"is not empty \(notes, thesis.tex\) and holds no run; choose"),
     ],
 )
 def test_training_refuses_a_directory_with_no_run_to_resume_and_leaves_it_alone(
@@ -110,6 +118,9 @@ def test_training_refuses_a_directory_with_no_run_to_resume_and_leaves_it_alone(
     before = snapshot(tmp_path)
     with pytest.raises(ValueError, match=refusal):
         train(copy_recipe(), run_dir, quiet=True)
+    if "holds no run" in refusal:
+        with pytest.raises(ValueError, match=refusal):
+            train(copy_recipe(), run_dir, overwrite=True, quiet=True)
     with pytest.raises(ValueError, match="holds no checkpoint to resume"):
         train(copy_recipe(), run_dir, resume=True, quiet=True)
     assert snapshot(tmp_path) == before

@@ -2,8 +2,9 @@
 format it is in.
 
 - Training starts only in a new or empty directory; ``resume`` continues only a run that
-  has a checkpoint; ``overwrite`` replaces only a run directory, deleting the files of a
-  run (:data:`RUN_FILES`) and refusing if anything else is there. A refusal leaves the
+  has a checkpoint; ``overwrite`` replaces only a run directory (one with ``run.json``, a
+  recipe as ``config.json`` or a checkpoint), deleting the files of a run
+  (:data:`RUN_FILES`) and refusing if anything else is there. A refusal leaves the
   directory as it was.
 - One process writes a run directory: :func:`claim` holds an exclusive ``flock`` on
   ``DIR/.lock`` (which names the writer's pid) for a whole training run, so that a second
@@ -85,7 +86,8 @@ def _holds_recipe(path: Path) -> bool:
 
 def check_target(run_dir: Path, *, resume: bool, overwrite: bool) -> None:
     """Raise ``ValueError`` unless training may write ``run_dir``: new or empty; with
-    ``resume``, a run with a checkpoint; with ``overwrite``, a run directory to replace."""
+    ``resume``, a run with a checkpoint; with ``overwrite``, a run directory that holds
+    nothing but a run's files."""
     if resume and overwrite:
         raise ValueError("--resume continues a run and --overwrite replaces it: choose one")
     if resume:
@@ -93,26 +95,29 @@ def check_target(run_dir: Path, *, resume: bool, overwrite: bool) -> None:
             raise ValueError(f"{run_dir} holds no checkpoint to resume; train without --resume")
         return
     names = contents(run_dir)
-    foreign = [name for name in names if not is_run_file(name)]
-    if overwrite and foreign:
-        raise ValueError(
-            f"{run_dir} holds files that are no run's ({listing(foreign)}): --overwrite "
-            "replaces only a run directory; move them away or choose another --out"
-        )
-    if overwrite or not names:
+    if not names:
         return
-    if has_checkpoint(run_dir):
+    if not is_run(run_dir):
         raise ValueError(
-            f"{run_dir} already holds a run: add --resume to continue it, --overwrite to "
-            "train it again from the start, or choose another --out"
+            f"{run_dir} is not empty ({listing(names)}) and holds no run; choose another --out"
         )
-    if not foreign:
+    if not overwrite:
+        if has_checkpoint(run_dir):
+            raise ValueError(
+                f"{run_dir} already holds a run: add --resume to continue it, --overwrite to "
+                "train it again from the start, or choose another --out"
+            )
         raise ValueError(
             f"{run_dir} already holds a run without a checkpoint (an imported model, or a "
             "run stopped before its first checkpoint): --overwrite replaces it, or choose "
             "another --out"
         )
-    raise ValueError(f"{run_dir} is not empty ({listing(foreign)}); choose another --out")
+    foreign = [name for name in names if not is_run_file(name)]
+    if foreign:
+        raise ValueError(
+            f"{run_dir} holds files that are no run's ({listing(foreign)}): --overwrite "
+            "replaces only a run directory; move them away or choose another --out"
+        )
 
 
 @contextmanager
