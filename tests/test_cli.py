@@ -68,6 +68,10 @@ def test_train_then_eval_prints_json(tmp_path: Path, capsys) -> None:
             ["train", str(RECIPES / "copy.toml"), "--out", "x", "--resume"],
             ["holds no checkpoint to resume"],
         ),
+        (
+            ["train", str(RECIPES / "copy.toml"), "--out", "x", "--resume", "--overwrite"],
+            ["--resume continues a run and --overwrite replaces it: choose one"],
+        ),
         (["eval", "nowhere"], ["nowhere holds no trained model"]),
     ],
 )
@@ -99,6 +103,14 @@ def test_an_existing_run_is_not_overwritten(tmp_path: Path, capsys) -> None:
     assert run(capsys, "train", str(RECIPES / "copy.toml"), "--out", str(run_dir), *TINY)[0] == 0
     status, _, err = run(capsys, "train", str(RECIPES / "copy.toml"), "--out", str(run_dir))
     assert_one_line_error(status, err, "already holds a run", "--resume")
+
+
+@pytest.mark.parametrize("command", ["train", "demo"])
+def test_help_tells_what_overwrite_replaces(command: str, capsys) -> None:
+    with pytest.raises(SystemExit) as exit:
+        main([command, "--help"])
+    assert exit.value.code == 0
+    assert "refusing if it holds anything else" in " ".join(capsys.readouterr().out.split())
 
 
 def test_training_into_a_directory_of_other_files_is_refused(

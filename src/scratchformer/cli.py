@@ -75,10 +75,9 @@ COMMANDS = (
             arg(
                 "--resume",
                 action="store_true",
-                exclusive="start",
                 help="continue the run in --out from its last checkpoint",
             ),
-            arg("--overwrite", action="store_true", exclusive="start", help=OVERWRITE_HELP),
+            arg("--overwrite", action="store_true", help=OVERWRITE_HELP),
         ),
         description="--out must be new or empty: a run already there is continued with "
         "--resume or replaced with --overwrite, and anything else is left alone. One process "
