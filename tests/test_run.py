@@ -4,6 +4,8 @@ Python pattern (``start_run`` + ``Trainer``) train the same model from the same 
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,7 @@ from scratchformer import __version__
 from scratchformer.cli import main
 from scratchformer.config import Recipe
 from scratchformer.io import save_weights
-from scratchformer.run import load_run, start_run, train
+from scratchformer.run import load_run, new_model, start_run, train
 from scratchformer.training.trainer import Trainer
 
 ONE_STEP = [
@@ -150,6 +152,31 @@ def test_a_run_is_resumed_with_its_own_task_only(tmp_path: Path) -> None:
     other.write_text('task = "lm"\n[data]\ndataset = "tinyshakespeare"\n')
     with pytest.raises(ValueError, match="holds a 'synthetic' run, not one of the recipe's"):
         train(other, tmp_path / "copy", resume=True, quiet=True)
+
+
+def test_a_signal_before_the_first_step_stops_at_once(tmp_path: Path, monkeypatch, capsys) -> None:
+    run_dir = tmp_path / "copy"
+
+    def terminated_while_building(recipe: Recipe):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return new_model(recipe)
+
+    def not_here(*_: object) -> None:
+        raise AssertionError("the signal reached the handler outside training")
+
+    monkeypatch.setattr("scratchformer.run.new_model", terminated_while_building)
+    previous = signal.signal(signal.SIGTERM, not_here)
+    try:
+        args = ["--quiet", "train", str(RECIPES / "copy.toml"), "--out", str(run_dir)]
+        assert main([*args, *set_options(TINY_COPY)]) == 143
+        assert signal.getsignal(signal.SIGTERM) is not_here  # put back
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert capsys.readouterr().err == (
+        f"scratchformer: interrupted, before the first checkpoint; {run_dir} holds no run "
+        "to resume\n"
+    )
+    assert not list(run_dir.glob(".*"))  # no lock, no temp file
 
 
 # The run's format ----------------------------------------------------------------------

@@ -120,15 +120,16 @@ def train(
             result = trainer.fit(resume=resume)
         return result if dist.is_main else None
     except Interrupted as interruption:
-        step = None if trainer is None else trainer.state["step"]
+        step = trainer.state["step"] if trainer is not None else 0
         raise Interrupted(interruption.signum, _stopped(run_dir, step)) from None
     finally:
         dist.close()
 
 
-def _stopped(run_dir: Path, step: int | None) -> str:
-    """What an interrupted run leaves: which step it was at, which checkpoint is kept."""
-    at = "" if step is None else f" at step {step}"
+def _stopped(run_dir: Path, step: int) -> str:
+    """What an interrupted run leaves: which step it was at (0: before its first, or
+    before loading its checkpoint), which checkpoint is kept."""
+    at = f" at step {step}" if step else ""
     kept = latest_checkpoint(run_dir)
     if kept is None:
         return f"interrupted{at}, before the first checkpoint; {run_dir} holds no run to resume"
