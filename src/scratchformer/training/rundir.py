@@ -9,7 +9,8 @@ format it is in.
 - One process writes a run directory: :func:`claim` holds an exclusive ``flock`` on
   ``DIR/.lock`` (which names the writer's pid) for a whole training run, so that a second
   writer fails at once with "DIR is in use by process N". The lock ends with the process,
-  however it ends. Without ``fcntl`` (Windows) there is no lock.
+  however it ends; the next writer removes the temp files of one that was killed. Without
+  ``fcntl`` (Windows) there is no lock.
 - ``run.json`` records the directory's format and the scratchformer version that last wrote
   it; a run of a newer format is refused, not misread.
 """
@@ -42,7 +43,6 @@ FORMAT = 1
 RUN_FILES = (
     CONFIG_FILE,
     RUN_FILE,
-    LOCK_FILE,
     "tokenizer*.json",
     MODEL_FILE,
     TRAINER_STATE,
