@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/scratchformer demo --out runs/demo
+	$(BIN)/scratchformer demo --out runs/demo --overwrite
 
 # pytest exits 5 when it collects no tests; that is not a failure of the code.
 test: $(STAMP)

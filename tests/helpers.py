@@ -80,3 +80,12 @@ def peaked(scale: float, **fields: Any) -> torch.nn.Module:
 def tiny_lm(positional: str = "learned", peaked_by: float = 4.0) -> torch.nn.Module:
     """A tiny random decoder-only LM with peaked output distributions (:func:`peaked`)."""
     return peaked(peaked_by, arch="decoder", positional=positional, max_len=32)
+
+
+def snapshot(directory: Path) -> dict[str, bytes | None]:
+    """Every file under ``directory`` by relative path, with its bytes (``None`` for a
+    directory): equal snapshots mean nothing was added, removed or changed."""
+    return {
+        str(path.relative_to(directory)): None if path.is_dir() else path.read_bytes()
+        for path in sorted(directory.rglob("*"))
+    }

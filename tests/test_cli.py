@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import RECIPES, TINY_MODEL, set_options
-from scratchformer.cli import main
+from helpers import RECIPES, TINY_MODEL, set_options, snapshot
+from scratchformer import demo as demo_module
+from scratchformer.cli import COMMANDS, main
 
 TINY = set_options(
     [
@@ -67,6 +68,10 @@ def test_train_then_eval_prints_json(tmp_path: Path, capsys) -> None:
             ["train", str(RECIPES / "copy.toml"), "--out", "x", "--resume"],
             ["holds no checkpoint to resume"],
         ),
+        (
+            ["train", str(RECIPES / "copy.toml"), "--out", "x", "--resume", "--overwrite"],
+            ["--resume continues a run and --overwrite replaces it: choose one"],
+        ),
         (["eval", "nowhere"], ["nowhere holds no trained model"]),
     ],
 )
@@ -98,6 +103,46 @@ def test_an_existing_run_is_not_overwritten(tmp_path: Path, capsys) -> None:
     assert run(capsys, "train", str(RECIPES / "copy.toml"), "--out", str(run_dir), *TINY)[0] == 0
     status, _, err = run(capsys, "train", str(RECIPES / "copy.toml"), "--out", str(run_dir))
     assert_one_line_error(status, err, "already holds a run", "--resume")
+
+
+@pytest.mark.parametrize("command", ["train", "demo"])
+def test_help_tells_what_overwrite_replaces(command: str, capsys) -> None:
+    with pytest.raises(SystemExit) as exit:
+        main([command, "--help"])
+    assert exit.value.code == 0
+    assert "refusing if it holds anything else" in " ".join(capsys.readouterr().out.split())
+
+
+def test_training_into_a_directory_of_other_files_is_refused(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    (tmp_path / "thesis.tex").write_text("\\begin{document}\n")
+    before = snapshot(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    for overwrite in ([], ["--overwrite"]):
+        status, _, err = run(capsys, "train", str(RECIPES / "copy.toml"), "--out", ".", *overwrite)
+        assert_one_line_error(status, err, ". is not empty (thesis.tex) and holds no run; choose")
+    assert snapshot(tmp_path) == before
+
+
+def test_demo_replaces_only_its_own_run_and_only_when_told(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    recipe = {
+        **demo_module.DEMO_RECIPE,
+        "model": {**demo_module.DEMO_RECIPE["model"], "d_model": 32, "d_ff": 64, "n_layers": 1},
+        "train": {**demo_module.DEMO_RECIPE["train"], "max_steps": 2, "eval_every": 2},
+    }
+    monkeypatch.setattr(demo_module, "DEMO_RECIPE", recipe)
+    demo = tmp_path / "demo"
+    assert run(capsys, "demo", "--out", str(demo))[0] == 0
+    before = snapshot(demo)
+    assert_one_line_error(*run(capsys, "demo", "--out", str(demo))[::2], "already holds a run")
+    assert snapshot(demo) == before
+    assert run(capsys, "demo", "--out", str(demo), "--overwrite")[0] == 0
+    (demo / "notes.txt").write_text("mine\n")
+    status, _, err = run(capsys, "demo", "--out", str(demo), "--overwrite")
+    assert_one_line_error(status, err, "holds files that are no run's (notes.txt)")
 
 
 def test_debug_shows_the_traceback(tmp_path: Path) -> None:
@@ -177,3 +222,9 @@ def test_light_commands_load_neither_the_compiler_nor_matplotlib(command: str) -
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1] == "False"
+
+
+def test_every_command_has_help(capsys) -> None:
+    for command in ["--help", *(f"{c.name} --help" for c in COMMANDS)]:
+        assert main(command.split()) == 0, command
+        assert capsys.readouterr().out.startswith("usage: scratchformer"), command

@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 
 from . import __version__
 from .config import ATTENTION_KINDS, DEVICES
-from .errors import TrainingError
+from .errors import Interrupted, TrainingError
 
 
 @dataclass(frozen=True)
@@ -88,6 +88,10 @@ class Command:
 
 RUN = arg("run", help="run directory")
 OUT_RUN = arg("--out", required=True, help="run directory to write, e.g. runs/NAME")
+OVERWRITE_HELP = (
+    "replace the run directory in --out: delete its run files (recipe, tokenizers, weights, "
+    "checkpoints, metrics), refusing if it holds anything else"
+)
 
 COMMANDS = (
     Command(
@@ -109,7 +113,12 @@ COMMANDS = (
                 action="store_true",
                 help="continue the run in --out from its last checkpoint",
             ),
+            arg("--overwrite", action="store_true", help=OVERWRITE_HELP),
         ),
+        description="--out must be new or empty: a run already there is continued with "
+        "--resume or replaced with --overwrite, and anything else is left alone. One process "
+        "trains in a directory at a time. SIGTERM or Ctrl-C stops after the step in progress, "
+        "keeping a checkpoint of it (exit status 143 or 130); --resume continues from there.",
     ),
     Command(
         "eval",
@@ -279,7 +288,10 @@ COMMANDS = (
         "demo",
         "demo:demo",
         "train a tiny model on a synthetic task, no data needed",
-        (arg("--out", default="runs/demo", help="run directory (default: runs/demo)"),),
+        (
+            arg("--out", default="runs/demo", help="run directory (default: runs/demo)"),
+            arg("--overwrite", action="store_true", help=OVERWRITE_HELP),
+        ),
     ),
 )
 
@@ -308,7 +320,9 @@ def _add(parser: argparse.ArgumentParser, arguments: Sequence[Argument]) -> None
     for argument in arguments:
         target: Any = parser
         if argument.exclusive is not None:
-            target = groups.setdefault(argument.exclusive, parser.add_mutually_exclusive_group())
+            if argument.exclusive not in groups:
+                groups[argument.exclusive] = parser.add_mutually_exclusive_group()
+            target = groups[argument.exclusive]
         target.add_argument(*argument.flags, **argument.options)
 
 
@@ -369,8 +383,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"scratchformer: {error}", file=sys.stderr)
         return 1
+    except Interrupted as stop:
+        print(f"scratchformer: {stop}", file=sys.stderr)
+        return stop.status
     except KeyboardInterrupt:
-        print("scratchformer: interrupted; the last checkpoint is kept", file=sys.stderr)
+        print("scratchformer: interrupted", file=sys.stderr)
         return 130
 
 

@@ -410,6 +410,9 @@ class TrainConfig(ConfigBase):
     seconds, inside ``max_minutes``); fixed shapes (language modelling) gain most."""
     eval_every: int = 200
     """Steps between evaluations on the validation split (and checkpoints)."""
+    keep_checkpoints: int = 2
+    """Checkpoints kept in ``checkpoints/`` (one after each evaluation; the newest ones):
+    should the latest not load, ``--resume`` falls back to the one before."""
     eval_batches: int | None = None
     """Cap on validation batches per evaluation (``None``: the whole split)."""
     early_stop_patience: int | None = None
@@ -430,6 +433,7 @@ class TrainConfig(ConfigBase):
     def __post_init__(self) -> None:
         self._check_types()
         _positive(self, "max_steps", "batch_size", "grad_accum", "lr", "eval_every", "log_every")
+        _positive(self, "keep_checkpoints")
         optional = ("max_minutes", "max_tokens", "eval_batches", "early_stop_patience", "threads")
         for name in (*optional, "grad_clip"):
             if getattr(self, name) is not None:

@@ -36,12 +36,13 @@ DEMO_RECIPE: dict[str, Any] = {
 }
 
 
-def run_demo(out: Path, quiet: bool = False) -> dict[str, Any]:
-    """Train, evaluate with real decoding on held-out strings, print examples, draw the
-    cross-attention of one example. Returns the numbers it printed."""
+def run_demo(out: Path, quiet: bool = False, overwrite: bool = False) -> dict[str, Any]:
+    """Train (replacing the run in ``out`` with ``overwrite``), evaluate with real decoding
+    on held-out strings, print examples, draw the cross-attention of one example. Returns
+    the numbers it printed."""
     say = (lambda _: None) if quiet else print
     say("Training a small encoder-decoder to reverse strings of 3 to 12 digits ...")
-    train(Recipe.from_dict(DEMO_RECIPE), out, quiet=quiet)
+    train(Recipe.from_dict(DEMO_RECIPE), out, quiet=quiet, overwrite=overwrite)
     task, model = load_run(out)
 
     held_out = task.read("test")

@@ -1,6 +1,10 @@
 """The project's own exceptions, apart from everything so that the command line can tell
 them without importing what raises them."""
 
+from __future__ import annotations
+
+import signal
+
 
 class UsageError(ValueError):
     """A mistake in how a command was called."""
@@ -8,3 +12,18 @@ class UsageError(ValueError):
 
 class TrainingError(RuntimeError):
     """Training cannot go on, e.g. the loss is no longer a finite number."""
+
+
+class Interrupted(BaseException):
+    """Training stopped by a signal (SIGTERM from a scheduler, ``timeout`` or ``docker stop``;
+    SIGINT from Ctrl-C). Like ``KeyboardInterrupt`` it is no ``Exception``, so that no
+    ``except Exception`` swallows it; the command exits with ``128 + signal number``."""
+
+    def __init__(self, signum: int, message: str | None = None) -> None:
+        self.signum = signum
+        super().__init__(message or f"interrupted by {signal.Signals(signum).name}")
+
+    @property
+    def status(self) -> int:
+        """The exit status of a process that a signal ended: 143 for SIGTERM, 130 for SIGINT."""
+        return 128 + self.signum

@@ -9,6 +9,7 @@ import importlib.metadata
 import importlib.util
 import warnings
 from collections.abc import Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -17,15 +18,25 @@ from torch import nn
 
 from .config import DataConfig, Recipe, TrainConfig
 from .data.tokenizer import recognise_roles
+from .errors import Interrupted
 from .interop.hf import TOKENIZER_FILE, from_pretrained, save_pretrained
-from .io import MODEL_FILE, atomic_write_text, load_model, save_weights
+from .io import MODEL_FILE, atomic_write_text, listing, load_model, save_weights
 from .models import build_model
 from .tasks import Task, build_task
-from .training.checkpoint import TRAINER_STATE
+from .training.checkpoint import STEP_DIR, latest_checkpoint
 from .training.distributed import setup
+from .training.interrupt import StopSignals
+from .training.rundir import (
+    CONFIG_FILE,
+    check_format,
+    check_target,
+    claim,
+    contents,
+    is_run,
+    write_run_info,
+)
 from .training.trainer import Trainer
 
-CONFIG_FILE = "config.json"
 IMPORTED_TASKS = {"encoder": "classification", "decoder": "lm"}
 """The task of an imported model's run: a language model generates right away; a
 pretrained encoder waits for a fine-tune (``--set task=...`` picks another task)."""
@@ -46,6 +57,7 @@ def start_run(recipe: Recipe, run_dir: Path) -> tuple[Task, nn.Module]:
     task.prepare()
     recipe.model = task.model_config(None if pretrained is None else pretrained.config)
     run_dir.mkdir(parents=True, exist_ok=True)
+    write_run_info(run_dir)
     task.save(run_dir)
     atomic_write_text(run_dir / CONFIG_FILE, recipe.to_json())
     model = new_model(recipe)
@@ -67,6 +79,7 @@ def train(
     *,
     overrides: Sequence[str] = (),
     resume: bool = False,
+    overwrite: bool = False,
     device: str = "auto",
     quiet: bool = False,
 ) -> dict[str, Any] | None:
@@ -75,36 +88,73 @@ def train(
     continue the run there from its last checkpoint (``overrides`` then change its saved
     recipe). Returns the last evaluation (under ``torchrun``, on rank 0; the other processes
     get ``None``). The command line, the demo and Python programs all train through here;
-    under ``torchrun`` every process calls it."""
+    under ``torchrun`` every process calls it.
+
+    ``run_dir`` must be new or empty, or hold a run to ``resume``, or a run directory to
+    ``overwrite`` (its files are deleted; a directory that holds anything else is refused);
+    otherwise ``ValueError``, with nothing touched. Rank 0 holds the directory's lock for the
+    whole run (another process training there is an error). SIGTERM and SIGINT stop the run
+    after the step in progress with a checkpoint of it and raise :class:`Interrupted`."""
     run_dir = Path(run_dir)
-    started = (run_dir / TRAINER_STATE).exists()
-    if resume and not started:
-        raise ValueError(f"{run_dir} holds no checkpoint to resume; train without --resume")
-    if not resume and started:
-        raise ValueError(f"{run_dir} already holds a run: add --resume, or choose another --out")
+    check_target(run_dir, resume=resume, overwrite=overwrite)  # before the process group
     dist = setup(device)
+    trainer = None
     try:
-        failure = None
-        if not resume and dist.is_main:
-            try:
-                task, model = start_run(_recipe_of(recipe, overrides), run_dir)
-            except Exception as error:  # told to the other ranks, then raised
-                failure = error
-        if dist.any(failure is not None):  # also the barrier: rank 0 has written the run
-            if failure is not None:
-                raise failure
-            raise ValueError("rank 0 could not start the run (its error says why)")
-        if resume or not dist.is_main:  # the recipe and tokenizers that rank 0 wrote
-            task, saved = open_task(run_dir, list(overrides) if resume else [])
-            model = new_model(saved)
-            if not resume and saved.model.init_from is not None:
-                initialise_from(model, saved.model.init_from)
-        if task.train_config.threads is not None:
-            torch.set_num_threads(task.train_config.threads)
-        result = Trainer(task, model, run_dir, dist, quiet=quiet).fit(resume=resume)
+        with ExitStack() as owned:
+            stop = owned.enter_context(StopSignals())
+            failure = None
+            if dist.is_main:
+                try:
+                    owned.enter_context(claim(run_dir, resume=resume, overwrite=overwrite))
+                    if not resume:
+                        task, model = start_run(_recipe_of(recipe, overrides), run_dir)
+                except Exception as error:  # told to the other ranks, then raised
+                    failure = error
+            if dist.any(failure is not None):  # also the barrier: rank 0 has written the run
+                if failure is not None:
+                    raise failure
+                raise ValueError("rank 0 could not start the run (its error says why)")
+            if resume or not dist.is_main:  # the recipe and tokenizers that rank 0 wrote
+                task, saved = open_task(run_dir, list(overrides) if resume else [])
+                model = new_model(saved)
+                if not resume and saved.model.init_from is not None:
+                    initialise_from(model, saved.model.init_from)
+            if resume:
+                _check_same_task(_recipe_of(recipe, overrides), saved, run_dir)
+                if dist.is_main:
+                    write_run_info(run_dir)  # this version writes the run from now on
+            if task.train_config.threads is not None:
+                torch.set_num_threads(task.train_config.threads)
+            trainer = Trainer(task, model, run_dir, dist, quiet=quiet, stop=stop)
+            result = trainer.fit(resume=resume)
         return result if dist.is_main else None
+    except Interrupted as interruption:
+        step = trainer.state["step"] if trainer is not None else 0
+        raise Interrupted(interruption.signum, _stopped(run_dir, step)) from None
     finally:
         dist.close()
+
+
+def _stopped(run_dir: Path, step: int) -> str:
+    """What an interrupted run leaves: which step it was at (0: before its first, or
+    before loading its checkpoint), which checkpoint is kept."""
+    at = f" at step {step}" if step else ""
+    kept = latest_checkpoint(run_dir)
+    if kept is None:
+        return f"interrupted{at}, before the first checkpoint; {run_dir} holds no run to resume"
+    kept_step = int(STEP_DIR.fullmatch(kept.name)[1])  # type: ignore[index]
+    return (
+        f"interrupted{at}; checkpoint of step {kept_step} kept in {run_dir}; resume with --resume"
+    )
+
+
+def _check_same_task(given: Recipe, saved: Recipe, run_dir: Path) -> None:
+    """A run is resumed with (a recipe of) its own task, not another one by mistake."""
+    if given.task != saved.task:
+        raise ValueError(
+            f"{run_dir} holds a {saved.task!r} run, not one of the recipe's task "
+            f"{given.task!r}: resume it with its own recipe, or choose another --out"
+        )
 
 
 def _recipe_of(recipe: Recipe | str | Path, overrides: Sequence[str]) -> Recipe:
@@ -116,6 +166,7 @@ def _recipe_of(recipe: Recipe | str | Path, overrides: Sequence[str]) -> Recipe:
 
 def open_task(run_dir: Path, overrides: list[str] | None = None) -> tuple[Task, Recipe]:
     """The task of a started run, with its tokenizers, and its recipe (plus overrides)."""
+    check_format(run_dir)
     recipe = Recipe.load(run_dir / CONFIG_FILE, overrides or [])
     task = build_task(recipe)
     task.load(run_dir)
@@ -141,8 +192,9 @@ def import_hf(hf_dir: Path, run_dir: Path) -> Recipe:
     """A run directory from a Hugging Face BERT or GPT-2 checkpoint: the recipe (its model
     section describes the architecture), the tokenizer and the weights, so that later
     commands start from it. Returns the recipe."""
-    if (run_dir / CONFIG_FILE).exists():
-        raise ValueError(f"{run_dir} already holds a run; choose another --out")
+    present = contents(run_dir)
+    if present:
+        raise ValueError(f"{run_dir} is not empty ({listing(present)}); choose another --out")
     if not (hf_dir / TOKENIZER_FILE).is_file():
         raise FileNotFoundError(f"{hf_dir} has no {TOKENIZER_FILE}, which a run directory needs")
     model, tokenizer = from_pretrained(hf_dir)
@@ -163,6 +215,7 @@ def import_hf(hf_dir: Path, run_dir: Path) -> Recipe:
     )
     recipe = Recipe(IMPORTED_TASKS[config.arch], config, data, TrainConfig())
     run_dir.mkdir(parents=True, exist_ok=True)
+    write_run_info(run_dir)
     tokenizer.save(run_dir / TOKENIZER_FILE)
     save_weights(run_dir / MODEL_FILE, model)
     atomic_write_text(run_dir / CONFIG_FILE, recipe.to_json())
@@ -171,7 +224,10 @@ def import_hf(hf_dir: Path, run_dir: Path) -> Recipe:
 
 def export_hf(run_dir: Path, hf_dir: Path) -> None:
     """A Hugging Face checkpoint directory of a run's model and tokenizer (for models that
-    BERT or GPT-2 can express)."""
+    BERT or GPT-2 can express). ``hf_dir`` may not be a run directory (its config.json
+    would be replaced by the checkpoint's)."""
+    if is_run(hf_dir):
+        raise ValueError(f"{hf_dir} is a run directory: write the checkpoint elsewhere")
     task, model = load_run(run_dir, need_head=False)
     save_pretrained(model, hf_dir, task.tokenizers.get("tokenizer"))  # type: ignore[arg-type]
 

@@ -1,4 +1,6 @@
+import errno
 import gzip
+import os
 from pathlib import Path
 
 import numpy as np
@@ -132,6 +134,21 @@ def test_token_stream_memmap_round_trip(tmp_path: Path) -> None:
     assert np.array_equal(opened.ids, ids) and len(opened) == len(ids)
     x, y = lm_batch(opened, 4, 32, torch.Generator().manual_seed(0))
     assert x.dtype == torch.int64 and torch.equal(x[:, 1:], y[:, :-1])
+
+
+def test_a_token_file_write_leaves_no_temp_file(tmp_path: Path, monkeypatch) -> None:
+    (tmp_path / ".train.bin.tmp-dead").write_bytes(b"left by a killed writer")
+
+    def disk_full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "fsync", disk_full)
+        with pytest.raises(OSError, match="No space left"):
+            TokenStream.write(np.arange(10), tmp_path / "train.bin", np.uint16)
+    assert list(tmp_path.iterdir()) == []
+    TokenStream.write(np.arange(10), tmp_path / "train.bin", np.uint16)
+    assert [path.name for path in tmp_path.iterdir()] == ["train.bin"]
 
 
 def test_token_dtype_and_file_errors(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import pytest
 import torch
 import transformers
 
-from helpers import RECIPES, TINY_MODEL, set_options, tiny_config
+from helpers import RECIPES, TINY_MODEL, set_options, snapshot, tiny_config
 from scratchformer import build_model, from_pretrained, save_pretrained
 from scratchformer.cli import main
 from scratchformer.inference import generate
@@ -89,6 +89,22 @@ def test_round_trip_through_a_run_directory(ours, tiny_gpt2: Path, tmp_path: Pat
     loaded, tokenizer = from_pretrained(exported)
     assert tokenizer.specials == ours[1].specials
     torch.testing.assert_close(loaded(ids).logits, mine.logits)
+
+
+def test_no_run_directory_is_written_over(tiny_gpt2: Path, tmp_path: Path, capsys) -> None:
+    run_dir, other = tmp_path / "run", tmp_path / "other"
+    assert main(["import-hf", str(tiny_gpt2), "--out", str(run_dir)]) == 0
+    assert main(["import-hf", str(tiny_gpt2), "--out", str(other)]) == 0
+    before = snapshot(tmp_path)
+    capsys.readouterr()
+    for out in (run_dir, other):
+        assert main(["export-hf", str(run_dir), "--out", str(out)]) == 2
+        assert (
+            f"{out} is a run directory: write the checkpoint elsewhere" in capsys.readouterr().err
+        )
+    assert main(["import-hf", str(tiny_gpt2), "--out", str(tmp_path)]) == 2
+    assert f"{tmp_path} is not empty (other, run); choose" in capsys.readouterr().err
+    assert snapshot(tmp_path) == before
 
 
 @pytest.mark.parametrize(

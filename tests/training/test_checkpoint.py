@@ -177,7 +177,36 @@ def test_a_dangling_pointer_falls_back_to_the_newest_complete_checkpoint(tmp_pat
     shutil.rmtree(tmp_path / "checkpoints" / "step-00000003")
     (tmp_path / "checkpoints" / "step-00000002" / "rng.pt").unlink()  # incomplete
     with pytest.warns(UserWarning, match="names no complete checkpoint"):
+        assert latest_checkpoint(tmp_path) == tmp_path / "checkpoints" / "step-00000001"
+    missing = r"step-00000003 is missing; .*step-00000002/rng.pt is missing: resuming from "
+    with pytest.warns(UserWarning, match=missing + r".*step-00000001$"):
         assert load_checkpoint(tmp_path, model=decoder(dropout=0.1))["step"] == 1
+
+
+def truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+@pytest.mark.parametrize(
+    "damaged", ["model.safetensors", "optimizer.pt", "scheduler.pt", "rng.pt", "state.json"]
+)
+def test_a_damaged_latest_checkpoint_falls_back_to_the_one_before(
+    tmp_path: Path, damaged: str
+) -> None:
+    for step in (1, 2):
+        save(tmp_path, step, keep=2, saved_at=step)
+    latest = tmp_path / "checkpoints" / "step-00000002" / damaged
+    truncate(latest)
+    model, optimizer, scheduler = trainee(1)
+    with pytest.warns(UserWarning, match=rf"^{latest} does not load \(.*\): resuming from "):
+        state = load_checkpoint(tmp_path, model=model, optimizer=optimizer, scheduler=scheduler)
+    assert state == {"saved_at": 1, "step": 1}
+    assert_same_weights(model, trainee(0)[0])
+
+    before = tmp_path / "checkpoints" / "step-00000001" / "model.safetensors"
+    truncate(before)
+    with pytest.raises(ValueError, match=rf"no checkpoint of .* loads: {latest} .*; {before} "):
+        load_checkpoint(tmp_path, model=model, optimizer=optimizer, scheduler=scheduler)
 
 
 def test_leftovers_of_a_killed_writer_are_ignored_then_removed(tmp_path: Path) -> None:

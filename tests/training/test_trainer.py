@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -349,3 +351,87 @@ def test_the_optimizer_takes_the_steps_of_torch_adamw() -> None:
         loop.step()
     for (name, ours), theirs in zip(model.named_parameters(), parameters, strict=True):
         torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=1e-6, msg=name)
+
+
+# Stopping on a signal, the checkpoints kept, the log on resume ---------------------------
+
+
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_stops_after_the_step_with_a_checkpoint_of_it(
+    tmp_path: Path, monkeypatch, capsys, signum: int, status: int
+) -> None:
+    assert train(tmp_path / "straight", "train.max_steps=8", "train.eval_every=3") == 0
+
+    def not_here(*_: object) -> None:
+        raise AssertionError("the signal reached the handler outside training")
+
+    train_step = Trainer._train_step
+
+    def signalled_during_step_5(self, network):
+        if self.state["step"] == 4:
+            os.kill(os.getpid(), signum)
+        return train_step(self, network)
+
+    monkeypatch.setattr(Trainer, "_train_step", signalled_during_step_5)
+    previous = signal.signal(signum, not_here)
+    try:
+        capsys.readouterr()
+        assert train(tmp_path / "run", "train.max_steps=8", "train.eval_every=3") == status
+        assert signal.getsignal(signum) is not_here  # put back once training stopped
+    finally:
+        signal.signal(signum, previous)
+    run = tmp_path / "run"
+    assert capsys.readouterr().err == (
+        f"scratchformer: interrupted at step 5; checkpoint of step 5 kept in {run}; "
+        "resume with --resume\n"
+    )
+    assert json.loads((run / "trainer_state.json").read_text())["step"] == 5
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == [
+        "step-00000003",
+        "step-00000005",
+    ]
+    assert [p.name for p in run.rglob(".*")] == []  # no temp files, no lock
+
+    monkeypatch.undo()
+    assert main(["--quiet", "train", str(RECIPE), "--out", str(run), "--resume"]) == 0
+    straight, resumed = weights(tmp_path / "straight", 8), weights(run, 8)
+    assert all(torch.equal(straight[k], resumed[k]) for k in straight)
+
+
+def test_keep_checkpoints_sets_how_many_are_kept(tmp_path: Path) -> None:
+    assert (
+        train(tmp_path, "train.max_steps=8", "train.eval_every=2", "train.keep_checkpoints=3") == 0
+    )
+    kept = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert kept == ["step-00000004", "step-00000006", "step-00000008"]
+    with pytest.raises(ValueError, match="keep_checkpoints=0 must be positive"):
+        Recipe.load(RECIPE, ["train.keep_checkpoints=0"])
+
+
+def test_resume_logs_each_step_once_and_drops_a_torn_last_line(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    settings = ("train.max_steps=16", "train.eval_every=10", "train.log_every=1")
+    assert train(tmp_path / "straight", *settings) == 0
+    train_step = Trainer._train_step
+
+    def killed_during_step_14(self, network):
+        if self.state["step"] == 13:  # steps 11 to 13 are logged, not checkpointed
+            raise KeyboardInterrupt
+        return train_step(self, network)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Trainer, "_train_step", killed_during_step_14)
+        assert train(tmp_path / "run", *settings) == 130
+    log = tmp_path / "run" / "metrics.jsonl"
+    with log.open("a") as file:
+        file.write('{"step": 14, "split": "tra')  # a writer killed mid-record
+    capsys.readouterr()
+    assert main(["train", str(RECIPE), "--out", str(tmp_path / "run"), "--resume"]) == 0
+    assert f"{log}: dropped a torn last line" in capsys.readouterr().err
+
+    def logged(run: Path) -> list[tuple]:
+        records = [json.loads(line) for line in (run / "metrics.jsonl").open()]
+        return [(r["step"], r["split"], r.get("loss")) for r in records]
+
+    assert logged(tmp_path / "run") == logged(tmp_path / "straight")

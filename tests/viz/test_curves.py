@@ -70,3 +70,14 @@ def test_bad_metrics_files_name_the_line(tmp_path: Path) -> None:
     path.write_text("\n")
     with pytest.raises(DataError, match=rf"^{path}: empty file"):
         read_metrics(path)
+
+
+def test_a_torn_last_line_is_skipped_with_a_warning(tmp_path: Path) -> None:
+    path = write_records(tmp_path / "metrics.jsonl", RECORDS[:2])
+    with path.open("a") as file:
+        file.write('{"step": 30, "split": "tr')  # a writer killed mid-record
+    with pytest.warns(UserWarning, match=rf"^{path}:3: skipped a torn last line"):
+        assert read_metrics(path) == RECORDS[:2]
+    path.write_text('{"step": 1, "split": "train"}\n{"step": 2, "sp\n{"step": 3, "split": "tr')
+    with pytest.raises(DataError, match=rf"^{path}:2: not a JSON record"):
+        read_metrics(path)  # a bad line that has its end was not torn

@@ -9,12 +9,13 @@ from .. import run
 
 
 def train(args: argparse.Namespace) -> int:
-    """``scratchformer train RECIPE --out DIR [--set k=v ...] [--resume]``."""
+    """``scratchformer train RECIPE --out DIR [--set k=v ...] [--resume | --overwrite]``."""
     result = run.train(
         args.recipe,
         args.out,
         overrides=args.set,
         resume=args.resume,
+        overwrite=args.overwrite,
         device=args.device,
         quiet=args.quiet,
     )

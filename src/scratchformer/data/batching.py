@@ -6,7 +6,6 @@ is fully determined by ``(seed, epoch)``: the same plan on every run and every r
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -14,6 +13,8 @@ import numpy as np
 import torch
 from numpy.typing import ArrayLike, DTypeLike
 from torch import Tensor
+
+from ..io import atomic_write, remove_temps
 
 
 def pad_batch(
@@ -130,18 +131,16 @@ class TokenStream:
 
     @classmethod
     def write(cls, ids: ArrayLike, path: str | Path, dtype: DTypeLike) -> TokenStream:
-        """Write ``ids`` to ``path`` atomically (temp file, fsync, rename); return it mapped."""
+        """Write ``ids`` to ``path`` atomically (see :func:`scratchformer.io.atomic_write`:
+        a failed write leaves no temp file, and what a killed one left of ``path`` is
+        removed first); return it mapped."""
         path, dtype = Path(path), np.dtype(dtype)
         ids = np.asarray(ids)
         info = np.iinfo(dtype)
         if ids.size and (ids.min() < info.min or ids.max() > info.max):
             raise ValueError(f"token ids {ids.min()}..{ids.max()} do not fit in {dtype}")
-        temp = path.with_name(path.name + ".tmp")
-        with open(temp, "wb") as file:
-            ids.astype(dtype).tofile(file)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temp, path)
+        remove_temps(path.parent, path.name)
+        atomic_write(path, ids.astype(dtype).tofile)
         return cls.open(path, dtype)
 
     @classmethod

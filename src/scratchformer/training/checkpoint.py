@@ -17,7 +17,9 @@ fsynced, and renamed into place whole; the pointer is then replaced atomically. 
 at any moment leaves the old state or the new one, plus at most some temp entries that the
 next save removes. The ``.pt`` files hold tensors, numbers and containers only, and are
 read with :func:`scratchformer.io.safe_torch_load`: a checkpoint can never run code. One
-process writes a run directory.
+process writes a run directory (see :mod:`scratchformer.training.rundir`). The last few
+checkpoints are kept: should the latest not load (a disk that lied, a file damaged since),
+resuming falls back to the one before.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from safetensors.torch import load_file
 from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
@@ -42,7 +45,7 @@ from ..io import (
     MODEL_FILE,
     atomic_write_json,
     fsync,
-    load_weights,
+    load_tensors,
     remove_temps,
     safe_torch_load,
     temp_path,
@@ -204,20 +207,25 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
     """The checkpoint ``trainer_state.json`` points at; should that be missing (it should
     not happen), the newest complete ``step-*`` directory, with a warning; else ``None``."""
     run_dir = Path(run_dir)
-    pointer = run_dir / TRAINER_STATE
-    if pointer.is_file():
-        try:
-            path = run_dir / json.loads(pointer.read_text(encoding="utf-8"))["checkpoint"]
-        except (ValueError, KeyError, TypeError):
-            path = None
-        if path is not None and _is_complete(path):
-            return path
+    pointed = _pointed(run_dir)
+    if pointed is not None and _is_complete(pointed):
+        return pointed
+    complete = [path for path in _step_dirs(run_dir / CHECKPOINTS) if _is_complete(path)]
+    if (run_dir / TRAINER_STATE).is_file():
         warnings.warn(
-            f"{pointer} names no complete checkpoint; using the newest one found",
+            f"{run_dir / TRAINER_STATE} names no complete checkpoint; using the newest one found",
             stacklevel=2,
         )
-    complete = [path for path in _step_dirs(run_dir / CHECKPOINTS) if _is_complete(path)]
     return complete[-1] if complete else None
+
+
+def _pointed(run_dir: Path) -> Path | None:
+    """The checkpoint directory that ``trainer_state.json`` names, if it names one."""
+    try:
+        state = json.loads((run_dir / TRAINER_STATE).read_text(encoding="utf-8"))
+        return run_dir / state["checkpoint"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def load_checkpoint(
@@ -231,27 +239,74 @@ def load_checkpoint(
 ) -> dict[str, Any]:
     """Load the latest checkpoint of ``run_dir`` into ``model`` (and the optimizer,
     scheduler, moving average of the weights and global random states) and return its
-    saved trainer state, with ``"step"``. Raises ``FileNotFoundError`` when the run has no
-    checkpoint, ``ValueError`` when ``average`` is asked for and the checkpoint has none."""
+    saved trainer state, with ``"step"``.
+
+    Every file asked for is read whole before anything is loaded. If one of the latest
+    checkpoint's does not load (a truncated or missing file), the checkpoint before it is
+    taken, with a warning naming the file. Raises ``FileNotFoundError`` when the run has
+    no checkpoint, ``ValueError`` naming the files at fault when none loads, or when
+    ``average`` is asked for and the run was saved without one."""
     run_dir = Path(run_dir)
-    path = latest_checkpoint(run_dir)
-    if path is None:
+    pointed = _pointed(run_dir)
+    candidates = [] if pointed is None else [pointed]  # then the others, newest first
+    candidates += [path for path in _step_dirs(run_dir / CHECKPOINTS)[::-1] if path != pointed]
+    if not candidates:
         raise FileNotFoundError(
             f"no checkpoint to resume from in {run_dir} "
             f"(no {TRAINER_STATE}, no {CHECKPOINTS}/step-*/)"
         )
-    load_weights(path / MODEL_FILE, model)
+    readers: dict[str, Callable[[Path], Any]] = {MODEL_FILE: load_file, STATE_FILE: _read_state}
     if average is not None:
-        if not (path / AVERAGE_FILE).is_file():
+        readers[AVERAGE_FILE] = load_file
+    for name, wanted in ((OPTIMIZER_FILE, optimizer), (SCHEDULER_FILE, scheduler)):
+        if wanted is not None:
+            readers[name] = safe_torch_load
+    if restore_rng:
+        readers[RNG_FILE] = safe_torch_load
+    pointer = run_dir / TRAINER_STATE
+    failures = [f"{pointer} names no checkpoint"] if pointer.exists() and not pointed else []
+    for path in candidates:
+        saved_without_average = (path / MODEL_FILE).is_file() and not (path / AVERAGE_FILE).exists()
+        if average is not None and saved_without_average:
             raise ValueError(
                 f"{path} holds no {AVERAGE_FILE}: the run was saved without a moving "
                 "average of the weights (train.ema_decay), so it cannot resume with one"
             )
-        load_weights(path / AVERAGE_FILE, average)
-    if optimizer is not None:
-        optimizer.load_state_dict(safe_torch_load(path / OPTIMIZER_FILE))
-    if scheduler is not None:
-        scheduler.load_state_dict(safe_torch_load(path / SCHEDULER_FILE))
-    if restore_rng:
-        _restore_rng(safe_torch_load(path / RNG_FILE))
-    return json.loads((path / STATE_FILE).read_text(encoding="utf-8"))
+        try:
+            if not path.is_dir():
+                raise ValueError(f"{path} is missing")
+            files = {name: _read(path / name, read) for name, read in readers.items()}
+        except ValueError as error:
+            failures.append(str(error))
+            continue
+        if failures:
+            warnings.warn(f"{'; '.join(failures)}: resuming from {path}", stacklevel=2)
+        load_tensors(files[MODEL_FILE], model, str(path / MODEL_FILE))
+        if average is not None:
+            load_tensors(files[AVERAGE_FILE], average, str(path / AVERAGE_FILE))
+        if optimizer is not None:
+            optimizer.load_state_dict(files[OPTIMIZER_FILE])
+        if scheduler is not None:
+            scheduler.load_state_dict(files[SCHEDULER_FILE])
+        if restore_rng:
+            _restore_rng(files[RNG_FILE])
+        return files[STATE_FILE]
+    raise ValueError(f"no checkpoint of {run_dir} loads: {'; '.join(failures)}")
+
+
+def _read(path: Path, read: Callable[[Path], Any]) -> Any:
+    """``read(path)``; any failure is a ``ValueError`` that names the file."""
+    if not path.is_file():
+        raise ValueError(f"{path} is missing")
+    try:
+        return read(path)
+    except Exception as error:  # a damaged file fails in its reader's own way
+        reason = (str(error).splitlines() or [""])[0]
+        raise ValueError(f"{path} does not load ({type(error).__name__}: {reason})") from None
+
+
+def _read_state(path: Path) -> dict[str, Any]:
+    state = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(state, dict) or not isinstance(state.get("step"), int):
+        raise ValueError("no trainer state with a step")
+    return state

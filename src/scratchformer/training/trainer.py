@@ -1,6 +1,7 @@
 """The training loop: AdamW, a learning-rate schedule, gradient accumulation and clipping,
 bf16 autocast, a moving average of the weights, periodic evaluation with the task's metric,
-the best weights kept, early stopping, checkpoints for exact resume, and a progress bar."""
+the best weights kept, early stopping, checkpoints for exact resume, a clean stop on SIGTERM
+or SIGINT, and a progress bar."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import contextlib
 import json
 import math
 import re
+import signal
 import sys
 import time
 import warnings
@@ -18,12 +20,13 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from ..errors import TrainingError
-from ..io import MODEL_FILE, save_weights
+from ..errors import Interrupted, TrainingError
+from ..io import MODEL_FILE, atomic_write_text, save_weights
 from ..tasks.base import Task
 from .averaging import exponential_average
 from .checkpoint import load_checkpoint, save_checkpoint
 from .distributed import Distributed, native_bf16
+from .interrupt import StopSignals
 from .schedule import build_schedule
 
 METRICS_FILE = "metrics.jsonl"
@@ -92,13 +95,37 @@ def build_optimizer(model: nn.Module, config: Any) -> torch.optim.AdamW:
     )
 
 
+def trim_metrics(path: Path, step: int) -> None:
+    """Make ``metrics.jsonl`` ready for a run resumed at ``step``: drop the records of later
+    steps (logged after that checkpoint; the resumed run logs them again) and a torn last
+    line (its writer killed or out of disk mid-record, with a warning), so that no new
+    record is glued to one. A line that is not a record is left for ``plot`` to report."""
+    if not path.is_file():
+        return
+    *lines, torn = path.read_text(encoding="utf-8").split("\n")
+    if torn:
+        warnings.warn(f"{path}: dropped a torn last line ({torn[:40]!r}...)", stacklevel=2)
+    kept = [line for line in lines if (_logged_step(line) or 0) <= step]
+    if torn or len(kept) < len(lines):
+        atomic_write_text(path, "".join(line + "\n" for line in kept))
+
+
+def _logged_step(line: str) -> int | None:
+    try:
+        return int(json.loads(line)["step"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
 class Trainer:
     """Trains ``model`` on ``task`` and writes the run directory (rank 0 only).
 
     ``run_dir`` receives ``model.safetensors`` (the best weights by the task's metric),
-    ``metrics.jsonl``, ``trainer_state.json`` and ``checkpoints/`` (the last full state).
-    With ``train.ema_decay``, what is evaluated and kept is the moving average of the
-    weights, updated after every step.
+    ``metrics.jsonl``, ``trainer_state.json`` and ``checkpoints/`` (the last
+    ``train.keep_checkpoints`` full states). With ``train.ema_decay``, what is evaluated
+    and kept is the moving average of the weights, updated after every step. Given
+    ``stop`` (entered), a SIGTERM or SIGINT during the loop ends it after the step in
+    progress, with a checkpoint of that step, by raising :class:`Interrupted`.
     """
 
     def __init__(
@@ -108,8 +135,10 @@ class Trainer:
         run_dir: Path,
         dist: Distributed | None = None,
         quiet: bool = False,
+        stop: StopSignals | None = None,
     ) -> None:
         self.task = task
+        self.stop = stop
         self.config = task.train_config
         self.dist = dist or Distributed()
         self.model = model.to(self.dist.device)
@@ -161,6 +190,8 @@ class Trainer:
                 scheduler=self.scheduler,
                 average=self.average,
             )
+            if self.dist.is_main:
+                trim_metrics(self.run_dir / METRICS_FILE, self.state["step"])
         else:
             torch.manual_seed(config.seed + self.dist.rank)
         network = self.dist.wrap(self.model)
@@ -174,6 +205,29 @@ class Trainer:
             unit="step",
         )
         writer = self._tensorboard()
+        deferring = contextlib.nullcontext() if self.stop is None else self.stop.deferring()
+        try:
+            with deferring:
+                last_eval, busy, seen = self._loop(network, bar, writer)
+        finally:
+            bar.close()
+            if writer is not None:
+                writer.close()
+        return {
+            **last_eval,
+            "train_seconds": busy,
+            "tokens_per_s": seen / max(busy, 1e-9),
+            "precision": "bf16" if self.bf16 else "fp32",
+            "best_step": self.state["best_step"],
+            f"best_{self.task.metric}": self.state["best"],
+        }
+
+    def _loop(
+        self, network: nn.Module, bar: tqdm, writer: Any
+    ) -> tuple[dict[str, Any], float, int]:
+        """Steps to ``max_steps``, an early stop, the time budget or a stop signal; returns
+        the last evaluation, the seconds spent in steps and the tokens seen."""
+        config = self.config
         last_eval: dict[str, Any] = {}
         clock, tokens = time.perf_counter(), 0
         deadline = None if config.max_minutes is None else clock + 60 * config.max_minutes
@@ -217,17 +271,17 @@ class Trainer:
                     f"stopped at step {step}: train.max_minutes={config.max_minutes} reached", bar
                 )
                 break
-        bar.close()
-        if writer is not None:
-            writer.close()
-        return {
-            **last_eval,
-            "train_seconds": busy,
-            "tokens_per_s": seen / max(busy, 1e-9),
-            "precision": "bf16" if self.bf16 else "fp32",
-            "best_step": self.state["best_step"],
-            f"best_{self.task.metric}": self.state["best"],
-        }
+            self._stop_if_signalled()
+        return last_eval, busy, seen
+
+    def _stop_if_signalled(self) -> None:
+        """On a stop signal (on any rank), checkpoint the step just taken, if it is not yet,
+        and raise :class:`Interrupted`. Not evaluating keeps the run as it would have been."""
+        if self.stop is None or not self.dist.any(self.stop.received is not None):
+            return
+        if self.state.get("checkpoint_step") != self.state["step"]:
+            self._checkpoint()
+        raise Interrupted(self.stop.received or signal.SIGTERM)
 
     def _train_step(self, network: nn.Module) -> tuple[float, int]:
         """One optimiser step; the mean loss and the tokens seen by this rank.
@@ -295,21 +349,26 @@ class Trainer:
             + (" (best)" if improved else ""),
             bar,
         )
+        if improved and self.dist.is_main:
+            save_weights(self.run_dir / MODEL_FILE, self.evaluated_model)
+        self._checkpoint()
+        return {"step": step, **metrics}
+
+    def _checkpoint(self) -> None:
+        """Save the full state of this step (rank 0), keeping the last few checkpoints."""
+        self.state["checkpoint_step"] = self.state["step"]
         if self.dist.is_main:
-            if improved:
-                save_weights(self.run_dir / MODEL_FILE, self.evaluated_model)
-            self.state["checkpoint_step"] = step
             save_checkpoint(
                 self.run_dir,
-                step=step,
+                step=self.state["step"],
                 model=self.model,
                 optimizer=self.optimizer,
                 scheduler=self.scheduler,
                 state=self.state,
                 average=self.average,
+                keep=self.config.keep_checkpoints,
             )
         self.dist.barrier()
-        return {"step": step, **metrics}
 
     def _should_stop(self) -> bool:
         patience = self.config.early_stop_patience

@@ -4,6 +4,7 @@ learning rate, and the task's validation metric, against steps."""
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,8 @@ Record = Mapping[str, Any]
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """The records of a ``metrics.jsonl``, each with ``step`` and ``split`` (an empty file
-    is an error)."""
+    is an error). A torn last line, cut short by a killed writer or a full disk, is skipped
+    with a warning."""
     records = []
     for number, line in enumerate(iter_lines(path), start=1):
         if not line.strip():
@@ -28,6 +30,9 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
         try:
             record = json.loads(line)
         except json.JSONDecodeError as error:
+            if not line.endswith("\n"):  # only the last line can lack its end
+                warnings.warn(f"{path}:{number}: skipped a torn last line", stacklevel=2)
+                break
             raise DataError.at(path, number, f"not a JSON record ({error.msg})") from None
         if not isinstance(record, dict) or not {"step", "split"} <= record.keys():
             raise DataError.at(path, number, "a record needs 'step' and 'split'")

@@ -1,0 +1,60 @@
+"""One writer per run directory: the lock, held for a whole training run."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from helpers import RECIPES, TINY_MODEL, snapshot
+from scratchformer.config import Recipe
+from scratchformer.run import train
+from scratchformer.training.rundir import locked
+
+pytest.importorskip("fcntl")
+
+RECIPE = Recipe.load(
+    RECIPES / "copy.toml",
+    [
+        *TINY_MODEL,
+        "data.synthetic_train_size=200",
+        "data.synthetic_val_size=20",
+        "train.max_steps=2",
+        "train.eval_every=1",
+        "train.batch_size=4",
+    ],
+)
+
+
+def test_a_second_writer_is_refused_and_changes_nothing(tmp_path: Path) -> None:
+    run_dir, empty = tmp_path / "copy", tmp_path / "empty"
+    train(RECIPE, run_dir, quiet=True)
+    empty.mkdir()
+    before = snapshot(tmp_path)
+    with locked(run_dir), locked(empty):
+        assert (run_dir / ".lock").read_text() == f"{os.getpid()}\n"
+        during = snapshot(tmp_path)
+        for directory, resume in ((run_dir, True), (empty, False)):
+            with pytest.raises(
+                ValueError, match=f"^{directory} is in use by process {os.getpid()}$"
+            ):
+                train(RECIPE, directory, resume=resume, quiet=True)
+        assert snapshot(tmp_path) == during
+    assert snapshot(tmp_path) == before  # the lock file goes with the lock
+    train(RECIPE, run_dir, resume=True, quiet=True)
+
+
+def test_the_lock_is_released_when_training_fails(tmp_path: Path) -> None:
+    broken = Recipe.from_dict(RECIPE.to_dict(), ["data.train=['missing.src', 'missing.tgt']"])
+    with pytest.raises(FileNotFoundError):
+        train(broken, tmp_path / "run", quiet=True)
+    assert not (tmp_path / "run" / ".lock").exists()
+    train(RECIPE, tmp_path / "run", quiet=True)
+
+
+def test_a_lock_file_left_by_a_killed_writer_is_taken_over(tmp_path: Path) -> None:
+    (tmp_path / ".lock").write_text("999999\n")  # flock ends with its process; the file stays
+    with locked(tmp_path):
+        assert (tmp_path / ".lock").read_text() == f"{os.getpid()}\n"
+    assert not (tmp_path / ".lock").exists()
