@@ -10,6 +10,6 @@ from ..demo import run_demo
 
 
 def demo(args: argparse.Namespace) -> int:
-    """``scratchformer demo [--out DIR]``: the synthetic task end to end."""
-    run_demo(Path(args.out), quiet=args.quiet)
+    """``scratchformer demo [--out DIR] [--overwrite]``: the synthetic task end to end."""
+    run_demo(Path(args.out), quiet=args.quiet, overwrite=args.overwrite)
     return 0
