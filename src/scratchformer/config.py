@@ -26,7 +26,7 @@ ARCHITECTURES = ("encoder", "decoder", "seq2seq")
 POSITIONALS = ("sinusoidal", "learned", "rotary")
 HEADS = ("classification", "regression", "similarity", "token_classification")
 POOLINGS = ("mean", "first")
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
 TOKENIZERS = ("char", "bpe", "wordpiece")
 SCHEDULES = ("noam", "cosine", "constant", "inverse_sqrt")
 
