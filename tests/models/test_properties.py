@@ -21,6 +21,20 @@ CONFIGS = {
     "decoder-learned": dict(arch="decoder", positional="learned", norm_first=True),
     "decoder-rotary": dict(arch="decoder", positional="rotary", norm_first=True),
     "encoder-rotary": dict(arch="encoder", head="token_classification", positional="rotary"),
+    "decoder-llama": dict(
+        arch="decoder",
+        norm_first=True,
+        norm="rms",
+        gated=True,
+        activation="silu",
+        bias=False,
+        positional="rotary",
+        n_kv_heads=2,
+        tie_output=False,
+    ),
+    "decoder-sliding-window": dict(
+        arch="decoder", norm_first=True, positional="rotary", n_kv_heads=1, sliding_window=3
+    ),
     "seq2seq": dict(arch="seq2seq", tgt_vocab_size=19),
     "seq2seq-pre-LN": dict(arch="seq2seq", tgt_vocab_size=19, norm_first=True),
     "seq2seq-rotary": dict(arch="seq2seq", tgt_vocab_size=19, positional="rotary"),

@@ -3,9 +3,13 @@ import math
 import pytest
 import torch
 from torch import nn
+from transformers import LlamaConfig, Qwen2Config
+from transformers.models.llama.modeling_llama import LlamaAttention, LlamaRotaryEmbedding
+from transformers.models.qwen2.modeling_qwen2 import Qwen2Attention
 
 from scratchformer.nn import (
     MultiHeadAttention,
+    RotaryEmbedding,
     causal_mask,
     combine_masks,
     padding_mask,
@@ -111,6 +115,64 @@ def test_cross_attention_matches_torch() -> None:
     assert weights.shape == (2, 4, 4, 6)
 
 
+HF_ATTENTION = {
+    "llama": (LlamaConfig, LlamaAttention, dict(bias=False)),
+    "qwen2": (Qwen2Config, Qwen2Attention, dict(bias=False, qkv_bias=True)),
+}
+
+
+@pytest.mark.parametrize("family", HF_ATTENTION)
+@pytest.mark.parametrize("n_kv_heads", [4, 2, 1])
+def test_grouped_query_attention_matches_hugging_face(family: str, n_kv_heads: int) -> None:
+    """Llama's attention (no biases) and Qwen2's (query, key and value biases), rotary
+    positions, a padding and causal mask, multi-head, grouped-query and multi-query."""
+    torch.manual_seed(0)
+    config_class, attention_class, options = HF_ATTENTION[family]
+    config = config_class(hidden_size=32, num_attention_heads=4, num_key_value_heads=n_kv_heads)
+    config._attn_implementation = "eager"
+    theirs = attention_class(config, layer_idx=0).eval()
+    with torch.no_grad():
+        for parameter in theirs.parameters():
+            parameter.normal_(std=0.3)
+    ours = MultiHeadAttention(32, 4, n_kv_heads=n_kv_heads, **options).eval()
+    weights = {name: p for name, p in theirs.state_dict().items()}
+    parts = [f"{part}_proj" for part in "qkv"]
+    state = {
+        "qkv_proj.weight": torch.cat([weights[f"{part}.weight"] for part in parts]),
+        "out_proj.weight": weights["o_proj.weight"],
+    }
+    if options.get("qkv_bias"):
+        state["qkv_proj.bias"] = torch.cat([weights[f"{part}.bias"] for part in parts])
+    ours.load_state_dict(state)
+    x, positions = torch.randn(3, 7, 32), torch.arange(7)[None].expand(3, -1)
+    may_attend = combine_masks(padding_mask(lengths_mask([7, 5, 2], 7)), causal_mask(7))
+    additive = torch.zeros(may_attend.shape).masked_fill(~may_attend, torch.finfo().min)
+    cos_sin = LlamaRotaryEmbedding(config)(x, positions)
+    expected, expected_weights = theirs(x, cos_sin, additive)
+    rotation = RotaryEmbedding(8)(positions)
+    out, weights = ours(x, mask=may_attend, need_weights=True, rotation=rotation)
+    torch.testing.assert_close(out, expected, atol=TOL, rtol=0)
+    torch.testing.assert_close(weights, expected_weights, atol=TOL, rtol=0)
+    fast, _ = ours(x, mask=may_attend, rotation=rotation)
+    torch.testing.assert_close(fast, expected, atol=TOL, rtol=0)
+
+
+def test_grouped_heads_share_keys_and_values_in_consecutive_groups() -> None:
+    """With the key/value heads of a grouped attention copied into every head of a plain
+    one (query heads 0 and 1 read kv head 0, ...), the two give the same output."""
+    grouped, plain = MultiHeadAttention(32, 4, n_kv_heads=2), MultiHeadAttention(32, 4)
+    q, k, v = grouped.qkv_proj.weight.split([32, 16, 16])
+    repeat = lambda w: w.view(2, 8, 32).repeat_interleave(2, dim=0).reshape(32, 32)  # noqa: E731
+    with torch.no_grad():
+        plain.qkv_proj.weight.copy_(torch.cat([q, repeat(k), repeat(v)]))
+        plain.qkv_proj.bias.copy_(torch.cat([grouped.qkv_proj.bias[:32], torch.zeros(64)]))
+        grouped.qkv_proj.bias[32:].zero_()
+        plain.out_proj.load_state_dict(grouped.out_proj.state_dict())
+    assert grouped.qkv_proj.weight.shape == (64, 32)
+    x = torch.randn(2, 5, 32)
+    torch.testing.assert_close(grouped(x)[0], plain(x)[0], atol=1e-6, rtol=0)
+
+
 MASKS = {
     "none": lambda: None,
     "padding": lambda: padding_mask(lengths_mask([6, 4, 1], 6)),
@@ -124,9 +186,10 @@ MASKS = {
 }
 
 
+@pytest.mark.parametrize("n_kv_heads", [None, 2, 1])
 @pytest.mark.parametrize("name", MASKS)
-def test_reference_path_equals_fast_path(name: str) -> None:
-    attention = MultiHeadAttention(32, 4).eval()
+def test_reference_path_equals_fast_path(name: str, n_kv_heads: int | None) -> None:
+    attention = MultiHeadAttention(32, 4, n_kv_heads=n_kv_heads).eval()
     x = torch.randn(3, 6, 32)
     mask = MASKS[name]()
     reference, weights = attention(x, mask=mask, need_weights=True)
@@ -148,11 +211,14 @@ def test_is_causal_equals_explicit_causal_mask_also_with_fewer_queries() -> None
     torch.testing.assert_close(last, explicit[:, :, 3:], atol=1e-6, rtol=0)
 
 
+@pytest.mark.parametrize("n_kv_heads", [None, 1])
 @pytest.mark.parametrize("dropout", [0.0, 0.3])
-def test_causal_attention_never_reads_later_positions_also_when_training(dropout: float) -> None:
+def test_causal_attention_never_reads_later_positions_also_when_training(
+    dropout: float, n_kv_heads: int | None
+) -> None:
     """Changing the last position's input leaves every earlier output as it was, in training
     mode too (the same dropout draws), where attention dropout takes the written-out path."""
-    attention = MultiHeadAttention(16, 2, dropout=dropout).train()
+    attention = MultiHeadAttention(16, 2, dropout=dropout, n_kv_heads=n_kv_heads).train()
     x = torch.randn(2, 5, 16)
     changed = x.clone()
     changed[:, -1] += 1.0
@@ -167,6 +233,8 @@ def test_causal_attention_never_reads_later_positions_also_when_training(dropout
 def test_wrong_use_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="d_model=30 is not divisible by n_heads=8"):
         MultiHeadAttention(30, 8)
+    with pytest.raises(ValueError, match="n_heads=8 is not divisible by n_kv_heads=3"):
+        MultiHeadAttention(32, 8, n_kv_heads=3)
     with pytest.raises(ValueError, match="needs a source"):
         MultiHeadAttention(16, 2, cross=True)(torch.randn(1, 2, 16))
     with pytest.raises(ValueError, match="takes no source"):

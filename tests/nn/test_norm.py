@@ -1,8 +1,10 @@
 import pytest
 import torch
 from torch import nn
+from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
-from scratchformer.nn import LayerNorm, layer_norm
+from scratchformer.nn import LayerNorm, RMSNorm, layer_norm, rms_norm
+from scratchformer.nn.norm import centred_norm
 
 
 def test_worked_example_against_torch_and_by_hand() -> None:
@@ -36,3 +38,37 @@ def test_unbiased_std_plus_eps_is_not_layer_norm() -> None:
     x = torch.tensor([2.0, -1.0, 3.0, 0.0])
     wrong = (x - x.mean()) / (x.std() + 1e-5)
     assert not torch.allclose(wrong, nn.LayerNorm(4)(x), atol=1e-3)
+
+
+def test_rms_norm_worked_example() -> None:
+    x = torch.tensor([[3.0, -4.0]])  # mean square 12.5: no mean is subtracted
+    expected = x / (12.5 + 1e-6) ** 0.5
+    torch.testing.assert_close(RMSNorm(2)(x), expected)
+    torch.testing.assert_close(rms_norm(x, torch.ones(2)), expected)
+
+
+@pytest.mark.parametrize("eps", [1e-6, 1e-5, 0.1])
+def test_rms_norm_matches_hugging_face_llama(eps: float) -> None:
+    theirs = LlamaRMSNorm(64, eps=eps)
+    with torch.no_grad():
+        theirs.weight.normal_()
+    ours = RMSNorm(64, eps=eps)
+    ours.load_state_dict(theirs.state_dict())
+    assert list(ours.state_dict()) == ["weight"]  # no bias
+    x = torch.randn(3, 5, 64) * 4 + 2
+    expected = theirs(x)
+    torch.testing.assert_close(ours(x), expected, atol=1e-5, rtol=0)
+    torch.testing.assert_close(rms_norm(x, ours.weight, eps), expected, atol=1e-5, rtol=0)
+
+
+def test_rms_norm_normalises_bfloat16_in_float32_as_llama_does() -> None:
+    theirs, ours = LlamaRMSNorm(64), RMSNorm(64)
+    x = (torch.randn(2, 64) * 30).bfloat16()
+    torch.testing.assert_close(ours(x), theirs(x), atol=0, rtol=0)  # dtypes included
+    torch.testing.assert_close(ours.bfloat16()(x), theirs.bfloat16()(x), atol=0, rtol=0)
+
+
+def test_unknown_norm_is_named() -> None:
+    assert centred_norm("layer") and not centred_norm("rms")
+    with pytest.raises(ValueError, match="norm='batch' must be one of layer, rms"):
+        centred_norm("batch")

@@ -14,8 +14,9 @@ from torch import Tensor, nn
 
 
 class KVCache:
-    """Keys and values of one self-attention layer: ``(batch, heads, max_len, d_head)``
-    buffers of which the first ``length`` positions are filled."""
+    """Keys and values of one self-attention layer: ``(batch, kv_heads, max_len, d_head)``
+    buffers of which the first ``length`` positions are filled (grouped-query attention
+    keeps only its shared key/value heads)."""
 
     def __init__(
         self,
@@ -72,7 +73,9 @@ class DecoderCache:
         first = decoder.layers[0].self_attn
         parameter = next(decoder.parameters())
         self.self_attn = [
-            KVCache(batch, first.n_heads, first.d_head, max_len, parameter.dtype, parameter.device)
+            KVCache(
+                batch, first.n_kv_heads, first.d_head, max_len, parameter.dtype, parameter.device
+            )
             for _ in decoder.layers
         ]
         self.cross_attn = [

@@ -1,11 +1,12 @@
-"""Hugging Face BERT / GPT-2 checkpoints in and out.
+"""Hugging Face BERT / GPT-2 / Llama-family checkpoints in and out.
 
 :func:`from_pretrained` reads a checkpoint directory (``config.json``, the weights in
-``model.safetensors`` or ``pytorch_model.bin``, ``tokenizer.json``) into our own modules:
-a BERT-family model (BERT, MiniLM, ...) becomes an :class:`EncoderModel` with BERT's
-embedding LayerNorm and pooler, GPT-2 a :class:`DecoderModel`. :func:`save_pretrained`
-writes a directory that ``transformers.AutoModel.from_pretrained`` loads. ``transformers``
-itself is never imported.
+``model.safetensors``, in the shards that ``model.safetensors.index.json`` lists, or in
+``pytorch_model.bin``; ``tokenizer.json``) into our own modules: a BERT-family model (BERT,
+MiniLM, ...) becomes an :class:`EncoderModel` with BERT's embedding LayerNorm and pooler;
+GPT-2, Llama, Qwen2 and Mistral causal LMs a :class:`DecoderModel`. :func:`save_pretrained`
+writes a directory that ``transformers.AutoModel.from_pretrained`` (and, for decoders,
+``AutoModelForCausalLM``) loads. ``transformers`` itself is never imported.
 """
 
 from __future__ import annotations
@@ -23,13 +24,14 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from ..data.tokenizer import SPECIAL_TOKENS, Tokenizer
-from ..io import atomic_write, atomic_write_json, load_tensors, safe_torch_load
+from ..io import atomic_write, atomic_write_json, listing, load_tensors, safe_torch_load
 from ..models import DecoderModel, EncoderModel, build_model
 from .hf_config import hf_config, model_config
 from .hf_weights import NAMINGS, check, checkpoint_tensors, from_hf, to_hf
 
 CONFIG_FILE = "config.json"
 SAFETENSORS_FILE = "model.safetensors"
+SHARD_INDEX_FILE = "model.safetensors.index.json"
 PICKLE_FILE = "pytorch_model.bin"
 TOKENIZER_FILE = "tokenizer.json"
 SPECIAL_TOKENS_FILE = "special_tokens_map.json"
@@ -43,7 +45,8 @@ def from_pretrained(path: str | Path) -> tuple[Model, Tokenizer | None]:
 
     ``model(input_ids, attention_mask=..., token_type_ids=...)`` of a BERT gives
     ``last_hidden_state`` and ``pooler_output`` (when the checkpoint has a pooler);
-    ``model(input_ids).logits`` of a GPT-2 works with ``scratchformer.inference.generate``.
+    ``model(input_ids).logits`` of a GPT-2 or Llama-family model works with
+    ``scratchformer.inference.generate``.
     An unsupported ``model_type`` or setting, or weights that do not fit the config
     (missing, unexpected or misshapen tensors, all named), raise ``ValueError``. Without
     ``tokenizer.json`` the tokenizer is ``None``, with a warning.
@@ -57,6 +60,8 @@ def from_pretrained(path: str | Path) -> tuple[Model, Tokenizer | None]:
     naming = NAMINGS[hf["model_type"]]
     origin, tensors = read_weights(directory)
     tensors = checkpoint_tensors(tensors, hf["model_type"])
+    if config.tie_output:
+        tensors.pop("lm_head.weight", None)  # a copy of the tied token embedding
     if config.pooler and not any(name.startswith("pooler.") for name in tensors):
         config = dataclasses.replace(config, pooler=False)  # saved without its pooler
     table = naming.table(config)
@@ -76,7 +81,7 @@ def from_pretrained(path: str | Path) -> tuple[Model, Tokenizer | None]:
 def save_pretrained(model: Model, path: str | Path, tokenizer: Tokenizer | None = None) -> None:
     """Write ``model`` (and its tokenizer) as a Hugging Face checkpoint directory:
     ``config.json``, ``model.safetensors`` and, with a tokenizer, ``tokenizer.json`` with
-    its special tokens. Models that BERT or GPT-2 cannot express raise ``ValueError``
+    its special tokens. Models that no supported family can express raise ``ValueError``
     naming the fields that differ, before anything is written."""
     config = model.config
     hf = hf_config(config, tokenizer)
@@ -120,14 +125,15 @@ def read_json(path: Path) -> dict[str, Any]:
 
 
 def read_weights(directory: Path) -> tuple[str, dict[str, Tensor]]:
-    """The checkpoint's tensors by name, and the file they come from; a pickled
-    ``pytorch_model.bin`` is loaded with ``weights_only=True``, so it cannot run code."""
+    """The checkpoint's tensors by name, and the file they come from (the shard index for
+    sharded weights); a pickled ``pytorch_model.bin`` is loaded with ``weights_only=True``,
+    so it cannot run code."""
     path = directory / SAFETENSORS_FILE
     if path.is_file():
-        try:
-            return str(path), load_file(path)
-        except SafetensorError as error:
-            raise ValueError(f"{path} is not a safetensors file: {error}") from None
+        return str(path), read_safetensors(path)
+    path = directory / SHARD_INDEX_FILE
+    if path.is_file():
+        return str(path), read_shards(path)
     path = directory / PICKLE_FILE
     if path.is_file():
         try:
@@ -142,9 +148,44 @@ def read_weights(directory: Path) -> tuple[str, dict[str, Tensor]]:
             raise ValueError(f"{path} holds no state dict of tensors")
         return str(path), tensors
     sharded = (
-        " (sharded checkpoints are not supported)" if any(directory.glob("*.index.json")) else ""
+        f" (of sharded checkpoints only {SHARD_INDEX_FILE} is read)"
+        if any(directory.glob("*.index.json"))
+        else ""
     )
-    raise FileNotFoundError(f"{directory} holds no {SAFETENSORS_FILE} or {PICKLE_FILE}{sharded}")
+    raise FileNotFoundError(
+        f"{directory} holds no {SAFETENSORS_FILE}, {SHARD_INDEX_FILE} or {PICKLE_FILE}{sharded}"
+    )
+
+
+def read_safetensors(path: Path) -> dict[str, Tensor]:
+    try:
+        return load_file(path)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path} not found") from None
+    except SafetensorError as error:
+        raise ValueError(f"{path} is not a safetensors file: {error}") from None
+
+
+def read_shards(index: Path) -> dict[str, Tensor]:
+    """The tensors of a sharded checkpoint: each listed in the index's ``weight_map``
+    (tensor name -> shard file in the same directory), taken from its shard."""
+    weight_map = read_json(index).get("weight_map")
+    if not isinstance(weight_map, dict) or not all(
+        isinstance(shard, str) and "/" not in shard and shard not in ("", ".", "..")
+        for shard in weight_map.values()
+    ):
+        raise ValueError(f"{index} has no weight_map of tensor names to file names beside it")
+    tensors = {}
+    for shard in sorted(set(weight_map.values())):
+        found = read_safetensors(index.parent / shard)
+        names = [name for name, file in weight_map.items() if file == shard]
+        missing = [name for name in names if name not in found]
+        if missing:
+            raise ValueError(
+                f"{index.parent / shard} lacks {listing(missing)}, which {index.name} lists there"
+            )
+        tensors |= {name: found[name] for name in names}
+    return tensors
 
 
 def load_tokenizer(directory: Path) -> Tokenizer | None:

@@ -1,13 +1,17 @@
-"""Hugging Face ``config.json`` <-> :class:`ModelConfig`, for BERT and GPT-2.
+"""Hugging Face ``config.json`` <-> :class:`ModelConfig`, for BERT, GPT-2 and the Llama
+family (Llama, Qwen2, Mistral).
 
 A :class:`Family` is a table read one way to import and the other way to export: which of
 our fields come from which Hugging Face keys (with the defaults Hugging Face assumes when
 a key is absent), which of our fields the family fixes (a model whose fixed fields differ
 cannot be exported), and the Hugging Face settings we can run only at their default value.
+The Llama family's rotary settings live in one entry of their own (``rope_parameters``;
+``rope_theta`` and ``rope_scaling`` before ``transformers`` 5), read and written apart.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,9 +23,10 @@ ACTIVATIONS_FROM_HF = {
     "gelu_new": "gelu_tanh",
     "gelu_pytorch_tanh": "gelu_tanh",
     "relu": "relu",
+    "silu": "silu",
 }
-ACTIVATIONS_TO_HF = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu"}
-_ALIASES = {"use_final_norm": "final_norm"}
+ACTIVATIONS_TO_HF = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "silu": "silu"}
+_ALIASES = {"use_final_norm": "final_norm", "use_qkv_bias": "qkv_bias", "kv_heads": "n_kv_heads"}
 """Fixed properties of ours and the field that sets them."""
 
 
@@ -38,7 +43,16 @@ class Family:
     """Our fields (or properties) and the only value the family has."""
     hf_fixed: dict[str, Any]
     """Hugging Face keys and the only value we run (their default there)."""
+    imported: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Our training settings the family has no key for, set so on import (any value
+    exports)."""
+    rotary: bool = False
+    """Whether the rotary settings are read and written (:func:`rope_from_hf`)."""
 
+
+LAYER_NORM_LAYERS = {"norm": "layer", "gated": False, "n_kv_heads": None, "use_qkv_bias": True}
+"""The layers of BERT and GPT-2: LayerNorm, the paper's feed-forward, one key/value head per
+query head, biases everywhere."""
 
 BERT = Family(
     model_type="bert",
@@ -65,6 +79,7 @@ BERT = Family(
         "embedding_norm": True,
         "bias": True,
         "head": None,
+        **LAYER_NORM_LAYERS,
     },
     hf_fixed={
         "position_embedding_type": "absolute",
@@ -98,6 +113,8 @@ GPT2 = Family(
         "bias": True,
         "tie_output": True,
         "type_vocab_size": 0,
+        "sliding_window": None,
+        **LAYER_NORM_LAYERS,
     },
     hf_fixed={
         "scale_attn_weights": True,
@@ -107,7 +124,72 @@ GPT2 = Family(
     },
 )
 
-FAMILIES = {family.model_type: family for family in (BERT, GPT2)}
+LLAMA = Family(
+    model_type="llama",
+    architecture="LlamaForCausalLM",
+    fields={
+        "vocab_size": ("vocab_size", 32000),
+        "d_model": ("hidden_size", 4096),
+        "n_layers": ("num_hidden_layers", 32),
+        "n_heads": ("num_attention_heads", 32),
+        "kv_heads": ("num_key_value_heads", None),  # None: num_attention_heads
+        "d_ff": ("intermediate_size", 11008),
+        "activation": ("hidden_act", "silu"),
+        "attention_dropout": ("attention_dropout", 0.0),
+        "max_len": ("max_position_embeddings", 2048),
+        "layer_norm_eps": ("rms_norm_eps", 1e-6),
+        "tie_output": ("tie_word_embeddings", False),
+    },
+    fixed={
+        "arch": "decoder",
+        "norm_first": True,
+        "use_final_norm": True,
+        "norm": "rms",
+        "gated": True,
+        "positional": "rotary",
+        "scale_embedding": False,
+        "embedding_norm": False,
+        "bias": False,
+        "use_qkv_bias": False,
+        "type_vocab_size": 0,
+        "sliding_window": None,
+    },
+    hf_fixed={"attention_bias": False, "mlp_bias": False},
+    imported={"dropout": 0.0},
+    rotary=True,
+)
+
+QWEN2 = dataclasses.replace(
+    LLAMA,
+    model_type="qwen2",
+    architecture="Qwen2ForCausalLM",
+    fixed=LLAMA.fixed | {"use_qkv_bias": True},  # biases in q, k and v alone
+    hf_fixed={"use_sliding_window": False},
+)
+
+MISTRAL = dataclasses.replace(
+    LLAMA,
+    model_type="mistral",
+    architecture="MistralForCausalLM",
+    fields=LLAMA.fields
+    | {"kv_heads": ("num_key_value_heads", 8), "sliding_window": ("sliding_window", 4096)},
+    fixed={name: value for name, value in LLAMA.fixed.items() if name != "sliding_window"},
+    hf_fixed={},
+)
+
+FAMILIES = {family.model_type: family for family in (BERT, GPT2, LLAMA, QWEN2, MISTRAL)}
+EXPORTED_AS = {"encoder": (BERT,), "decoder": (GPT2, LLAMA, QWEN2, MISTRAL)}
+"""The families a model of each ``arch`` may be exported as, the first that fits."""
+ROPE_SCALINGS = {
+    "linear": {"factor": "rope_factor"},
+    "llama3": {
+        "factor": "rope_factor",
+        "low_freq_factor": "rope_low_freq_factor",
+        "high_freq_factor": "rope_high_freq_factor",
+        "original_max_position_embeddings": "rope_original_max_len",
+    },
+}
+"""Hugging Face's ``rope_type`` -> its keys and our fields."""
 
 
 def family_of(hf: dict[str, Any]) -> Family:
@@ -137,19 +219,74 @@ def model_config(hf: dict[str, Any]) -> ModelConfig:
             f"{key}={activation!r} is not supported; supported: {', '.join(ACTIVATIONS_FROM_HF)}"
         )
     values["activation"] = ACTIVATIONS_FROM_HF[activation]
-    fixed = {_ALIASES.get(name, name): value for name, value in family.fixed.items()}
-    return ModelConfig(**fixed, **values, pooler=family is BERT)
+    if family.rotary:
+        values |= rope_from_hf(hf, values["max_len"])
+        d_head = values["d_model"] // values["n_heads"]
+        if hf.get("head_dim", d_head) not in (None, d_head):
+            raise ValueError(
+                f"head_dim={hf['head_dim']} is not supported (only hidden_size / "
+                f"num_attention_heads = {d_head})"
+            )
+    fields = {_ALIASES.get(name, name): value for name, value in (family.fixed | values).items()}
+    return ModelConfig(**fields, **family.imported, pooler=family is BERT)
+
+
+def rope_from_hf(hf: dict[str, Any], max_len: int) -> dict[str, Any]:
+    """Our rotary fields of a ``config.json``: ``rope_parameters`` (``transformers`` 5) or
+    the older ``rope_theta`` and ``rope_scaling``; Llama 3's scaling assumes the model was
+    pre-trained at ``max_len`` unless it says otherwise."""
+    parameters = hf.get("rope_parameters") or hf.get("rope_scaling") or {}
+    theta = parameters.get("rope_theta", hf.get("rope_theta", 10000.0))
+    kind = parameters.get("rope_type", parameters.get("type", "default"))
+    if parameters.get("partial_rotary_factor", 1.0) != 1.0:
+        raise ValueError(
+            f"partial_rotary_factor={parameters['partial_rotary_factor']} is not supported "
+            "(only 1.0)"
+        )
+    if kind == "default":
+        return {"rope_theta": theta}
+    if kind not in ROPE_SCALINGS:
+        raise ValueError(
+            f"rope_type={kind!r} is not supported; supported: default, {', '.join(ROPE_SCALINGS)}"
+        )
+    defaults = {"original_max_position_embeddings": max_len}
+    missing = [key for key in ROPE_SCALINGS[kind] if key not in parameters | defaults]
+    if missing:
+        raise ValueError(f"rope_type={kind!r} needs {', '.join(missing)}")
+    scaling = {field: (defaults | parameters)[key] for key, field in ROPE_SCALINGS[kind].items()}
+    return {"rope_theta": theta, "rope_scaling": kind, **scaling}
+
+
+def rope_to_hf(config: ModelConfig) -> dict[str, Any]:
+    """The rotary entries of our model's ``config.json``, in the older form (``rope_theta``,
+    ``rope_scaling``), which ``transformers`` 4 reads and 5 converts."""
+    scaling = None
+    if config.rope_scaling is not None:
+        fields = ROPE_SCALINGS[config.rope_scaling]
+        scaling = {"rope_type": config.rope_scaling}
+        scaling |= {key: getattr(config, field) for key, field in fields.items()}
+    return {"rope_theta": config.rope_theta, "rope_scaling": scaling}
 
 
 def family_for(config: ModelConfig) -> Family:
-    """The family our model can be exported as; ``ValueError`` naming every field that
-    differs from what it needs."""
-    family = {"encoder": BERT, "decoder": GPT2}.get(config.arch)
-    if family is None:
+    """The first family our model can be exported as; ``ValueError`` naming every field
+    that differs from what the nearest family needs."""
+    families = EXPORTED_AS.get(config.arch)
+    if families is None:
         raise ValueError(
-            f"arch={config.arch!r} has no Hugging Face counterpart here: "
-            "only encoder (BERT) and decoder (GPT-2) models can be exported"
+            f"arch={config.arch!r} has no Hugging Face counterpart here: only encoder (BERT) "
+            "and decoder (GPT-2, Llama, Qwen2, Mistral) models can be exported"
         )
+    differences = [_differences(config, family) for family in families]
+    nearest = min(range(len(families)), key=lambda i: len(differences[i]))
+    if differences[nearest]:
+        family = families[nearest]
+        raise ValueError(f"cannot export as {family.model_type}: {', '.join(differences[nearest])}")
+    return families[nearest]
+
+
+def _differences(config: ModelConfig, family: Family) -> list[str]:
+    """Our fields that differ from what ``family`` needs, each with the value it needs."""
     differ = [
         f"{name}={getattr(config, name)!r} (needs {value!r})"
         for name, value in family.fixed.items()
@@ -157,9 +294,7 @@ def family_for(config: ModelConfig) -> Family:
     ]
     if family is BERT and config.type_vocab_size < 1:
         differ.append("type_vocab_size=0 (needs segment embeddings, >= 1)")
-    if differ:
-        raise ValueError(f"cannot export as {family.model_type}: {', '.join(differ)}")
-    return family
+    return differ
 
 
 def hf_config(config: ModelConfig, tokenizer: Tokenizer | None = None) -> dict[str, Any]:
@@ -170,6 +305,8 @@ def hf_config(config: ModelConfig, tokenizer: Tokenizer | None = None) -> dict[s
     values[family.fields["activation"][0]] = ACTIVATIONS_TO_HF[config.activation]
     if family is GPT2:
         values["embd_pdrop"] = config.dropout
+    if family.rotary:
+        values |= rope_to_hf(config)
     specials = {} if tokenizer is None else tokenizer.specials
     return {
         "model_type": family.model_type,

@@ -1,9 +1,11 @@
-"""Tensor names of Hugging Face BERT and GPT-2 checkpoints <-> ours.
+"""Tensor names of Hugging Face BERT, GPT-2 and Llama-family checkpoints <-> ours.
 
-A table maps each of our tensors to its source in the checkpoint: one tensor, or BERT's
-separate query, key and value concatenated into our fused projection. GPT-2 stores its
-linear maps as ``Conv1D`` weights, ``(in, out)``: the transpose of ``nn.Linear``'s. The
-same table converts both ways, and tells which names and shapes a checkpoint must have.
+A table maps each of our tensors to its source in the checkpoint: one tensor, or the
+separate query, key and value of BERT and Llama concatenated into our fused projection
+(Llama's keys and values have fewer rows than its queries with grouped-query attention).
+GPT-2 stores its linear maps as ``Conv1D`` weights, ``(in, out)``: the transpose of
+``nn.Linear``'s. The same table converts both ways, and tells which names and shapes a
+checkpoint must have.
 """
 
 from __future__ import annotations
@@ -26,6 +28,14 @@ class Source:
 
     names: tuple[str, ...]
     transposed: bool = False
+    rows: tuple[int, ...] | None = None
+    """The rows each name contributes, when they differ (else equal parts)."""
+
+    def split(self, tensor: Tensor) -> tuple[Tensor, ...]:
+        """Our tensor cut into the checkpoint's parts."""
+        if self.rows is None:
+            return tensor.chunk(len(self.names))
+        return tensor.split(self.rows)
 
 
 Table = dict[str, Source]
@@ -84,6 +94,39 @@ def gpt2_table(config: ModelConfig) -> Table:
     return table
 
 
+def llama_table(config: ModelConfig) -> Table:
+    """Llama, Qwen2 and Mistral (``LlamaForCausalLM``, ...); Qwen2's query, key and value
+    projections have biases. A tied LM head is not a tensor of its own."""
+    table = {
+        "embedding.tokens.weight": Source(("model.embed_tokens.weight",)),
+        "decoder.norm.weight": Source(("model.norm.weight",)),
+    }
+    if not config.tie_output:
+        table["lm_head.weight"] = Source(("lm_head.weight",))
+    d_head = config.d_model // config.n_heads
+    rows = (config.d_model, config.kv_heads * d_head, config.kv_heads * d_head)
+    for i in range(config.n_layers):
+        ours, theirs = f"decoder.layers.{i}", f"model.layers.{i}"
+        qkv = [f"{theirs}.self_attn.{part}_proj" for part in "qkv"]
+        table |= {
+            f"{ours}.self_attn_norm.weight": Source((f"{theirs}.input_layernorm.weight",)),
+            f"{ours}.self_attn.qkv_proj.weight": Source(
+                tuple(f"{n}.weight" for n in qkv), rows=rows
+            ),
+            f"{ours}.self_attn.out_proj.weight": Source((f"{theirs}.self_attn.o_proj.weight",)),
+            f"{ours}.feed_forward_norm.weight": Source(
+                (f"{theirs}.post_attention_layernorm.weight",)
+            ),
+            f"{ours}.feed_forward.w1.weight": Source((f"{theirs}.mlp.gate_proj.weight",)),
+            f"{ours}.feed_forward.w3.weight": Source((f"{theirs}.mlp.up_proj.weight",)),
+            f"{ours}.feed_forward.w2.weight": Source((f"{theirs}.mlp.down_proj.weight",)),
+        }
+        if config.use_qkv_bias:
+            bias = Source(tuple(f"{n}.bias" for n in qkv), rows=rows)
+            table[f"{ours}.self_attn.qkv_proj.bias"] = bias
+    return table
+
+
 @dataclass(frozen=True)
 class Naming:
     """A family's tensor names: its table, the prefix of models with a task head
@@ -95,11 +138,17 @@ class Naming:
     ignored: re.Pattern[str]
 
 
+LLAMA = Naming(llama_table, "", re.compile(r"model\.(layers\.\d+\.self_attn\.)?rotary_emb\..*"))
+"""Our full names are the causal LM's; older checkpoints kept the rotary frequencies."""
+
 NAMINGS = {
     "bert": Naming(bert_table, "bert.", re.compile(r"embeddings\.position_ids|cls\..*")),
     "gpt2": Naming(
         gpt2_table, "transformer.", re.compile(r"lm_head\.weight|h\.\d+\.attn\.(masked_)?bias")
     ),
+    "llama": LLAMA,
+    "qwen2": LLAMA,
+    "mistral": LLAMA,
 }
 
 
@@ -130,7 +179,7 @@ def to_hf(state: Mapping[str, Tensor], table: Table) -> dict[str, Tensor]:
     """A checkpoint's tensors from ours (views: clone before saving)."""
     tensors = {}
     for ours, source in table.items():
-        for name, part in zip(source.names, state[ours].chunk(len(source.names)), strict=True):
+        for name, part in zip(source.names, source.split(state[ours]), strict=True):
             tensors[name] = part.T if source.transposed else part
     return tensors
 

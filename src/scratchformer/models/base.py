@@ -12,6 +12,8 @@ from torch import Tensor, nn
 from ..config import ModelConfig
 from ..nn import Embedding, LayerNorm, RotaryEmbedding, Rotation
 from ..nn.attention import CrossAttentionCache, SelfAttentionCache
+from ..nn.norm import centred_norm
+from ..nn.rotary import RopeScaling
 from .heads import LMHead
 
 
@@ -58,6 +60,10 @@ def layer_kwargs(config: ModelConfig) -> dict[str, Any]:
         "norm_first": config.norm_first,
         "eps": config.layer_norm_eps,
         "bias": config.bias,
+        "n_kv_heads": config.n_kv_heads,
+        "qkv_bias": config.qkv_bias,
+        "gated": config.gated,
+        "norm": config.norm,
     }
 
 
@@ -100,7 +106,16 @@ def rotary_for(config: ModelConfig) -> RotaryEmbedding | None:
     """The rotary embedding of a stack's self-attention, if the config asks for one."""
     if config.positional != "rotary":
         return None
-    return RotaryEmbedding(config.d_model // config.n_heads)
+    scaling = None
+    if config.rope_scaling is not None:
+        scaling = RopeScaling(
+            config.rope_scaling,
+            config.rope_factor,
+            config.rope_low_freq_factor,
+            config.rope_high_freq_factor,
+            config.rope_original_max_len,
+        )
+    return RotaryEmbedding(config.d_model // config.n_heads, config.rope_theta, scaling)
 
 
 def rotation_for(
@@ -118,12 +133,12 @@ def rotation_for(
 
 
 def norm_for(config: ModelConfig) -> LayerNorm:
-    """A LayerNorm of the config's width, eps and bias."""
-    return LayerNorm(config.d_model, config.layer_norm_eps, config.bias)
+    """A LayerNorm (or RMSNorm) of the config's width, eps and bias."""
+    return LayerNorm(config.d_model, config.layer_norm_eps, config.bias, centred_norm(config.norm))
 
 
 def final_norm(config: ModelConfig) -> LayerNorm | None:
-    """The LayerNorm after a stack's last layer, if the config asks for one."""
+    """The norm after a stack's last layer, if the config asks for one."""
     return norm_for(config) if config.use_final_norm else None
 
 

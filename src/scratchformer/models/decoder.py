@@ -23,7 +23,8 @@ from .heads import LMHead
 
 class Decoder(nn.Module):
     """``n_layers`` decoder layers (with or without cross-attention) and an optional final
-    LayerNorm. Self-attention is always causal: position t sees positions <= t."""
+    norm. Self-attention is always causal: position t sees positions <= t (only the last
+    ``config.sliding_window`` of them, if set)."""
 
     def __init__(self, config: ModelConfig, n_layers: int, cross_attention: bool) -> None:
         super().__init__()
@@ -33,6 +34,7 @@ class Decoder(nn.Module):
         )
         self.norm = final_norm(config)
         self.rotary = rotary_for(config)
+        self.sliding_window = config.sliding_window
 
     def forward(
         self,
@@ -55,9 +57,11 @@ class Decoder(nn.Module):
         new = x.shape[1]
         seen = new if cache is None else cache.length + new
         self_mask = None
-        if attention_mask is not None:  # padding and causality combined once for all layers
+        if attention_mask is not None or self.sliding_window is not None:
+            # padding and causality combined once for all layers
             self_mask = combine_masks(
-                padding_mask(attention_mask), causal_mask(new, seen, device=x.device)
+                None if attention_mask is None else padding_mask(attention_mask),
+                causal_mask(new, seen, device=x.device, window=self.sliding_window),
             )
         memory_mask = None
         if memory_attention_mask is not None:

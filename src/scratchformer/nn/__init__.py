@@ -14,7 +14,7 @@ from .layers import DecoderLayer, EncoderLayer
 from .linear import Linear, linear
 from .loss import linear_cross_entropy
 from .masks import causal_mask, combine_masks, padding_mask
-from .norm import LayerNorm, layer_norm
+from .norm import LayerNorm, RMSNorm, layer_norm, rms_norm
 from .rotary import RotaryEmbedding, Rotation
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "LearnedPositionalEmbedding",
     "Linear",
     "MultiHeadAttention",
+    "RMSNorm",
     "RotaryEmbedding",
     "Rotation",
     "SinusoidalPositionalEncoding",
@@ -38,6 +39,7 @@ __all__ = [
     "linear",
     "linear_cross_entropy",
     "padding_mask",
+    "rms_norm",
     "scaled_dot_product_attention",
     "sinusoidal_table",
 ]

@@ -58,6 +58,11 @@ class MultiHeadAttention(nn.Module):
     (a query projection for the decoder and a fused key/value projection for the encoder
     output), followed by the output projection.
 
+    With ``n_kv_heads`` below ``n_heads``, keys and values have fewer heads, each shared by
+    a group of ``n_heads / n_kv_heads`` consecutive query heads (grouped-query attention;
+    multi-query with one); a cache then keeps only those. ``qkv_bias`` (default: ``bias``)
+    sets the biases of the query, key and value projections apart from the output's.
+
     ``forward`` = :meth:`project` -> :meth:`attend` -> merge heads -> ``out_proj``; a cached
     decoder can call the steps itself (project new tokens once, keep keys and values).
     When weights are not requested, :meth:`attend` runs PyTorch's fused
@@ -73,19 +78,27 @@ class MultiHeadAttention(nn.Module):
         dropout: float = 0.0,
         bias: bool = True,
         cross: bool = False,
+        n_kv_heads: int | None = None,
+        qkv_bias: bool | None = None,
     ) -> None:
         super().__init__()
+        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
         if d_model % n_heads:
             raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
+        if n_kv_heads < 1 or n_heads % n_kv_heads:
+            raise ValueError(f"n_heads={n_heads} is not divisible by n_kv_heads={n_kv_heads}")
         self.n_heads = n_heads
+        self.n_kv_heads = n_kv_heads
         self.d_head = d_model // n_heads
         self.dropout = dropout
         self.cross = cross
+        qkv_bias = bias if qkv_bias is None else qkv_bias
+        kv_width = n_kv_heads * self.d_head
         if cross:
-            self.q_proj = Linear(d_model, d_model, bias=bias)
-            self.kv_proj = Linear(d_model, 2 * d_model, bias=bias)
+            self.q_proj = Linear(d_model, d_model, bias=qkv_bias)
+            self.kv_proj = Linear(d_model, 2 * kv_width, bias=qkv_bias)
         else:
-            self.qkv_proj = Linear(d_model, 3 * d_model, bias=bias)
+            self.qkv_proj = Linear(d_model, d_model + 2 * kv_width, bias=qkv_bias)
         self.out_proj = Linear(d_model, d_model, bias=bias)
 
     def forward(
@@ -119,21 +132,23 @@ class MultiHeadAttention(nn.Module):
         packing: Packing | None = None,
         rotation: Rotation | None = None,
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """Queries, keys and values, each ``(batch, heads, len, d_head)``. With a cache,
+        """Queries ``(batch, heads, len, d_head)``, keys and values ``(batch, kv_heads, len,
+        d_head)``. With a cache,
         self-attention appends the new keys and values to it (rotated, with a ``rotation``)
         and attends to all of them; cross-attention projects the source once and reuses it.
         Self-attention projects packed tokens (``packing``) before unpacking them."""
         if self.cross:
             if packing is not None or rotation is not None:
                 raise ValueError("cross-attention takes no packed tokens and no rotation")
-            q = self.split_heads(self.q_proj(x), 1)[0]
+            (q,) = self.split_heads(self.q_proj(x), self.n_heads)
             if cache is not None:
                 return q, *cache.get(lambda: self.project_kv(self._source(source)))  # type: ignore[union-attr]
             return q, *self.project_kv(self._source(source))
         if source is not None:
             raise ValueError("self-attention takes no source; build with cross=True")
         qkv = self.qkv_proj(x)
-        q, k, v = self.split_heads(qkv if packing is None else packing.unpack(qkv), 3)
+        heads = (self.n_heads, self.n_kv_heads, self.n_kv_heads)
+        q, k, v = self.split_heads(qkv if packing is None else packing.unpack(qkv), *heads)
         if rotation is not None:
             q, k = rotation.apply(q), rotation.apply(k)
         if cache is not None:
@@ -149,14 +164,15 @@ class MultiHeadAttention(nn.Module):
     def project_kv(self, source: Tensor) -> tuple[Tensor, Tensor]:
         """Cross-attention keys and values of the encoder output (computed once per sequence
         when decoding with a cache)."""
-        k, v = self.split_heads(self.kv_proj(source), 2)
+        k, v = self.split_heads(self.kv_proj(source), self.n_kv_heads, self.n_kv_heads)
         return k, v
 
-    def split_heads(self, x: Tensor, parts: int) -> tuple[Tensor, ...]:
-        """``(batch, len, parts * d_model)`` -> ``parts`` x ``(batch, heads, len, d_head)``."""
+    def split_heads(self, x: Tensor, *heads: int) -> tuple[Tensor, ...]:
+        """``(batch, len, sum(heads) * d_head)`` -> one ``(batch, h, len, d_head)`` per ``h``
+        of ``heads`` (the parts lie side by side in the last dimension)."""
         batch, length, _ = x.shape
-        x = x.view(batch, length, parts, self.n_heads, self.d_head)
-        return x.permute(2, 0, 3, 1, 4).unbind(0)
+        x = x.view(batch, length, sum(heads), self.d_head).transpose(1, 2)
+        return x.split(heads, dim=1)
 
     def merge_heads(self, x: Tensor) -> Tensor:
         """``(batch, heads, len, d_head)`` -> ``(batch, len, d_model)``."""
@@ -173,7 +189,11 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
         """Attention of all heads: written out when weights are wanted or when dropping
-        attention weights on the CPU, else fused."""
+        attention weights on the CPU, else fused. Shared key/value heads are repeated for
+        their group of query heads."""
+        groups = q.shape[1] // k.shape[1]
+        if groups > 1:
+            k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
         dropout_p = self.dropout if self.training else 0.0
         q_len, k_len = q.shape[-2], k.shape[-2]
         written_out = need_weights or (dropout_p > 0 and q.device.type == "cpu")

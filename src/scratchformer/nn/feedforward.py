@@ -1,4 +1,5 @@
-"""Position-wise feed-forward network: ``FFN(x) = act(x W1 + b1) W2 + b2``."""
+"""Position-wise feed-forward network: ``FFN(x) = act(x W1 + b1) W2 + b2``, or gated
+(GLU; Shazeer, 2020): ``FFN(x) = (act(x W1) * x W3) W2``, Llama's SwiGLU with ``silu``."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ ACTIVATIONS = {
     "relu": F.relu,
     "gelu": F.gelu,
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu,
 }
 """Name -> function; the names are ``config.ACTIVATIONS`` (``nn`` imports nothing from the
 package)."""
@@ -20,8 +22,11 @@ package)."""
 class FeedForward(nn.Module):
     """Two linear maps with an activation between, applied to every position alike.
 
-    ReLU as in the paper; ``gelu`` (BERT) and ``gelu_tanh`` (GPT-2) as options. Dropout
-    sits after the activation, where ``torch.nn.TransformerEncoderLayer`` puts it.
+    ReLU as in the paper; ``gelu`` (BERT), ``gelu_tanh`` (GPT-2) and ``silu`` as options.
+    ``gated`` adds a third map ``w3`` whose output multiplies the activation's (Llama's
+    ``gate_proj``, ``up_proj`` and ``down_proj`` are ``w1``, ``w3`` and ``w2``, the names of
+    Meta's code). Dropout sits after the activation (and gate), where
+    ``torch.nn.TransformerEncoderLayer`` puts it.
     """
 
     def __init__(
@@ -31,6 +36,7 @@ class FeedForward(nn.Module):
         dropout: float = 0.0,
         activation: str = "relu",
         bias: bool = True,
+        gated: bool = False,
     ) -> None:
         super().__init__()
         if activation not in ACTIVATIONS:
@@ -38,7 +44,11 @@ class FeedForward(nn.Module):
         self.activation = activation
         self.w1 = Linear(d_model, d_ff, bias=bias)
         self.w2 = Linear(d_ff, d_model, bias=bias)
+        self.w3 = Linear(d_model, d_ff, bias=bias) if gated else None
         self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.w2(self.dropout(ACTIVATIONS[self.activation](self.w1(x))))
+        h = ACTIVATIONS[self.activation](self.w1(x))
+        if self.w3 is not None:
+            h = h * self.w3(x)
+        return self.w2(self.dropout(h))

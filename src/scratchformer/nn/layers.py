@@ -1,5 +1,5 @@
 """Encoder and decoder layers: sub-layers wrapped in dropout, a residual connection and
-LayerNorm (paper sec. 3.1, 5.4).
+LayerNorm (paper sec. 3.1, 5.4), or RMSNorm (``norm="rms"``, Llama).
 
 Post-LN, as in the paper: ``x = norm(x + dropout(sublayer(x)))``.
 Pre-LN (``norm_first=True``), which trains deep stacks without warm-up tricks:
@@ -13,13 +13,14 @@ from torch import Tensor, nn
 from .attention import CrossAttentionCache, MultiHeadAttention, SelfAttentionCache
 from .dropout import Dropout
 from .feedforward import FeedForward
-from .norm import LayerNorm
+from .norm import LayerNorm, centred_norm
 from .packing import Packing
 from .rotary import Rotation
 
 
 class ResidualNorm(LayerNorm):
-    """The LayerNorm of a sub-layer with the sub-layer's dropout and residual connection,
+    """The LayerNorm (or RMSNorm: ``centred=False``) of a sub-layer with the sub-layer's
+    dropout and residual connection,
     post-LN or pre-LN: the sub-layer reads :meth:`sublayer_input` of ``x``, and
     :meth:`residual` adds its output back. Its parameters are the norm's alone, so that a
     layer's ``*_norm.weight`` and ``*_norm.bias`` name them."""
@@ -31,8 +32,9 @@ class ResidualNorm(LayerNorm):
         norm_first: bool = False,
         eps: float = 1e-5,
         bias: bool = True,
+        centred: bool = True,
     ) -> None:
-        super().__init__(d_model, eps, bias)
+        super().__init__(d_model, eps, bias, centred)
         self.norm_first = norm_first
         self.dropout = Dropout(dropout)
 
@@ -60,12 +62,18 @@ class EncoderLayer(nn.Module):
         norm_first: bool = False,
         eps: float = 1e-5,
         bias: bool = True,
+        n_kv_heads: int | None = None,
+        qkv_bias: bool | None = None,
+        gated: bool = False,
+        norm: str = "layer",
     ) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout, bias)
-        self.self_attn_norm = ResidualNorm(d_model, dropout, norm_first, eps, bias)
-        self.feed_forward = FeedForward(d_model, d_ff, dropout, activation, bias)
-        self.feed_forward_norm = ResidualNorm(d_model, dropout, norm_first, eps, bias)
+        attention = {"n_kv_heads": n_kv_heads, "qkv_bias": qkv_bias}
+        residual = (d_model, dropout, norm_first, eps, bias, centred_norm(norm))
+        self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout, bias, **attention)
+        self.self_attn_norm = ResidualNorm(*residual)
+        self.feed_forward = FeedForward(d_model, d_ff, dropout, activation, bias, gated)
+        self.feed_forward_norm = ResidualNorm(*residual)
 
     def forward(
         self,
@@ -109,22 +117,28 @@ class DecoderLayer(nn.Module):
         norm_first: bool = False,
         eps: float = 1e-5,
         bias: bool = True,
+        n_kv_heads: int | None = None,
+        qkv_bias: bool | None = None,
+        gated: bool = False,
+        norm: str = "layer",
         cross_attention: bool = True,
     ) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout, bias)
-        self.self_attn_norm = ResidualNorm(d_model, dropout, norm_first, eps, bias)
-        self.feed_forward = FeedForward(d_model, d_ff, dropout, activation, bias)
-        self.feed_forward_norm = ResidualNorm(d_model, dropout, norm_first, eps, bias)
+        attention = {"n_kv_heads": n_kv_heads, "qkv_bias": qkv_bias}
+        residual = (d_model, dropout, norm_first, eps, bias, centred_norm(norm))
+        self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout, bias, **attention)
+        self.self_attn_norm = ResidualNorm(*residual)
+        self.feed_forward = FeedForward(d_model, d_ff, dropout, activation, bias, gated)
+        self.feed_forward_norm = ResidualNorm(*residual)
         # cross-attention comes last in the parameter order (and the initialisation's
         # random draws), which checkpoints' optimizer states follow
         self.cross_attn: MultiHeadAttention | None = None
         self.cross_attn_norm: ResidualNorm | None = None
         if cross_attention:
             self.cross_attn = MultiHeadAttention(
-                d_model, n_heads, attention_dropout, bias, cross=True
+                d_model, n_heads, attention_dropout, bias, cross=True, **attention
             )
-            self.cross_attn_norm = ResidualNorm(d_model, dropout, norm_first, eps, bias)
+            self.cross_attn_norm = ResidualNorm(*residual)
 
     def forward(
         self,

@@ -14,13 +14,20 @@ def padding_mask(attention_mask: Tensor) -> Tensor:
     return attention_mask.bool()[:, None, None, :]
 
 
-def causal_mask(q_len: int, k_len: int | None = None, device: torch.device | None = None) -> Tensor:
+def causal_mask(
+    q_len: int,
+    k_len: int | None = None,
+    device: torch.device | None = None,
+    window: int | None = None,
+) -> Tensor:
     """``(q_len, k_len)`` lower-triangular mask; queries are the last ``q_len`` of ``k_len``
     positions, so query ``i`` may attend keys ``0 .. k_len - q_len + i`` (this is what a
-    cached decoder needs when it feeds fewer queries than keys)."""
+    cached decoder needs when it feeds fewer queries than keys). With a sliding ``window``
+    only the last ``window`` of those keys (its own among them), as in Mistral."""
     k_len = q_len if k_len is None else k_len
     ones = torch.ones(q_len, k_len, dtype=torch.bool, device=device)
-    return ones.tril(diagonal=k_len - q_len)
+    mask = ones.tril(diagonal=k_len - q_len)
+    return mask if window is None else mask.triu(diagonal=k_len - q_len - window + 1)
 
 
 def combine_masks(*masks: Tensor | None) -> Tensor | None:

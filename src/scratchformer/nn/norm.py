@@ -1,4 +1,5 @@
-"""Layer normalisation (Ba et al., 2016), as ``torch.nn.LayerNorm`` computes it."""
+"""Layer normalisation (Ba et al., 2016), as ``torch.nn.LayerNorm`` computes it, and its
+simplification RMSNorm (Zhang and Sennrich, 2019), as Llama uses it."""
 
 from __future__ import annotations
 
@@ -19,21 +20,58 @@ def layer_norm(x: Tensor, weight: Tensor, bias: Tensor | None, eps: float = 1e-5
     return y if bias is None else y + bias
 
 
-class LayerNorm(nn.Module):
-    """LayerNorm over the last dimension with a learned gain and (optional) bias.
+def rms_norm(x: Tensor, weight: Tensor, eps: float = 1e-6) -> Tensor:
+    """``y = x / sqrt(mean(x^2) + eps) * weight`` over the last dimension, written out: layer
+    normalisation without re-centring (no mean subtracted, no bias), computed in float32
+    whatever the input's dtype, as Llama does."""
+    x32 = x.float()
+    y = x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + eps)
+    return y.to(x.dtype) * weight
 
-    ``forward`` runs PyTorch's fused kernel, which the tests prove equal to the written-out
-    :func:`layer_norm`; the fused kernel is several times faster forward and backward.
+
+NORMS = ("layer", "rms")
+"""The norms by name; ``config.NORMS``."""
+
+
+def centred_norm(norm: str) -> bool:
+    """Whether the norm named ``norm`` re-centres: ``layer`` (LayerNorm) does, ``rms`` not."""
+    if norm not in NORMS:
+        raise ValueError(f"norm={norm!r} must be one of {', '.join(NORMS)}")
+    return norm == "layer"
+
+
+class LayerNorm(nn.Module):
+    """LayerNorm over the last dimension with a learned gain and (optional) bias; with
+    ``centred=False`` it is RMSNorm (no mean subtracted, no bias).
+
+    ``forward`` runs PyTorch's fused kernels, which the tests prove equal to the written-out
+    :func:`layer_norm` and :func:`rms_norm`; they are several times faster forward and
+    backward.
     """
 
-    def __init__(self, d_model: int, eps: float = 1e-5, bias: bool = True) -> None:
+    def __init__(
+        self, d_model: int, eps: float = 1e-5, bias: bool = True, centred: bool = True
+    ) -> None:
         super().__init__()
         self.eps = eps
+        self.centred = centred
         self.weight = nn.Parameter(torch.ones(d_model))
-        self.bias = nn.Parameter(torch.zeros(d_model)) if bias else None
+        self.bias = nn.Parameter(torch.zeros(d_model)) if bias and centred else None
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
+        if self.centred:
+            return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
+        y = F.rms_norm(x.float(), self.weight.shape, eps=self.eps)
+        return y.to(x.dtype) * self.weight
 
     def extra_repr(self) -> str:
-        return f"{self.weight.shape[0]}, eps={self.eps}, bias={self.bias is not None}"
+        kind = "" if self.centred else ", centred=False"
+        return f"{self.weight.shape[0]}, eps={self.eps}, bias={self.bias is not None}{kind}"
+
+
+class RMSNorm(LayerNorm):
+    """Root-mean-square normalisation with a learned gain (Llama, Mistral, Qwen2): a
+    :class:`LayerNorm` that does not re-centre, so it has no bias."""
+
+    def __init__(self, d_model: int, eps: float = 1e-6) -> None:
+        super().__init__(d_model, eps, bias=False, centred=False)

@@ -8,10 +8,15 @@ key at ``n`` then depends on ``m - n`` only, so attention sees relative position
 table limits the length. Dimension ``i`` is paired with ``i + d_head / 2`` (the layout of
 GPT-NeoX and Llama, so weights and numbers carry over; RoFormer pairs ``2i`` with ``2i + 1``,
 which a reordering of the query and key weights maps to this one).
+
+The frequencies' base (``theta``) is configurable, and a :class:`RopeScaling` stretches the
+frequencies so that a model reads contexts longer than those it was trained on.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
@@ -34,16 +39,54 @@ class Rotation(NamedTuple):
         return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
 
 
+SCALINGS = ("linear", "llama3")
+"""The kinds of :class:`RopeScaling`; ``config.ROPE_SCALINGS``."""
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """Stretched rotary frequencies. ``linear`` divides every frequency by ``factor``
+    (position interpolation: position ``p`` turns as ``p / factor`` did). ``llama3``
+    (Llama 3.1) divides only the low frequencies, those whose wavelength exceeds
+    ``original_max_len / low_freq_factor``, keeps the high ones, whose wavelength is below
+    ``original_max_len / high_freq_factor``, and blends the two linearly in between."""
+
+    kind: str
+    factor: float
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_len: int = 8192
+
+    def __post_init__(self) -> None:
+        if self.kind not in SCALINGS:
+            raise ValueError(f"rope_scaling={self.kind!r} must be one of {', '.join(SCALINGS)}")
+
+    def apply(self, inv_freq: Tensor) -> Tensor:
+        """The scaled inverse frequencies."""
+        slow = inv_freq / self.factor
+        if self.kind == "linear":
+            return slow
+        wavelength = 2 * math.pi / inv_freq
+        # 0 at the longest wavelength that is scaled, 1 at the shortest that is kept
+        kept = (self.original_max_len / wavelength - self.low_freq_factor) / (
+            self.high_freq_factor - self.low_freq_factor
+        )
+        return torch.lerp(slow, inv_freq, kept.clamp(0.0, 1.0))
+
+
 class RotaryEmbedding(nn.Module):
     """The rotation of each position: dimension pair ``i`` turns by ``position * base^(-2i /
-    d_head)`` radians. The inverse frequencies are a non-persistent buffer (a function of
-    the shape, not a weight)."""
+    d_head)`` radians (frequencies scaled by ``scaling``, if given). The inverse
+    frequencies are a non-persistent buffer (a function of the shape, not a weight)."""
 
-    def __init__(self, d_head: int, base: float = 10000.0) -> None:
+    def __init__(
+        self, d_head: int, base: float = 10000.0, scaling: RopeScaling | None = None
+    ) -> None:
         super().__init__()
         if d_head % 2:
             raise ValueError(f"rotary embeddings need an even head width, got d_head={d_head}")
-        inv_freq = inverse_frequencies(d_head, base).float()
+        inv_freq = inverse_frequencies(d_head, base)
+        inv_freq = (inv_freq if scaling is None else scaling.apply(inv_freq)).float()
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
     def forward(self, positions: Tensor) -> Rotation:
