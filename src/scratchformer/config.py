@@ -207,8 +207,13 @@ class ModelConfig(ConfigBase):
     wavelengths below ``rope_original_max_len / rope_high_freq_factor``) and blends
     between, as Llama 3.1 does; ``None``: unscaled."""
     rope_factor: float = 1.0
+    """How many times longer than pre-training the context may be (``rope_scaling``)."""
     rope_low_freq_factor: float = 1.0
+    """``llama3`` scaling: wavelengths above ``rope_original_max_len`` divided by this are
+    scaled fully by ``rope_factor``."""
     rope_high_freq_factor: float = 4.0
+    """``llama3`` scaling: wavelengths below ``rope_original_max_len`` divided by this are
+    kept; those between are blended."""
     rope_original_max_len: int = 8192
     """The context length the model was pre-trained with (``llama3`` scaling)."""
     max_len: int = 512
