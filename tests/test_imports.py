@@ -15,7 +15,7 @@ import pytest
 
 PACKAGE = "scratchformer"
 ROOT = Path(__file__).resolve().parents[1] / "src" / PACKAGE
-LEAVES = ("errors", "config", "io", "metrics", "nn")
+LEAVES = ("version", "errors", "config", "io", "metrics", "nn")
 LAYERS = (
     LEAVES,
     ("models", "data"),

@@ -16,8 +16,7 @@ from .models import (
     build_model,
     count_parameters,
 )
-
-__version__ = "0.1.0"
+from .version import __version__
 
 __all__ = [
     "DecoderLM",

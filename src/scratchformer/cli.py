@@ -17,9 +17,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from . import __version__
 from .config import ATTENTION_KINDS, DEVICES
 from .errors import Interrupted, TrainingError
+from .version import __version__
 
 
 @dataclass(frozen=True)

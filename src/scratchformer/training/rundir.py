@@ -25,8 +25,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from .. import __version__
 from ..io import MODEL_FILE, atomic_write_json, listing, remove_temps
+from ..version import __version__
 from .checkpoint import CHECKPOINTS, TRAINER_STATE
 from .trainer import METRICS_FILE
 
