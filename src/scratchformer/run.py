@@ -26,8 +26,9 @@ from .training.distributed import setup
 from .training.trainer import Trainer
 
 CONFIG_FILE = "config.json"
-IMPORTED_TASKS = {"encoder": "classification", "decoder": "lm"}
-"""The task of an imported model's run: a language model generates right away; a
+IMPORTED_TASKS = {"encoder": "classification", "decoder": "lm", "span": "qa"}
+"""The task of an imported model's run, by its head or else its architecture: a language
+model generates right away, a question-answering model (``span`` head) answers; a
 pretrained encoder waits for a fine-tune (``--set task=...`` picks another task)."""
 TOKENIZER_KINDS = {"encoder": "wordpiece", "decoder": "bpe"}
 
@@ -161,7 +162,7 @@ def import_hf(hf_dir: Path, run_dir: Path) -> Recipe:
         max_len=min(DataConfig.max_len, config.max_len),
         block_size=min(DataConfig.block_size, config.max_len),
     )
-    recipe = Recipe(IMPORTED_TASKS[config.arch], config, data, TrainConfig())
+    recipe = Recipe(IMPORTED_TASKS[config.head or config.arch], config, data, TrainConfig())
     run_dir.mkdir(parents=True, exist_ok=True)
     tokenizer.save(run_dir / TOKENIZER_FILE)
     save_weights(run_dir / MODEL_FILE, model)

@@ -67,8 +67,8 @@ class Answer:
 
 @dataclass(frozen=True)
 class Question:
-    """A question about a context, with its reference answers (SQuAD v1.1 gives one for
-    training, up to three for validation); ``key`` says where it is in the file."""
+    """A question about a context, with its reference answers (one or more; training
+    takes the first); ``key`` says where it is in the file."""
 
     id: str
     question: str

@@ -145,7 +145,7 @@ DATASETS: dict[str, DatasetSpec] = {
             name="squad",
             description="SQuAD v1.1 extractive question answering (JSON): train 6,713 "
             "questions over 30 articles of the official training set, val 1,168 over 6 "
-            f"articles of the official dev set, up to 3 reference answers each; {NO_URL}.",
+            f"articles of the official dev set, several reference answers each; {NO_URL}.",
             splits=("train", "val"),
             pattern="{split}.json",
             sha256={

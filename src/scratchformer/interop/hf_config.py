@@ -21,6 +21,8 @@ ACTIVATIONS_FROM_HF = {
     "relu": "relu",
 }
 ACTIVATIONS_TO_HF = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu"}
+HEAD_ARCHITECTURES = {"span": "BertForQuestionAnswering"}
+"""Our encoder heads with a BERT counterpart: the class ``config.json`` names."""
 _ALIASES = {"use_final_norm": "final_norm"}
 """Fixed properties of ours and the field that sets them."""
 
@@ -64,7 +66,6 @@ BERT = Family(
         "scale_embedding": False,
         "embedding_norm": True,
         "bias": True,
-        "head": None,
     },
     hf_fixed={
         "position_embedding_type": "absolute",
@@ -138,7 +139,10 @@ def model_config(hf: dict[str, Any]) -> ModelConfig:
         )
     values["activation"] = ACTIVATIONS_FROM_HF[activation]
     fixed = {_ALIASES.get(name, name): value for name, value in family.fixed.items()}
-    return ModelConfig(**fixed, **values, pooler=family is BERT)
+    heads = {architecture: head for head, architecture in HEAD_ARCHITECTURES.items()}
+    found = [heads[name] for name in hf.get("architectures") or [] if name in heads]
+    head = found[0] if family is BERT and found else None
+    return ModelConfig(**fixed, **values, pooler=family is BERT and head is None, head=head)
 
 
 def family_for(config: ModelConfig) -> Family:
@@ -155,6 +159,8 @@ def family_for(config: ModelConfig) -> Family:
         for name, value in family.fixed.items()
         if getattr(config, name) != value
     ]
+    if config.head is not None and not (family is BERT and config.head in HEAD_ARCHITECTURES):
+        differ.append(f"head={config.head!r} (needs none or {', '.join(HEAD_ARCHITECTURES)})")
     if family is BERT and config.type_vocab_size < 1:
         differ.append("type_vocab_size=0 (needs segment embeddings, >= 1)")
     if differ:
@@ -173,7 +179,7 @@ def hf_config(config: ModelConfig, tokenizer: Tokenizer | None = None) -> dict[s
     specials = {} if tokenizer is None else tokenizer.specials
     return {
         "model_type": family.model_type,
-        "architectures": [family.architecture],
+        "architectures": [HEAD_ARCHITECTURES.get(config.head or "", family.architecture)],
         **values,
         **family.hf_fixed,
         **{f"{role}_token_id": specials.get(role) for role in ("pad", "bos", "eos")},

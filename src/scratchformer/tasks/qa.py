@@ -261,13 +261,14 @@ def span_loss(
     scores = masked(logits, mask)
     if label_smoothing:  # smoothing spreads mass over padding too: keep it finite
         scores = scores.clamp(min=torch.finfo(scores.dtype).min)
-    loss = F.cross_entropy(
+    per_window = F.cross_entropy(
         scores.transpose(1, 2).flatten(0, 1),
         targets.flatten(),
-        reduction=reduction,
+        reduction="none",
         label_smoothing=label_smoothing,
     )
-    return loss / 2
+    per_window = per_window.view(-1, 2).mean(-1)
+    return per_window.sum() if reduction == "sum" else per_window.mean()
 
 
 def best_answer(windows: Sequence[tuple[Window, Tensor]], max_answer_len: int) -> Prediction:
