@@ -151,6 +151,12 @@ def test_span_loss_ignores_padding() -> None:
     assert torch.allclose(span_loss(padded, mask, targets), expected)
     manual = (logits[0, :, 0].log_softmax(0)[1] + logits[0, :, 1].log_softmax(0)[2]) / -2
     assert torch.allclose(expected, manual)
+    smoothed = span_loss(logits, torch.ones(1, 4), targets, label_smoothing=0.1)
+    reference = torch.nn.functional.cross_entropy(
+        logits[0].T, targets[0], label_smoothing=0.1
+    )  # over real tokens only, padding is not smoothed into
+    assert torch.allclose(span_loss(padded, mask, targets, label_smoothing=0.1), smoothed)
+    assert torch.allclose(smoothed, reference)
 
 
 def squad_file(path: Path, contexts: list[tuple[str, str, str]]) -> Path:

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import Recipe
@@ -257,17 +256,15 @@ def span_loss(
     reduction: str = "mean",
 ) -> Tensor:
     """The mean of the start and end cross-entropies of ``(batch, seq, 2)`` logits against
-    ``(batch, 2)`` target positions, over the real tokens (``mask``) only."""
-    scores = masked(logits, mask)
-    if label_smoothing:  # smoothing spreads mass over padding too: keep it finite
-        scores = scores.clamp(min=torch.finfo(scores.dtype).min)
-    per_window = F.cross_entropy(
-        scores.transpose(1, 2).flatten(0, 1),
-        targets.flatten(),
-        reduction="none",
-        label_smoothing=label_smoothing,
-    )
-    per_window = per_window.view(-1, 2).mean(-1)
+    ``(batch, 2)`` target positions, over the real tokens (``mask``) only: padding gets no
+    probability, nor any of the smoothing's. ``reduction``: ``mean`` or ``sum`` over windows."""
+    real = mask.bool()[..., None]
+    log_p = masked(logits, mask).log_softmax(1)
+    loss = -log_p.gather(1, targets[:, None, :]).squeeze(1)  # (batch, 2)
+    if label_smoothing:
+        uniform = -log_p.masked_fill(~real, 0.0).sum(1) / real.sum(1)
+        loss = (1 - label_smoothing) * loss + label_smoothing * uniform
+    per_window = loss.mean(-1)
     return per_window.sum() if reduction == "sum" else per_window.mean()
 
 
