@@ -99,6 +99,8 @@ ROWS = {
         Row("sst2-minilm", "sst2-minilm", "accuracy", "val", 60, 0.905),
         Row("conll2003-minilm", "conll2003-minilm", "entity_f1", "val", 60, 0.88),
         Row("stsb-minilm", "stsb-minilm", "pearson", "val", 30, 0.86),
+        Row("squad-minilm", "squad-minilm", "f1", "val", 60, 65.0),
+        Row("squad", "squad", "f1", "val", 30, 20.0, required=False),
     )
 }
 

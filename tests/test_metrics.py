@@ -18,6 +18,7 @@ from scratchformer.metrics import (
     entity_scores,
     macro_f1,
     perplexity,
+    squad_scores,
     tokenized_bleu,
     translation_scores,
 )
@@ -136,3 +137,35 @@ def test_perplexity_of_uniform_predictions_is_the_vocabulary_size() -> None:
     assert loss == pytest.approx(math.log(vocab))
     assert perplexity(loss) == pytest.approx(vocab)
     assert math.isfinite(perplexity(1e6))
+
+
+def test_squad_exact_match_normalises_case_punctuation_articles_and_spaces() -> None:
+    predictions = ["The  Denver Broncos!", "an apple", "Broncos"]
+    references = [["Denver Broncos"], ["Apple."], ["Denver Broncos"]]
+    assert squad_scores(predictions, references)["exact_match"] == pytest.approx(200 / 3)
+
+
+def test_squad_f1_by_hand() -> None:
+    # "denver broncos won" vs "denver broncos": 2 common, precision 2/3, recall 1 -> 0.8
+    # "carolina panthers" vs "panthers", "the carolina panthers": best is the second, 1.0
+    # "super bowl" vs "fifty": nothing in common -> 0
+    predictions = ["Denver Broncos won", "Carolina Panthers", "super bowl"]
+    references = [["denver broncos"], ["Panthers", "the Carolina Panthers"], ["fifty"]]
+    scores = squad_scores(predictions, references)
+    assert scores["f1"] == pytest.approx(100 * (0.8 + 1.0 + 0.0) / 3, abs=1e-4)
+    assert scores["exact_match"] == pytest.approx(100 / 3, abs=1e-4)
+
+
+def test_squad_f1_counts_repeated_tokens_once_each() -> None:
+    # prediction "a b b c" -> tokens b b c (the article "a" goes); reference "b c c":
+    # common b, c = 2; precision 2/3, recall 2/3 -> F1 2/3
+    assert squad_scores(["a b b c"], [["b c c"]])["f1"] == pytest.approx(200 / 3, abs=1e-4)
+
+
+def test_squad_empty_prediction_scores_zero() -> None:
+    assert squad_scores([""], [["Denver"]]) == {"exact_match": 0.0, "f1": 0.0}
+
+
+def test_squad_scores_need_pairs() -> None:
+    with pytest.raises(ValueError, match="differ in length"):
+        squad_scores(["x"], [])

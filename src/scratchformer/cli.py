@@ -224,6 +224,16 @@ COMMANDS = (
         "beyond the model's data.max_len sub-words are tagged O, with a warning on stderr.",
     ),
     Command(
+        "answer",
+        "predict:answer",
+        "answer each question<TAB>context line of stdin",
+        (arg("run", help="run directory of a question-answering model"),),
+        description="One line out per line in: answer<TAB>probability, the answer an exact "
+        "substring of the context (an empty line gives an empty line). A context longer "
+        "than the model's data.max_len tokens is read through overlapping windows "
+        "(data.doc_stride); the best span of at most data.max_answer_len tokens wins.",
+    ),
+    Command(
         "import-hf",
         "hf:import_checkpoint",
         "make a run directory from a Hugging Face BERT or GPT-2 checkpoint",

@@ -24,7 +24,7 @@ else:  # pragma: no cover
 
 ARCHITECTURES = ("encoder", "decoder", "seq2seq")
 POSITIONALS = ("sinusoidal", "learned", "rotary")
-HEADS = ("classification", "regression", "similarity", "token_classification")
+HEADS = ("classification", "regression", "similarity", "token_classification", "span")
 POOLINGS = ("mean", "first")
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
 NORMS = ("layer", "rms")
@@ -233,7 +233,8 @@ class ModelConfig(ConfigBase):
     """Tie the output projection to the (target) token embedding."""
     head: str | None = None
     """``encoder`` only: ``classification``, ``regression``, ``similarity`` (the cosine of two
-    sentences encoded apart), ``token_classification`` or none."""
+    sentences encoded apart), ``token_classification``, ``span`` (the start and end logits of
+    an answer at every token) or none."""
     num_labels: int = 2
     """Classes, tags, or regression outputs (``output_dim``) of the head."""
     pooling: str = "mean"
@@ -334,6 +335,7 @@ TASKS = (
     "regression",
     "similarity",
     "tagging",
+    "qa",
 )
 PRECISIONS = ("fp32", "bf16", "auto")
 DEVICES = ("auto", "cpu", "cuda")
@@ -354,15 +356,16 @@ class DataConfig(ConfigBase):
     """
 
     dataset: str | None = None
-    """``tinyshakespeare``, ``multi30k``, ``sst2``, ``conll2003``, ``stsb``, or for the
-    synthetic task ``copy`` / ``reverse``."""
+    """``tinyshakespeare``, ``multi30k``, ``sst2``, ``conll2003``, ``stsb``, ``squad``, or for
+    the synthetic task ``copy`` / ``reverse``."""
     pair: str | None = None
     """Language pair of a translation dataset, e.g. ``de-en`` (source-target)."""
     root: str | None = None
     """Directory holding the dataset's files (else ``$SCRATCHFORMER_DATA/<name>/``, ...)."""
     train: str | list[str] | None = None
     """Training file: text (``lm``), ``[source, target]`` (``translation``), TSV
-    (``classification``, ``regression``, ``similarity``) or CoNLL (``tagging``)."""
+    (``classification``, ``regression``, ``similarity``), CoNLL (``tagging``) or SQuAD JSON
+    (``qa``)."""
     val: str | list[str] | None = None
     """Validation file, in the format of ``train``; it selects the best weights."""
     test: str | list[str] | None = None
@@ -391,6 +394,14 @@ class DataConfig(ConfigBase):
     """Longest input in tokens; longer examples are truncated."""
     block_size: int = 256
     """Language modelling: tokens of context per training example."""
+    doc_stride: int = 128
+    """Question answering: tokens between the starts of consecutive windows over a context
+    longer than ``max_len`` allows (less when a window holds fewer), so that windows overlap
+    and an answer near a window's edge is whole in the next one."""
+    max_question_len: int = 64
+    """Question answering: tokens of the question kept in every window (the rest is cut)."""
+    max_answer_len: int = 30
+    """Question answering: the longest answer predicted, in tokens."""
     synthetic_train_size: int = 20000
     """Synthetic task: training examples."""
     synthetic_val_size: int = 500
@@ -405,6 +416,7 @@ class DataConfig(ConfigBase):
         _one_of(self, "tokenizer", TOKENIZERS)
         _one_of(self, "tag_scheme", TAG_SCHEMES)
         _positive(self, "vocab_size", "max_len", "block_size")
+        _positive(self, "doc_stride", "max_question_len", "max_answer_len")
         _positive(self, "synthetic_train_size", "synthetic_val_size", "synthetic_min_digits")
         _require(
             self.synthetic_max_digits >= self.synthetic_min_digits,

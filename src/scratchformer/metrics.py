@@ -95,6 +95,25 @@ def translation_scores(hypotheses: Sequence[str], references: Sequence[str]) -> 
     }
 
 
+def squad_scores(
+    predictions: Sequence[str], references: Sequence[Sequence[str]]
+) -> dict[str, float]:
+    """SQuAD v1.1's exact match and token F1 (0-100) of predicted answers, each against its
+    reference answers: texts lower-cased, punctuation, the articles a / an / the and extra
+    whitespace removed; each question scores its best reference. Computed by torchmetrics'
+    SQuAD metric (the official script's normalisation); it differs from v1.1 only where a
+    reference normalises to nothing, which an empty prediction then matches (v2.0's rule)."""
+    from torchmetrics.functional.text.squad import squad  # seconds to import: when needed
+
+    _check_pairs(predictions, references, "predictions and references")
+    ids = [str(i) for i in range(len(predictions))]
+    scores = squad(
+        [{"id": i, "prediction_text": p} for i, p in zip(ids, predictions, strict=True)],
+        [{"id": i, "answers": {"text": list(r)}} for i, r in zip(ids, references, strict=True)],
+    )
+    return {"exact_match": float(scores["exact_match"]), "f1": float(scores["f1"])}
+
+
 def accuracy(predicted: Sequence[Hashable], gold: Sequence[Hashable]) -> float:
     """Fraction of items whose predicted label equals the gold label."""
     _check_pairs(predicted, gold, "predicted and gold labels")

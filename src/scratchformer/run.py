@@ -37,8 +37,9 @@ from .training.rundir import (
 )
 from .training.trainer import Trainer
 
-IMPORTED_TASKS = {"encoder": "classification", "decoder": "lm"}
-"""The task of an imported model's run: a language model generates right away; a
+IMPORTED_TASKS = {"encoder": "classification", "decoder": "lm", "span": "qa"}
+"""The task of an imported model's run, by its head or else its architecture: a language
+model generates right away, a question-answering model (``span`` head) answers; a
 pretrained encoder waits for a fine-tune (``--set task=...`` picks another task)."""
 TOKENIZER_KINDS = {"encoder": "wordpiece", "decoder": "bpe"}
 
@@ -213,7 +214,7 @@ def import_hf(hf_dir: Path, run_dir: Path) -> Recipe:
         max_len=min(DataConfig.max_len, config.max_len),
         block_size=min(DataConfig.block_size, config.max_len),
     )
-    recipe = Recipe(IMPORTED_TASKS[config.arch], config, data, TrainConfig())
+    recipe = Recipe(IMPORTED_TASKS[config.head or config.arch], config, data, TrainConfig())
     run_dir.mkdir(parents=True, exist_ok=True)
     write_run_info(run_dir)
     tokenizer.save(run_dir / TOKENIZER_FILE)

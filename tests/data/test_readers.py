@@ -1,4 +1,5 @@
 import gzip
+import json
 from pathlib import Path
 
 import pytest
@@ -10,8 +11,10 @@ from scratchformer.data import (
     read_conll,
     read_lines,
     read_parallel,
+    read_squad,
     read_text,
     read_tsv,
+    squad_examples,
 )
 
 
@@ -186,3 +189,58 @@ def test_a_broken_gzip_file(tmp_path) -> None:
     assert error(read_text, path).startswith(f"{path}: not a valid gzip file")
     path.write_bytes(gzip.compress(b"cut short\n")[:-6])
     assert error(read_text, path).startswith(f"{path}: not a valid gzip file")
+
+
+# --- SQuAD JSON ------------------------------------------------------------------------------
+
+
+def test_squad_questions_of_the_real_files(data_dir: Path) -> None:
+    train, val = squad_examples("train"), squad_examples("val")
+    assert (len(train), len(val)) == (6713, 1168)
+    assert min(len(q.answers) for q in val) >= 1 and max(len(q.answers) for q in val) > 1
+    for question in train[:50] + val[:50]:
+        for answer in question.answers:
+            assert question.context[answer.start : answer.end] == answer.text
+
+
+def squad(context: object = "Ada wrote it.", answer: object = None, **qa: object) -> dict:
+    answer = {"text": "Ada", "answer_start": 0} if answer is None else answer
+    question = {"id": "q1", "question": "Who?", "answers": [answer], **qa}
+    paragraph = {"qas": [question]} if context is None else {"context": context, "qas": [question]}
+    return {"version": "1.1", "data": [{"title": "t", "paragraphs": [paragraph]}]}
+
+
+def test_squad_reads_a_question_with_its_key(tmp_path) -> None:
+    (question,) = read_squad(write(tmp_path / "s.json", json.dumps(squad())))
+    assert (question.id, question.question, question.context) == ("q1", "Who?", "Ada wrote it.")
+    assert question.answers[0].text == "Ada" and question.answers[0].end == 3
+    assert question.key == "data[0].paragraphs[0].qas[0]"
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (squad(context=None), "data[0].paragraphs[0].context: missing"),
+        (squad(context=7), "data[0].paragraphs[0].context: expected a string, found 7"),
+        (
+            squad(answer={"text": "wrote", "answer_start": 0}),
+            "data[0].paragraphs[0].qas[0].answers[0]: answer_start=0 does not match its text "
+            "'wrote' (the context reads 'Ada w' there)",
+        ),
+        (
+            squad(answer={"text": "Ada"}),
+            "data[0].paragraphs[0].qas[0].answers[0].answer_start: missing",
+        ),
+        (squad(answers=[]), "data[0].paragraphs[0].qas[0].answers: no answer"),
+        ({"version": "1.1"}, "data: missing"),
+        ({"data": [[]]}, "data[0]: expected an object"),
+    ],
+)
+def test_malformed_squad_names_file_and_key(tmp_path, content, message: str) -> None:
+    path = write(tmp_path / "s.json", json.dumps(content))
+    assert error(read_squad, path) == f"{path}: {message}"
+
+
+def test_squad_that_is_not_json_names_its_line(tmp_path) -> None:
+    path = write(tmp_path / "s.json", '{"data": [\n  oops\n]}')
+    assert error(read_squad, path).startswith(f"{path}:2: not valid JSON")

@@ -309,3 +309,15 @@ def test_a_backends_own_padding_and_truncation_are_switched_off() -> None:
     backend.enable_padding(length=8)
     backend.enable_truncation(max_length=1)
     assert Tokenizer(backend).encode("hello world hello") == [1, 2, 1]
+
+
+@pytest.mark.parametrize("kind", ["char", "bpe", "wordpiece"])
+def test_offsets_are_characters_of_the_text_without_whitespace(kind: str) -> None:
+    text = "Zoë  fährt nach 日本 — café."
+    tokenizer = Tokenizer.train(kind, [text] * 3, 300, ("pad", "unk", "cls", "sep"))
+    ids, offsets = tokenizer.encode_offsets(text)
+    assert ids == tokenizer.encode(text) and len(offsets) == len(ids)
+    assert all(text[start:end] == text[start:end].strip() for start, end in offsets)
+    covered = {i for start, end in offsets for i in range(start, end)}
+    assert covered == {i for i, char in enumerate(text) if not char.isspace()}
+    assert offsets[-1] == (len(text) - 1, len(text))  # characters: bytes run past the end

@@ -1,5 +1,5 @@
 """The commands that use a trained model: ``eval``, ``generate``, ``translate``,
-``classify`` and ``tag``."""
+``classify``, ``tag`` and ``answer``."""
 
 from __future__ import annotations
 
@@ -99,5 +99,13 @@ def tag(args: argparse.Namespace) -> int:
     """``scratchformer tag DIR < sentences``: ``token tag`` lines, a blank line after each
     sentence (CoNLL style); words are split on whitespace."""
     task, model = run_of(args, "tag")
+    output_lines(task.predict_lines(model, input_lines()))
+    return 0
+
+
+def answer(args: argparse.Namespace) -> int:
+    """``scratchformer answer DIR < questions``: for each ``question<TAB>context`` line, the
+    answer (a span of the context) and its probability."""
+    task, model = run_of(args, "answer")
     output_lines(task.predict_lines(model, input_lines()))
     return 0

@@ -2,12 +2,15 @@
 registry that finds named datasets without a network. Knows nothing of models."""
 
 from .readers import (
+    Answer,
     DataError,
     LabeledText,
+    Question,
     TaggedSentence,
     read_conll,
     read_lines,
     read_parallel,
+    read_squad,
     read_text,
     read_tsv,
 )
@@ -20,16 +23,19 @@ from .registry import (
     dataset_spec,
     parallel_examples,
     shakespeare_text,
+    squad_examples,
     sst2_examples,
     stsb_examples,
 )
 
 __all__ = [
     "DATASETS",
+    "Answer",
     "DataError",
     "DatasetNotFoundError",
     "DatasetSpec",
     "LabeledText",
+    "Question",
     "TaggedSentence",
     "conll_examples",
     "dataset_file",
@@ -38,9 +44,11 @@ __all__ = [
     "read_conll",
     "read_lines",
     "read_parallel",
+    "read_squad",
     "read_text",
     "read_tsv",
     "shakespeare_text",
+    "squad_examples",
     "sst2_examples",
     "stsb_examples",
 ]

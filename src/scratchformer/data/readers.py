@@ -1,22 +1,26 @@
-"""Readers for plain text, parallel text, TSV and CoNLL files.
+"""Readers for plain text, parallel text, TSV, CoNLL and SQuAD JSON files.
 
 Files are UTF-8 (a leading byte-order mark is dropped), plain or gzip (``.gz``); CRLF line
 endings are read as LF. Every malformed input raises :class:`DataError` with a message that
-starts with ``file:line:``, so a user can open the file at the line at fault.
+starts with ``file:line:``, so a user can open the file at the line at fault (in JSON, the
+message names the key at fault instead, e.g. ``data[2].paragraphs[0].qas[5]``).
 """
 
 from __future__ import annotations
 
 import codecs
 import gzip
+import json
 import math
 import re
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 DOCSTART = "-DOCSTART-"
+JSON_TYPES = {str: "a string", int: "an integer", list: "a list", dict: "an object"}
 
 
 class DataError(ValueError):
@@ -46,6 +50,31 @@ class TaggedSentence:
     tokens: tuple[str, ...]
     tags: tuple[str, ...]
     line: int
+
+
+@dataclass(frozen=True)
+class Answer:
+    """An answer to a question: its text, found at character ``start`` of the context."""
+
+    text: str
+    start: int
+
+    @property
+    def end(self) -> int:
+        """The character after the answer."""
+        return self.start + len(self.text)
+
+
+@dataclass(frozen=True)
+class Question:
+    """A question about a context, with its reference answers (one or more; training
+    takes the first); ``key`` says where it is in the file."""
+
+    id: str
+    question: str
+    context: str
+    answers: tuple[Answer, ...]
+    key: str
 
 
 def read_text(path: str | Path) -> str:
@@ -178,6 +207,75 @@ def read_conll(path: str | Path) -> list[TaggedSentence]:
     if not sentences:
         raise DataError.at(path, None, "no sentences")
     return sentences
+
+
+def read_squad(path: str | Path) -> list[Question]:
+    """The questions of a SQuAD v1.1 JSON file: ``{"data": [{"paragraphs": [{"context": ...,
+    "qas": [{"id", "question", "answers": [{"text", "answer_start"}, ...]}]}]}]}``.
+
+    Every answer must be the text of its context at ``answer_start``; errors name the file
+    and the key at fault."""
+    path = Path(path)
+    try:
+        root = json.loads(read_text(path))
+    except json.JSONDecodeError as err:
+        raise DataError.at(path, err.lineno, f"not valid JSON ({err.msg})") from None
+    questions = []
+    for a, article in enumerate(_field(path, "", root, "data", list)):
+        paragraphs = _field(path, f"data[{a}]", article, "paragraphs", list)
+        for p, paragraph in enumerate(paragraphs):
+            where = f"data[{a}].paragraphs[{p}]"
+            context = _field(path, where, paragraph, "context", str)
+            for q, qa in enumerate(_field(path, where, paragraph, "qas", list)):
+                key = f"{where}.qas[{q}]"
+                answers = _field(path, key, qa, "answers", list)
+                if not answers:
+                    raise DataError.at(path, None, f"{key}.answers: no answer")
+                found = tuple(
+                    _answer(path, f"{key}.answers[{i}]", answer, context)
+                    for i, answer in enumerate(answers)
+                )
+                question = _field(path, key, qa, "question", str)
+                questions.append(
+                    Question(
+                        str(_field(path, key, qa, "id", (str, int))), question, context, found, key
+                    )
+                )
+    if not questions:
+        raise DataError.at(path, None, "no questions")
+    return questions
+
+
+def _field(path: Path, where: str, node: Any, name: str, kind: type | tuple[type, ...]) -> Any:
+    """``node[name]``, which must be of ``kind``; errors name the key."""
+    key = f"{where}.{name}" if where else name
+    if not isinstance(node, dict):
+        raise DataError.at(path, None, f"{where or 'the top level'}: expected an object")
+    if name not in node:
+        raise DataError.at(path, None, f"{key}: missing")
+    value = node[name]
+    if not isinstance(value, kind) or isinstance(value, bool):
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        wanted = " or ".join(JSON_TYPES[k] for k in kinds)
+        raise DataError.at(path, None, f"{key}: expected {wanted}, found {value!r}")
+    return value
+
+
+def _answer(path: Path, key: str, node: Any, context: str) -> Answer:
+    """An answer whose text is the context's at its ``answer_start``."""
+    text = _field(path, key, node, "text", str)
+    start = _field(path, key, node, "answer_start", int)
+    if not text:
+        raise DataError.at(path, None, f"{key}.text: empty")
+    found = context[start : start + len(text)] if start >= 0 else ""
+    if found != text:
+        raise DataError.at(
+            path,
+            None,
+            f"{key}: answer_start={start} does not match its text {text!r} "
+            f"(the context reads {found!r} there)",
+        )
+    return Answer(text, start)
 
 
 def _column(path: Path, line: int, column: str | int, names: list[str] | None, width: int) -> int:

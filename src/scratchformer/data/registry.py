@@ -19,9 +19,11 @@ from urllib.request import urlopen
 from .readers import (
     DataError,
     LabeledText,
+    Question,
     TaggedSentence,
     read_conll,
     read_parallel,
+    read_squad,
     read_text,
     read_tsv,
 )
@@ -139,6 +141,18 @@ DATASETS: dict[str, DatasetSpec] = {
                 "dev.tsv": "5ff3d66a07bb2040c573b532f953dc514524e193a27b9be0a6f5622f7bec4eb5",
             },
         ),
+        DatasetSpec(
+            name="squad",
+            description="SQuAD v1.1 extractive question answering (JSON): train 6,713 "
+            "questions over 30 articles of the official training set, val 1,168 over 6 "
+            f"articles of the official dev set, several reference answers each; {NO_URL}.",
+            splits=("train", "val"),
+            pattern="{split}.json",
+            sha256={
+                "train.json": "f1ebabd6e0be9a8ea8ab722960a09b4ff10f1920d237b9fac5db3cdd4765e44d",
+                "val.json": "b71f9ae541a214f0df6c887f95ee8fe0c41e03693acdae0a8ee22271ed636518",
+            },
+        ),
     ]
 }
 
@@ -197,6 +211,11 @@ def stsb_examples(split: str, root: str | Path | None = None) -> list[LabeledTex
 def conll_examples(split: str, root: str | Path | None = None) -> list[TaggedSentence]:
     """CoNLL-2003 sentences with their BIO entity tags."""
     return read_conll(dataset_file("conll2003", split, root=root))
+
+
+def squad_examples(split: str, root: str | Path | None = None) -> list[Question]:
+    """SQuAD questions with their contexts and reference answers."""
+    return read_squad(dataset_file("squad", split, root=root))
 
 
 def cache_dir() -> Path:

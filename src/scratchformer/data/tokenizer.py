@@ -265,6 +265,25 @@ class Tokenizer:
         segments = [0] * (len(ids_a) + 2) + [1] * (len(ids_b) + 1)
         return ids, segments
 
+    def encode_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """Token ids of ``text`` and, per token, the characters ``(start, end)`` of ``text``
+        it stands for, whitespace trimmed: byte-level BPE's ``Ġman`` covers ``man``, not
+        `` man``. Offsets count characters (code points), never bytes: the pieces of one
+        character split into several byte tokens each cover the whole character. A token of
+        whitespace only covers nothing (``start == end``). Specials are not added."""
+        try:
+            encoding = self._backend.encode(text, add_special_tokens=False)
+        except Exception as error:  # the library raises a bare Exception
+            raise self._encode_error([text], error) from None
+        offsets = []
+        for start, end in encoding.offsets:
+            while start < end and text[start].isspace():
+                start += 1
+            while end > start and text[end - 1].isspace():
+                end -= 1
+            offsets.append((start, end))
+        return encoding.ids, offsets
+
     def encode_words(self, words: Sequence[str]) -> tuple[list[int], list[int]]:
         """Encode pre-split words (NER): sub-word ids and, per id, the index of its word.
 

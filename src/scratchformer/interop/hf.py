@@ -27,7 +27,7 @@ from ..data.tokenizer import SPECIAL_TOKENS, Tokenizer
 from ..io import atomic_write, atomic_write_json, listing, load_tensors, safe_torch_load
 from ..models import DecoderModel, EncoderModel, build_model
 from .hf_config import hf_config, model_config
-from .hf_weights import NAMINGS, check, checkpoint_tensors, from_hf, to_hf
+from .hf_weights import NAMINGS, check, checkpoint_tensors, from_hf, headed_names, to_hf
 
 CONFIG_FILE = "config.json"
 SAFETENSORS_FILE = "model.safetensors"
@@ -90,6 +90,8 @@ def save_pretrained(model: Model, path: str | Path, tokenizer: Tokenizer | None 
         name: tensor.detach().clone(memory_format=torch.contiguous_format)
         for name, tensor in to_hf(model.state_dict(), table).items()
     }
+    if config.head is not None:
+        tensors = headed_names(tensors, hf["model_type"], config.head)
     directory = Path(path)
     directory.mkdir(parents=True, exist_ok=True)
     atomic_write(

@@ -26,6 +26,8 @@ ACTIVATIONS_FROM_HF = {
     "silu": "silu",
 }
 ACTIVATIONS_TO_HF = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "silu": "silu"}
+HEAD_ARCHITECTURES = {"span": "BertForQuestionAnswering"}
+"""Our encoder heads with a BERT counterpart: the class ``config.json`` names."""
 _ALIASES = {"use_final_norm": "final_norm", "use_qkv_bias": "qkv_bias", "kv_heads": "n_kv_heads"}
 """Fixed properties of ours and the field that sets them."""
 
@@ -78,7 +80,6 @@ BERT = Family(
         "scale_embedding": False,
         "embedding_norm": True,
         "bias": True,
-        "head": None,
         **LAYER_NORM_LAYERS,
     },
     hf_fixed={
@@ -227,8 +228,12 @@ def model_config(hf: dict[str, Any]) -> ModelConfig:
                 f"head_dim={hf['head_dim']} is not supported (only hidden_size / "
                 f"num_attention_heads = {d_head})"
             )
+    heads = {architecture: head for head, architecture in HEAD_ARCHITECTURES.items()}
+    found = [heads[name] for name in hf.get("architectures") or [] if name in heads]
+    head = found[0] if family is BERT and found else None
     fields = {_ALIASES.get(name, name): value for name, value in (family.fixed | values).items()}
-    return ModelConfig(**fields, **family.imported, pooler=family is BERT)
+    pooler = family is BERT and head is None
+    return ModelConfig(**fields, **family.imported, pooler=pooler, head=head)
 
 
 def rope_from_hf(hf: dict[str, Any], max_len: int) -> dict[str, Any]:
@@ -292,6 +297,8 @@ def _differences(config: ModelConfig, family: Family) -> list[str]:
         for name, value in family.fixed.items()
         if getattr(config, name) != value
     ]
+    if config.head is not None and not (family is BERT and config.head in HEAD_ARCHITECTURES):
+        differ.append(f"head={config.head!r} (needs none or {', '.join(HEAD_ARCHITECTURES)})")
     if family is BERT and config.type_vocab_size < 1:
         differ.append("type_vocab_size=0 (needs segment embeddings, >= 1)")
     return differ
@@ -310,7 +317,7 @@ def hf_config(config: ModelConfig, tokenizer: Tokenizer | None = None) -> dict[s
     specials = {} if tokenizer is None else tokenizer.specials
     return {
         "model_type": family.model_type,
-        "architectures": [family.architecture],
+        "architectures": [HEAD_ARCHITECTURES.get(config.head or "", family.architecture)],
         **values,
         **family.hf_fixed,
         **{f"{role}_token_id": specials.get(role) for role in ("pad", "bos", "eos")},

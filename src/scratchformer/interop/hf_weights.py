@@ -71,7 +71,14 @@ def bert_table(config: ModelConfig) -> Table:
         }
     if config.pooler:
         table |= _linear("pooler.dense", "pooler.dense")
+    if config.head is not None:
+        table |= HEAD_TABLES[config.head]
     return table
+
+
+HEAD_TABLES = {"span": _linear("head.proj", "qa_outputs")}
+"""Our heads' tensors in a BERT with a task head (``BertForQuestionAnswering``); there, the
+other tensors carry the family's prefix (``bert.``)."""
 
 
 def gpt2_table(config: ModelConfig) -> Table:
@@ -165,6 +172,14 @@ def checkpoint_tensors(tensors: Mapping[str, Tensor], model_type: str) -> dict[s
         if not naming.ignored.fullmatch(name):
             kept[name] = tensor
     return kept
+
+
+def headed_names(tensors: Mapping[str, Tensor], model_type: str, head: str) -> dict[str, Tensor]:
+    """A model-with-head checkpoint's tensors from :func:`to_hf`'s: all but the head's
+    under the family's prefix, as ``transformers`` saves them."""
+    prefix = NAMINGS[model_type].prefix
+    own = {source for entry in HEAD_TABLES[head].values() for source in entry.names}
+    return {name if name in own else prefix + name: t for name, t in tensors.items()}
 
 
 def from_hf(tensors: Mapping[str, Tensor], table: Table) -> dict[str, Tensor]:

@@ -16,7 +16,7 @@ from .base import (
     rotary_for,
     rotation_for,
 )
-from .heads import Pooler, SequenceHead, SimilarityHead, TokenClassificationHead
+from .heads import Pooler, SequenceHead, SimilarityHead, SpanHead, TokenClassificationHead
 
 
 class Encoder(nn.Module):
@@ -79,6 +79,8 @@ class EncoderModel(nn.Module):
             self.head = SimilarityHead(config.pooling)
         elif config.head == "token_classification":
             self.head = TokenClassificationHead(config.d_model, config.num_labels, config.dropout)
+        elif config.head == "span":
+            self.head = SpanHead(config.d_model)
         init_linear_weights(self)
 
     def encode(

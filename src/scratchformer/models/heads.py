@@ -86,6 +86,19 @@ class TokenClassificationHead(nn.Module):
         return self.proj(self.dropout(hidden))
 
 
+class SpanHead(nn.Module):
+    """A linear map of every token to two logits: that the answer starts there, and that it
+    ends there (extractive question answering; BERT's ``qa_outputs``). The output is
+    ``(batch, seq, 2)``."""
+
+    def __init__(self, d_model: int) -> None:
+        super().__init__()
+        self.proj = Linear(d_model, 2)
+
+    def forward(self, hidden: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+        return self.proj(hidden)
+
+
 class LMHead(nn.Module):
     """Projection to vocabulary logits, without bias so that it can share (tie) its weight
     with the token embedding (paper sec. 3.4)."""

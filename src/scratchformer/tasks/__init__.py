@@ -6,6 +6,7 @@ from ..config import Recipe
 from .base import Batch, ExampleTask, Task
 from .classification import ClassificationTask, RegressionTask
 from .lm import LanguageModelTask
+from .qa import QuestionAnsweringTask
 from .similarity import SimilarityTask
 from .synthetic import SyntheticTask
 from .tagging import TaggingTask
@@ -21,6 +22,7 @@ TASKS: dict[str, type[Task]] = {
         RegressionTask,
         SimilarityTask,
         TaggingTask,
+        QuestionAnsweringTask,
     )
 }
 
@@ -36,6 +38,7 @@ __all__ = [
     "ClassificationTask",
     "ExampleTask",
     "LanguageModelTask",
+    "QuestionAnsweringTask",
     "RegressionTask",
     "SimilarityTask",
     "SyntheticTask",

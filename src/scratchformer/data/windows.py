@@ -1,0 +1,87 @@
+"""Windows over a long context for extractive question answering.
+
+A question and its context become ``[CLS] question [SEP] context piece [SEP]`` inputs. A
+context longer than one input allows is read through overlapping windows (BERT's "doc
+stride"); every window knows which characters of the context each of its tokens stands for,
+so that a predicted span of tokens maps back to an exact substring of the context. An answer
+given in characters becomes a start and an end token in each window that holds it whole;
+the windows that do not point at ``[CLS]`` (position 0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .tokenizer import Tokenizer
+
+Span = tuple[int, int]
+"""Characters ``[start, end)`` of a text."""
+
+
+@dataclass(frozen=True)
+class Window:
+    """One input of a question: ids, segment ids (0 up to the first ``[SEP]``, then 1), the
+    characters of the context each position stands for (``None`` for the question and the
+    specials), and the target positions of the answer: ``(0, 0)`` when it is not in it."""
+
+    ids: list[int]
+    segments: list[int]
+    offsets: list[Span | None]
+    start: int = 0
+    end: int = 0
+
+
+def answer_tokens(offsets: list[Span], answer: Span) -> Span | None:
+    """The first and last token of the context whose characters overlap ``answer``, or
+    ``None`` when none does (an answer of whitespace, or beyond the text)."""
+    first, last = answer
+    covering = [i for i, (start, end) in enumerate(offsets) if start < last and end > first]
+    return (covering[0], covering[-1]) if covering else None
+
+
+def question_windows(
+    tokenizer: Tokenizer,
+    question: str,
+    context: str,
+    *,
+    max_len: int,
+    stride: int,
+    max_question_len: int,
+    answer: Span | None = None,
+) -> list[Window]:
+    """The windows of ``question`` over ``context``, each at most ``max_len`` tokens; the
+    question is cut to ``max_question_len`` tokens. Consecutive windows start ``stride``
+    context tokens apart (fewer if a window holds fewer), the last ends at the context's
+    end. ``answer`` (characters of the context) sets the windows' targets."""
+    cls, sep = tokenizer.cls_id, tokenizer.sep_id
+    if cls is None or sep is None:
+        raise ValueError("question answering needs a tokenizer with [CLS] and [SEP] tokens")
+    question_ids = tokenizer.encode(question)[:max_question_len]
+    ids, offsets = tokenizer.encode_offsets(context)
+    room = max_len - len(question_ids) - 3
+    if room < 1:
+        raise ValueError(
+            f"data.max_len={max_len} leaves no room for the context after a question of "
+            f"{len(question_ids)} tokens (data.max_question_len={max_question_len})"
+        )
+    target = None if answer is None else answer_tokens(offsets, answer)
+    head = [cls, *question_ids, sep]
+    windows = []
+    first = 0
+    while True:
+        last = min(first + room, len(ids))
+        start = end = 0
+        if target is not None and first <= target[0] and target[1] < last:
+            start, end = (len(head) + i - first for i in target)
+        windows.append(
+            Window(
+                ids=[*head, *ids[first:last], sep],
+                segments=[0] * len(head) + [1] * (last - first + 1),
+                offsets=[None] * len(head) + list(offsets[first:last]) + [None],
+                start=start,
+                end=end,
+            )
+        )
+        if last == len(ids):
+            return windows
+        first += min(stride, room)

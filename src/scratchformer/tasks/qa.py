@@ -1,0 +1,299 @@
+"""Extractive question answering (SQuAD): the answer is a span of the context. A question
+and its context -> windows ``[CLS] question [SEP] context piece [SEP]`` -> encoder -> span
+head: a start and an end logit per token, trained with the mean of the two cross-entropies.
+The answer is the best span over all windows of a question, mapped back to the characters
+of the context; scored by SQuAD's exact match and token F1."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..config import Recipe
+from ..data.batching import pad_batch
+from ..data.readers import Question, read_squad
+from ..data.registry import squad_examples
+from ..data.windows import Span, Window, question_windows
+from ..metrics import squad_scores
+from .base import Batch, ExampleTask, TokenLabels, add
+
+SPECIALS = ("pad", "unk", "cls", "sep")
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """A window and the index of its question in the split."""
+
+    window: Window
+    question: int
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """An answer: characters of the context, and the probability the model gives it."""
+
+    span: Span
+    score: float
+
+
+class QuestionAnsweringTask(ExampleTask):
+    """Question and context -> encoder -> span head; exact match and F1 of the answers."""
+
+    name = "qa"
+    arch = "encoder"
+    head = "span"
+    metric = "f1"
+    higher_is_better = True
+    command = "answer"
+
+    def __init__(self, recipe: Recipe) -> None:
+        super().__init__(recipe)
+        if recipe.train.rdrop:
+            raise ValueError(f"[train] rdrop={recipe.train.rdrop}: not supported by the qa task")
+        self._questions: dict[tuple[str, str | None], list[Question]] = {}
+
+    # -- data --------------------------------------------------------------------------
+
+    def read(self, split: str, path: str | None = None) -> list[Question]:
+        """The questions of a split, from ``path`` or ``data.<split>`` (SQuAD JSON), else
+        from ``data.dataset``; read once."""
+        key = (split, path)
+        if key not in self._questions:
+            path = path or getattr(self.data, split, None)
+            if path is not None:
+                self._questions[key] = read_squad(path)
+            elif self.data.dataset == "squad":
+                self._questions[key] = squad_examples(split, self.data.root)
+            else:
+                raise ValueError(
+                    f"no {split} data: set data.dataset = 'squad' or data.{split} = FILE "
+                    "(SQuAD JSON)"
+                )
+        return self._questions[key]
+
+    def prepare(self) -> None:
+        questions = self.read("train")
+        contexts = list(dict.fromkeys(q.context for q in questions))
+        texts = contexts + [q.question for q in questions]
+        self.tokenizers = {"tokenizer": self.train_tokenizer(texts, SPECIALS)}
+
+    def model_sizes(self) -> dict[str, Any]:
+        return {
+            "vocab_size": self.tokenizer().vocab_size,
+            "num_labels": 2,
+            "type_vocab_size": max(self.recipe.model.type_vocab_size, 2),
+        }
+
+    def windows(self, question: str, context: str, answer: Span | None = None) -> list[Window]:
+        """The windows of a question over its context (see
+        :func:`~scratchformer.data.windows.question_windows`)."""
+        data = self.data
+        return question_windows(
+            self.tokenizer(),
+            question,
+            context,
+            max_len=data.max_len,
+            stride=data.doc_stride,
+            max_question_len=data.max_question_len,
+            answer=answer,
+        )
+
+    def encode(self, raw: Sequence[Question]) -> list[Encoded]:
+        """Every window of every question; the targets are those of the first answer."""
+        return [
+            Encoded(window, i)
+            for i, q in enumerate(raw)
+            for window in self.windows(
+                q.question, q.context, (q.answers[0].start, q.answers[0].end)
+            )
+        ]
+
+    def length(self, example: Encoded) -> int:
+        return len(example.window.ids)
+
+    def collate(self, examples: Sequence[Encoded]) -> Batch:
+        """Padded ids, segments and mask; targets ``(windows, 2)``: start and end."""
+        windows = [e.window for e in examples]
+        ids, mask = pad_batch([w.ids for w in windows], self.tokenizer().pad_id)
+        segments, _ = pad_batch([w.segments for w in windows], 0)
+        targets = torch.tensor([[w.start, w.end] for w in windows], dtype=torch.long)
+        inputs = {"input_ids": ids, "attention_mask": mask, "token_type_ids": segments}
+        return Batch(inputs, targets, int(mask.sum()))
+
+    # -- loss and metrics --------------------------------------------------------------
+
+    def loss(self, model: nn.Module, batch: Batch) -> Tensor:
+        """The mean of the start and end cross-entropies over the real tokens."""
+        logits = self.logits(model, batch).float()
+        return span_loss(
+            logits,
+            batch.inputs["attention_mask"],
+            batch.targets,
+            self.train_config.label_smoothing,
+        )
+
+    @torch.no_grad()
+    def evaluate(
+        self,
+        model: nn.Module,
+        split: str = "val",
+        path: str | None = None,
+        max_batches: int | None = None,
+        device: torch.device | None = None,
+    ) -> dict[str, float]:
+        """Loss, start / end accuracy, and the exact match and F1 of the decoded answers of
+        the questions whose windows all fall in the batches evaluated (``max_batches``)."""
+        was_training = model.training
+        model.eval()
+        examples = self.examples(split, path)
+        totals: dict[str, Any] = {}
+        seen: list[tuple[Encoded, Tensor]] = []
+        try:
+            for i, indices in enumerate(self.batches(examples, 0, 1, shuffle=False)):
+                if max_batches is not None and i >= max_batches:
+                    break
+                batch = self.collate([examples[j] for j in indices])
+                batch = batch.to(device) if device is not None else batch
+                logits = self.logits(model, batch).float()
+                mask = batch.inputs["attention_mask"]
+                loss = span_loss(logits, mask, batch.targets, reduction="sum")
+                correct = (masked(logits, mask).argmax(1) == batch.targets).all(-1)
+                add(
+                    totals, loss_sum=loss.item(), windows=len(indices), correct=correct.sum().item()
+                )
+                seen += [(examples[j], row) for j, row in zip(indices, logits.cpu(), strict=True)]
+        finally:
+            model.train(was_training)
+        if not seen:
+            raise ValueError(f"no examples to evaluate in split {split!r}")
+        questions = self.read(split, path)
+        windows = Counter(example.question for example in examples)
+        by_question = group_by_question(seen)
+        answered = [i for i, found in by_question.items() if len(found) == windows[i]]
+        predicted = [
+            questions[i].context[slice(*best_answer(by_question[i], self.data.max_answer_len).span)]
+            for i in answered
+        ]
+        references = [[a.text for a in questions[i].answers] for i in answered]
+        count = totals["windows"]
+        return {
+            "loss": totals["loss_sum"] / count,
+            "span_accuracy": totals["correct"] / count,
+            **squad_scores(predicted, references),
+        }
+
+    # -- inference ---------------------------------------------------------------------
+
+    def answer(self, model: nn.Module, questions: Sequence[tuple[str, str]]) -> list[Prediction]:
+        """The best answer to each ``(question, context)``, with its probability."""
+        encoded = [
+            Encoded(window, i)
+            for i, (question, context) in enumerate(questions)
+            for window in self.windows(question, context)
+        ]
+        rows = [row for logits, _ in self.forward_in_order(model, encoded) for row in logits]
+        by_question = group_by_question(zip(encoded, rows, strict=True))
+        return [
+            best_answer(by_question.get(i, []), self.data.max_answer_len)
+            for i in range(len(questions))
+        ]
+
+    def predict_lines(self, model: nn.Module, lines: Sequence[str], **options: Any) -> list[str]:
+        """``answer<TAB>probability`` for each ``question<TAB>context`` line; an empty line
+        gives an empty answer."""
+        questions = [split_question(line, n) for n, line in enumerate(lines, 1) if line]
+        answers = iter(self.answer(model, questions))
+        outputs = []
+        for line in lines:
+            if not line:
+                outputs.append("")
+                continue
+            prediction, (_, context) = next(answers), split_question(line, 0)
+            outputs.append(f"{context[slice(*prediction.span)]}\t{prediction.score:.4f}")
+        return outputs
+
+    def attention_inputs(self, text: str) -> tuple[dict[str, Tensor], TokenLabels]:
+        """``question<TAB>context``, its first window as in training."""
+        question, context = split_question(text, 1)
+        inputs = self.collate([Encoded(self.windows(question, context)[0], 0)]).inputs
+        tokens = self.tokenizer().labels(inputs["input_ids"][0].tolist())
+        return inputs, {"encoder": (tokens, tokens)}
+
+
+def split_question(line: str, number: int) -> tuple[str, str]:
+    """``(question, context)`` of a ``question<TAB>context`` line (numbered from 1)."""
+    question, tab, context = line.partition("\t")
+    if not tab:
+        raise ValueError(f"line {number}: expected 'question<TAB>context', got {line[:60]!r}")
+    return question, context
+
+
+def group_by_question(
+    windows: Iterable[tuple[Encoded, Tensor]],
+) -> dict[int, list[tuple[Window, Tensor]]]:
+    """Windows with their logits, by the index of their question."""
+    grouped: dict[int, list[tuple[Window, Tensor]]] = {}
+    for example, logits in windows:
+        grouped.setdefault(example.question, []).append((example.window, logits))
+    return grouped
+
+
+def masked(logits: Tensor, mask: Tensor) -> Tensor:
+    """``(batch, seq, 2)`` logits with padding positions at -inf."""
+    return logits.masked_fill(~mask.bool()[..., None], float("-inf"))
+
+
+def span_loss(
+    logits: Tensor,
+    mask: Tensor,
+    targets: Tensor,
+    label_smoothing: float = 0.0,
+    reduction: str = "mean",
+) -> Tensor:
+    """The mean of the start and end cross-entropies of ``(batch, seq, 2)`` logits against
+    ``(batch, 2)`` target positions, over the real tokens (``mask``) only: padding gets no
+    probability, nor any of the smoothing's. ``reduction``: ``mean`` or ``sum`` over windows."""
+    real = mask.bool()[..., None]
+    log_p = masked(logits, mask).log_softmax(1)
+    loss = -log_p.gather(1, targets[:, None, :]).squeeze(1)  # (batch, 2)
+    if label_smoothing:
+        uniform = -log_p.masked_fill(~real, 0.0).sum(1) / real.sum(1)
+        loss = (1 - label_smoothing) * loss + label_smoothing * uniform
+    per_window = loss.mean(-1)
+    return per_window.sum() if reduction == "sum" else per_window.mean()
+
+
+def best_answer(windows: Sequence[tuple[Window, Tensor]], max_answer_len: int) -> Prediction:
+    """The likeliest span of context tokens over the windows of a question, with logits
+    ``(positions, 2)`` each, at most ``max_answer_len`` tokens long: its characters and
+    probability, ``p(start) * p(end)`` in its window, where ``[CLS]`` too may take the mass
+    (a window without the answer puts it there). No context at all: an empty answer."""
+    best = Prediction((0, 0), 0.0)
+    for window, logits in windows:
+        context = torch.tensor([offset is not None for offset in window.offsets])
+        allowed = context.clone()
+        allowed[0] = True  # [CLS]
+        log_p = logits[: len(allowed)].masked_fill(~allowed[:, None], float("-inf"))
+        log_p = log_p.log_softmax(0)
+        pair = log_p[:, 0, None] + log_p[None, :, 1]  # (start, end)
+        length = torch.arange(len(allowed))
+        valid = (length[None, :] >= length[:, None]) & (
+            length[None, :] - length[:, None] < max_answer_len
+        )
+        valid &= context[:, None] & context[None, :]
+        pair = pair.masked_fill(~valid, float("-inf"))
+        score, flat = pair.flatten().max(0)
+        if score.item() == float("-inf"):
+            continue
+        probability = score.exp().item()
+        if probability > best.score:
+            start, end = divmod(flat.item(), len(allowed))
+            first, last = window.offsets[start], window.offsets[end]
+            assert first is not None and last is not None
+            best = Prediction((first[0], last[1]), probability)
+    return best
