@@ -236,21 +236,25 @@ COMMANDS = (
     Command(
         "import-hf",
         "hf:import_checkpoint",
-        "make a run directory from a Hugging Face BERT or GPT-2 checkpoint",
+        "make a run directory from a Hugging Face checkpoint (BERT, GPT-2, Llama, Qwen2, Mistral)",
         (arg("hf_dir", help="Hugging Face checkpoint directory"), OUT_RUN),
-        description="HF_DIR holds config.json, model.safetensors (or pytorch_model.bin) and "
-        "tokenizer.json. A GPT-2 becomes a language-model run, ready for generate; "
-        "a BERT-family encoder a classification run awaiting a fine-tune.",
+        description="HF_DIR holds config.json, model.safetensors (or the shards of "
+        "model.safetensors.index.json, or pytorch_model.bin) and tokenizer.json. A causal LM "
+        "(GPT-2, Llama, Qwen2, Mistral) becomes a language-model run, ready for generate; a "
+        "BertForQuestionAnswering a qa run, ready for answer; another BERT-family encoder a "
+        "classification run awaiting a fine-tune.",
     ),
     Command(
         "export-hf",
         "hf:export_checkpoint",
-        "write a run's model as a Hugging Face BERT or GPT-2 checkpoint",
+        "write a run's model as a Hugging Face checkpoint (BERT, GPT-2, Llama, Qwen2, Mistral)",
         (RUN, arg("--out", required=True, help="Hugging Face checkpoint directory to write")),
         description="For encoders configured like BERT (post-LN, learned positions, "
-        "embedding LayerNorm, segments, no head) and decoders like GPT-2 (pre-LN, learned "
-        "positions, final LayerNorm, tied LM head); others fail naming what differs. "
-        "transformers.AutoModel.from_pretrained(HF_DIR) loads the result.",
+        "embedding LayerNorm, segments; no head, or the span head of question answering) and "
+        "decoders like GPT-2 (pre-LN, learned positions, final LayerNorm, tied LM head) or "
+        "the Llama family (RMSNorm, SwiGLU, rotary positions, no biases); others fail naming "
+        "what differs. transformers.AutoModel(ForCausalLM).from_pretrained(HF_DIR) loads the "
+        "result. HF_DIR may not be a run directory.",
     ),
     Command(
         "attention",

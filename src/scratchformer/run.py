@@ -190,7 +190,8 @@ def load_run(run_dir: Path, need_head: bool = True) -> tuple[Task, nn.Module]:
 
 
 def import_hf(hf_dir: Path, run_dir: Path) -> Recipe:
-    """A run directory from a Hugging Face BERT or GPT-2 checkpoint: the recipe (its model
+    """A run directory from a Hugging Face checkpoint (BERT, GPT-2, Llama, Qwen2, Mistral):
+    the recipe (its model
     section describes the architecture), the tokenizer and the weights, so that later
     commands start from it. Returns the recipe."""
     present = contents(run_dir)
@@ -225,8 +226,8 @@ def import_hf(hf_dir: Path, run_dir: Path) -> Recipe:
 
 def export_hf(run_dir: Path, hf_dir: Path) -> None:
     """A Hugging Face checkpoint directory of a run's model and tokenizer (for models that
-    BERT or GPT-2 can express). ``hf_dir`` may not be a run directory (its config.json
-    would be replaced by the checkpoint's)."""
+    BERT, GPT-2 or the Llama family can express). ``hf_dir`` may not be a run directory
+    (its config.json would be replaced by the checkpoint's)."""
     if is_run(hf_dir):
         raise ValueError(f"{hf_dir} is a run directory: write the checkpoint elsewhere")
     task, model = load_run(run_dir, need_head=False)
