@@ -97,6 +97,7 @@ ROWS = {
         Row("conll2003", "conll2003", "entity_f1", "val", 20, 0.78),
         Row("stsb", "stsb", "pearson", "val", 15, 0.60, required=False),
         Row("sst2-minilm", "sst2-minilm", "accuracy", "val", 60, 0.905),
+        Row("sst2-minilm-lora", "sst2-minilm-lora", "accuracy", "val", 60, 0.88, required=False),
         Row("conll2003-minilm", "conll2003-minilm", "entity_f1", "val", 60, 0.88),
         Row("stsb-minilm", "stsb-minilm", "pearson", "val", 30, 0.86),
         Row("squad-minilm", "squad-minilm", "f1", "val", 60, 65.0),

@@ -130,9 +130,11 @@ def recipe_keys(class_name: str, document: Path) -> str:
         )
     lines = ["| key | type | default | meaning |", "|---|---|---|---|"]
     for field in dataclasses.fields(cls):
+        missing = field.default is dataclasses.MISSING  # a list's default comes from a factory
+        default = field.default_factory() if missing else field.default  # type: ignore[misc]
         lines.append(
             f"| `{section}.{field.name}` | {type_name(hints[field.name])} | "
-            f"{toml_value(field.default)} | {markdown(docs[field.name])} |"
+            f"{toml_value(default)} | {markdown(docs[field.name])} |"
         )
     return "\n".join(lines) + "\n"
 

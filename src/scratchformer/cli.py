@@ -121,6 +121,15 @@ COMMANDS = (
         "keeping a checkpoint of it (exit status 143 or 130); --resume continues from there.",
     ),
     Command(
+        "merge",
+        "training:merge",
+        "fold a LoRA run's adapters into its weights",
+        (arg("run", help="run directory of a LoRA run (train.lora_rank set)"), OUT_RUN),
+        description="--out becomes an ordinary run directory (new or empty; anything there "
+        "is refused): the recipe with train.lora_rank unset, the tokenizers, and the weights "
+        "W + B A * lora_alpha / lora_rank in full, for eval, classify, export-hf and the rest.",
+    ),
+    Command(
         "eval",
         "predict:evaluate",
         "print a trained model's metrics as JSON",

@@ -31,6 +31,10 @@ NORMS = ("layer", "rms")
 ROPE_SCALINGS = ("linear", "llama3")
 TOKENIZERS = ("char", "bpe", "wordpiece")
 SCHEDULES = ("noam", "cosine", "constant", "inverse_sqrt")
+LORA_TARGETS = ("qkv_proj", "q_proj", "kv_proj", "out_proj", "w1", "w2", "w3")
+"""The linear maps LoRA may adapt, by module name: self-attention's fused ``qkv_proj``,
+cross-attention's ``q_proj`` and fused ``kv_proj``, every attention's ``out_proj``, and the
+feed-forward's ``w1``, ``w2`` and (gated) ``w3``."""
 
 C = TypeVar("C", bound="ConfigBase")
 
@@ -506,6 +510,21 @@ class TrainConfig(ConfigBase):
     """CPU threads for PyTorch (``None``: its default)."""
     tensorboard: bool = False
     """Also log to TensorBoard in ``RUN/tensorboard`` (needs the ``tensorboard`` package)."""
+    lora_rank: int | None = None
+    """LoRA (Hu et al., 2021): freeze the model (its base: ``model.init_from``, or the
+    initial weights of ``seed``) and train only a rank-``lora_rank`` update of each
+    ``lora_targets`` map, plus the task head of an encoder. Checkpoints and
+    ``model.safetensors`` then hold only those tensors; ``scratchformer merge`` folds them
+    into full weights. ``None``: train every weight."""
+    lora_alpha: float = 16.0
+    """LoRA: the update ``B A`` is scaled by ``lora_alpha / lora_rank``."""
+    lora_dropout: float = 0.0
+    """LoRA: dropout on the input of each update (the adapted map's own path is not dropped)."""
+    lora_targets: list[str] = dataclasses.field(default_factory=lambda: ["qkv_proj", "out_proj"])
+    """LoRA: the linear maps to adapt in every layer, by name: ``qkv_proj`` (self-attention's
+    query, key and value; one rank-``lora_rank`` adapter each, as PEFT's separate ones),
+    ``q_proj`` and ``kv_proj`` (cross-attention), ``out_proj``, ``w1``, ``w2``, ``w3``
+    (feed-forward)."""
 
     def __post_init__(self) -> None:
         self._check_types()
@@ -531,6 +550,15 @@ class TrainConfig(ConfigBase):
         _require(
             self.ema_decay is None or 0 < self.ema_decay < 1,
             f"ema_decay={self.ema_decay} must be in (0, 1) (or none: no average)",
+        )
+        if self.lora_rank is not None:
+            _positive(self, "lora_rank")
+        _positive(self, "lora_alpha")
+        _in_unit_interval(self, "lora_dropout")
+        unknown = sorted(set(self.lora_targets) - set(LORA_TARGETS))
+        _require(
+            bool(self.lora_targets) and not unknown,
+            f"lora_targets={self.lora_targets!r} must name some of {', '.join(LORA_TARGETS)}",
         )
 
 

@@ -20,12 +20,13 @@ from .config import DataConfig, Recipe, TrainConfig
 from .data.tokenizer import recognise_roles
 from .errors import Interrupted
 from .interop.hf import TOKENIZER_FILE, from_pretrained, save_pretrained
-from .io import MODEL_FILE, atomic_write_text, listing, load_model, save_weights
+from .io import MODEL_FILE, atomic_write_text, listing, load_model, load_weights, save_weights
 from .models import build_model
 from .tasks import Task, build_task
 from .training.checkpoint import STEP_DIR, latest_checkpoint
 from .training.distributed import setup
 from .training.interrupt import StopSignals
+from .training.lora import apply_lora, is_adapted, merge_lora
 from .training.rundir import (
     CONFIG_FILE,
     check_format,
@@ -48,7 +49,8 @@ def start_run(recipe: Recipe, run_dir: Path) -> tuple[Task, nn.Module]:
     """Learn the task's tokenizers (and labels) from the training data -- or take the
     pretrained model's for a fine-tune -- complete the recipe's model section, and write
     both to ``run_dir``. Returns the task and the model to train: initialised from
-    ``train.seed``, with the pretrained weights of ``model.init_from`` when there is one."""
+    ``train.seed``, with the pretrained weights of ``model.init_from`` when there is one,
+    adapted as ``train.lora_*`` say."""
     task = build_task(recipe)
     pretrained = None
     if recipe.model.init_from is not None:
@@ -64,7 +66,7 @@ def start_run(recipe: Recipe, run_dir: Path) -> tuple[Task, nn.Module]:
     model = new_model(recipe)
     if pretrained is not None:
         copy_pretrained(model, pretrained, recipe.model.init_from)
-    return task, model
+    return task, apply_lora(model, recipe.train)
 
 
 def new_model(recipe: Recipe) -> nn.Module:
@@ -72,6 +74,17 @@ def new_model(recipe: Recipe) -> nn.Module:
     and in every run of the recipe)."""
     torch.manual_seed(recipe.train.seed)
     return build_model(recipe.model)
+
+
+def run_model(recipe: Recipe, pretrained: bool) -> nn.Module:
+    """The model of a started run: :func:`new_model`, with the weights of
+    ``model.init_from`` when ``pretrained`` -- or when LoRA adapts it, since its frozen base
+    is in none of the run's files -- adapted as ``train.lora_*`` say."""
+    model = new_model(recipe)
+    init_from = recipe.model.init_from
+    if init_from is not None and (pretrained or recipe.train.lora_rank is not None):
+        initialise_from(model, init_from)
+    return apply_lora(model, recipe.train)
 
 
 def train(
@@ -117,9 +130,7 @@ def train(
                 raise ValueError("rank 0 could not start the run (its error says why)")
             if resume or not dist.is_main:  # the recipe and tokenizers that rank 0 wrote
                 task, saved = open_task(run_dir, list(overrides) if resume else [])
-                model = new_model(saved)
-                if not resume and saved.model.init_from is not None:
-                    initialise_from(model, saved.model.init_from)
+                model = run_model(saved, pretrained=not resume)
             if resume:
                 _check_same_task(_recipe_of(recipe, overrides), saved, run_dir)
                 if dist.is_main:
@@ -175,8 +186,9 @@ def open_task(run_dir: Path, overrides: list[str] | None = None) -> tuple[Task, 
 
 
 def load_run(run_dir: Path, need_head: bool = True) -> tuple[Task, nn.Module]:
-    """The task and the best trained model (in eval mode) of a run directory. With
-    ``need_head``, a model without the task's head (an imported encoder) is an error."""
+    """The task and the best trained model (in eval mode) of a run directory: a LoRA run's
+    base (``model.init_from``, or the initial weights of ``train.seed``) with its adapters.
+    With ``need_head``, a model without the task's head (an imported encoder) is an error."""
     if not (run_dir / MODEL_FILE).exists():
         raise FileNotFoundError(f"{run_dir} holds no trained model ({MODEL_FILE}); train it first")
     task, recipe = open_task(run_dir)
@@ -185,8 +197,37 @@ def load_run(run_dir: Path, need_head: bool = True) -> tuple[Task, nn.Module]:
             f"{run_dir} holds a model without the {task.head} head of a {task.name} run "
             "(an imported checkpoint?); fine-tune it first"
         )
-    model = load_model(lambda: build_model(recipe.model), run_dir / MODEL_FILE)
+    if recipe.train.lora_rank is None:
+        model = load_model(lambda: build_model(recipe.model), run_dir / MODEL_FILE)
+    else:
+        model = run_model(recipe, pretrained=True)
+        load_weights(run_dir / MODEL_FILE, model)
     return task, model.eval()
+
+
+def merge(run_dir: Path, out_dir: Path) -> None:
+    """A run directory ``out_dir`` of a LoRA run's model with its adapters folded into its
+    weights: the recipe with ``train.lora_rank`` unset, the tokenizers, and the merged
+    weights in full, for every command that opens a run. ``out_dir`` must be new or empty."""
+    _check_empty(out_dir)
+    task, model = load_run(run_dir, need_head=False)
+    if not is_adapted(model):
+        raise ValueError(f"{run_dir} is not a LoRA run (train.lora_rank is unset): no adapters")
+    merge_lora(model)
+    recipe = task.recipe
+    recipe.train.lora_rank = None
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_run_info(out_dir)
+    task.save(out_dir)
+    save_weights(out_dir / MODEL_FILE, model)
+    atomic_write_text(out_dir / CONFIG_FILE, recipe.to_json())
+
+
+def _check_empty(run_dir: Path) -> None:
+    """A directory to write a new run into must be new or empty."""
+    present = contents(run_dir)
+    if present:
+        raise ValueError(f"{run_dir} is not empty ({listing(present)}); choose another --out")
 
 
 def import_hf(hf_dir: Path, run_dir: Path) -> Recipe:
@@ -194,9 +235,7 @@ def import_hf(hf_dir: Path, run_dir: Path) -> Recipe:
     the recipe (its model
     section describes the architecture), the tokenizer and the weights, so that later
     commands start from it. Returns the recipe."""
-    present = contents(run_dir)
-    if present:
-        raise ValueError(f"{run_dir} is not empty ({listing(present)}); choose another --out")
+    _check_empty(run_dir)
     if not (hf_dir / TOKENIZER_FILE).is_file():
         raise FileNotFoundError(f"{hf_dir} has no {TOKENIZER_FILE}, which a run directory needs")
     model, tokenizer = from_pretrained(hf_dir)
@@ -226,11 +265,14 @@ def import_hf(hf_dir: Path, run_dir: Path) -> Recipe:
 
 def export_hf(run_dir: Path, hf_dir: Path) -> None:
     """A Hugging Face checkpoint directory of a run's model and tokenizer (for models that
-    BERT, GPT-2 or the Llama family can express). ``hf_dir`` may not be a run directory
-    (its config.json would be replaced by the checkpoint's)."""
+    BERT, GPT-2 or the Llama family can express); a LoRA run's with its adapters merged.
+    ``hf_dir`` may not be a run directory (its config.json would be replaced by the
+    checkpoint's)."""
     if is_run(hf_dir):
         raise ValueError(f"{hf_dir} is a run directory: write the checkpoint elsewhere")
     task, model = load_run(run_dir, need_head=False)
+    if is_adapted(model):
+        merge_lora(model)
     save_pretrained(model, hf_dir, task.tokenizers.get("tokenizer"))  # type: ignore[arg-type]
 
 

@@ -1,9 +1,10 @@
-"""``scratchformer train``."""
+"""``scratchformer train`` and ``scratchformer merge``."""
 
 from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from .. import run
 
@@ -21,4 +22,11 @@ def train(args: argparse.Namespace) -> int:
     )
     if result is not None:  # rank 0
         print(json.dumps(result, indent=2))
+    return 0
+
+
+def merge(args: argparse.Namespace) -> int:
+    """``scratchformer merge RUN --out DIR``: a run of a LoRA run's merged weights."""
+    run.merge(Path(args.run), Path(args.out))
+    print(f"{args.out}: the model of {args.run} with its LoRA adapters merged")
     return 0

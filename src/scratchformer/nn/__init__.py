@@ -12,6 +12,7 @@ from .embedding import (
 from .feedforward import FeedForward
 from .layers import DecoderLayer, EncoderLayer
 from .linear import Linear, linear
+from .lora import LoRALinear
 from .loss import linear_cross_entropy
 from .masks import causal_mask, combine_masks, padding_mask
 from .norm import LayerNorm, RMSNorm, layer_norm, rms_norm
@@ -26,6 +27,7 @@ __all__ = [
     "LayerNorm",
     "LearnedPositionalEmbedding",
     "Linear",
+    "LoRALinear",
     "MultiHeadAttention",
     "RMSNorm",
     "RotaryEmbedding",

@@ -1,0 +1,50 @@
+"""LoRA adapters out in PEFT's layout: ``peft`` loads them onto the Hugging Face base model
+and computes our adapted model's hidden states."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from scratchformer import from_pretrained
+from scratchformer.config import TrainConfig
+from scratchformer.interop.peft import ADAPTER_CONFIG_FILE, save_adapter
+from scratchformer.training.lora import apply_lora
+
+peft = pytest.importorskip("peft")
+transformers = pytest.importorskip("transformers")
+
+
+def test_peft_loads_the_adapters_of_a_bert_onto_its_checkpoint(
+    tiny_bert: Path, tmp_path: Path
+) -> None:
+    model, _ = from_pretrained(tiny_bert)
+    config = TrainConfig(lora_rank=3, lora_alpha=6.0, lora_targets=["qkv_proj", "out_proj", "w1"])
+    apply_lora(model, config)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.endswith("lora_B"):
+                parameter.normal_(std=0.2)  # as after some training
+    save_adapter(model, tmp_path / "adapter")
+    settings = json.loads((tmp_path / "adapter" / ADAPTER_CONFIG_FILE).read_text())
+    assert "encoder.layer.0.attention.self.query" in settings["target_modules"]
+    assert "encoder.layer.1.intermediate.dense" in settings["target_modules"]
+    assert "encoder.layer.1.output.dense" not in settings["target_modules"]  # w2: not adapted
+
+    base = transformers.BertModel.from_pretrained(tiny_bert)
+    adapted = peft.PeftModel.from_pretrained(base, tmp_path / "adapter").eval()
+    ids = torch.randint(1000, 2000, (2, 11), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[1, 7:] = 0
+    with torch.no_grad():
+        theirs = adapted(input_ids=ids, attention_mask=mask).last_hidden_state
+        ours = model.eval()(ids, attention_mask=mask).last_hidden_state
+        plain = base.eval()  # PEFT adapts the base in place: compare with adapters off
+        with adapted.disable_adapter():
+            unadapted = plain(input_ids=ids, attention_mask=mask).last_hidden_state
+    real = mask.bool()
+    assert (ours[real] - theirs[real]).abs().max() < 1e-4
+    assert (unadapted[real] - theirs[real]).abs().max() > 1e-2  # the adapters count
