@@ -74,6 +74,16 @@ ROWS = {
             higher_is_better=False,
         ),
         Row(
+            "shakespeare-llama",
+            "shakespeare-llama",
+            "loss",
+            "val",
+            151 / 60,
+            1.70,
+            higher_is_better=False,
+            required=False,
+        ),
+        Row(
             "shakespeare-char-large",
             "shakespeare-char-large",
             "loss",
