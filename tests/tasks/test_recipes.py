@@ -23,8 +23,9 @@ def test_there_is_a_recipe_per_task_kind() -> None:
 
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.stem)
 def test_recipe_trains_on_a_fixed_batch(path: Path, data_dir: Path, tmp_path: Path) -> None:
-    fine_tune = Recipe.load(path).model.init_from is not None
-    recipe = Recipe.load(path, [*SMALL, f"train.lr={1e-4 if fine_tune else 1e-3}"])
+    given = Recipe.load(path)
+    full_fine_tune = given.model.init_from is not None and given.train.lora_rank is None
+    recipe = Recipe.load(path, [*SMALL, f"train.lr={1e-4 if full_fine_tune else 1e-3}"])
     task, model = start_run(recipe, tmp_path)
     model.train()
     for module in model.modules():  # dropout off: a clean descent on one batch
