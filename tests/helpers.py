@@ -31,6 +31,18 @@ def tiny_config(**fields: Any) -> ModelConfig:
     return ModelConfig(**{"vocab_size": TINY_VOCAB, **TINY_SIZES, **fields})
 
 
+LLAMA_STYLE = dict(
+    arch="decoder",
+    norm_first=True,
+    norm="rms",
+    gated=True,
+    activation="silu",
+    bias=False,
+    positional="rotary",
+    scale_embedding=False,
+)
+"""The ModelConfig fields of a Llama-family decoder (RMSNorm, SwiGLU, rotary, no biases)."""
+
 TINY_MODEL = [f"model.{name}={size}" for name, size in {**TINY_SIZES, "n_layers": 1}.items()]
 """Settings that make a recipe's model tiny (one layer: a run's tests need no depth)."""
 TINY_RUN = [*TINY_MODEL, "train.max_steps=6", "train.eval_every=3", "train.batch_size=4"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers import TINY_VOCAB, tiny_config
+from helpers import LLAMA_STYLE, TINY_VOCAB, tiny_config
 from scratchformer import build_model
 from scratchformer.inference import DecoderCache
 
@@ -27,21 +27,11 @@ def test_lm_step_by_step_equals_full_recomputation(norm_first, positional) -> No
     assert cache.length == 9
 
 
-LLAMA = dict(
-    arch="decoder",
-    norm_first=True,
-    norm="rms",
-    gated=True,
-    activation="silu",
-    bias=False,
-    positional="rotary",
-    scale_embedding=False,
-)
 GROUPED = {
-    "grouped-query": dict(LLAMA, n_kv_heads=2),
-    "multi-query": dict(LLAMA, n_kv_heads=1),
-    "sliding-window": dict(LLAMA, n_kv_heads=2, sliding_window=3),
-    "qwen2": dict(LLAMA, n_kv_heads=2, qkv_bias=True, tie_output=False),
+    "grouped-query": dict(LLAMA_STYLE, n_kv_heads=2),
+    "multi-query": dict(LLAMA_STYLE, n_kv_heads=1),
+    "sliding-window": dict(LLAMA_STYLE, n_kv_heads=2, sliding_window=3),
+    "qwen2": dict(LLAMA_STYLE, n_kv_heads=2, qkv_bias=True, tie_output=False),
 }
 
 
@@ -66,7 +56,7 @@ def test_a_sliding_window_forgets_what_lies_before_it() -> None:
     changed = ids.clone()
     changed[0, :5] = (changed[0, :5] + 1) % TINY_VOCAB
     torch.testing.assert_close(model(changed).logits[:, -1], model(ids).logits[:, -1])
-    wide = build_model(tiny_config(**LLAMA, n_kv_heads=2, n_layers=1))
+    wide = build_model(tiny_config(**LLAMA_STYLE, n_kv_heads=2, n_layers=1))
     wide.load_state_dict(model.state_dict())
     assert not torch.allclose(wide(changed).logits[:, -1], wide(ids).logits[:, -1])
 

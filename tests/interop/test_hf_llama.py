@@ -12,7 +12,7 @@ import pytest
 import torch
 import transformers
 
-from helpers import tiny_config
+from helpers import LLAMA_STYLE, tiny_config
 from scratchformer import build_model, from_pretrained, save_pretrained
 from scratchformer.cli import main
 from scratchformer.inference import generate
@@ -161,19 +161,6 @@ def test_unsupported_llama_settings_are_named(
         from_pretrained(directory)
 
 
-LLAMA = dict(
-    arch="decoder",
-    norm_first=True,
-    norm="rms",
-    gated=True,
-    activation="silu",
-    bias=False,
-    qkv_bias=False,
-    positional="rotary",
-    scale_embedding=False,
-)
-
-
 @pytest.mark.parametrize(
     ("overrides", "model_type"),
     [
@@ -185,7 +172,7 @@ LLAMA = dict(
 def test_our_llama_family_models_export_to_transformers(
     overrides: dict, model_type: str, tmp_path: Path
 ) -> None:
-    model = build_model(tiny_config(**LLAMA | overrides)).eval()
+    model = build_model(tiny_config(**LLAMA_STYLE | overrides)).eval()
     save_pretrained(model, tmp_path)
     assert json.loads((tmp_path / "config.json").read_text())["model_type"] == model_type
     ids = torch.randint(0, model.config.vocab_size, (2, 12))
@@ -195,6 +182,6 @@ def test_our_llama_family_models_export_to_transformers(
 
 
 def test_a_llama_with_layer_norm_is_not_exported(tmp_path: Path) -> None:
-    model = build_model(tiny_config(**LLAMA | dict(norm="layer")))
+    model = build_model(tiny_config(**LLAMA_STYLE | dict(norm="layer")))
     with pytest.raises(ValueError, match=r"cannot export as llama: norm='layer' \(needs 'rms'\)"):
         save_pretrained(model, tmp_path / "hf")

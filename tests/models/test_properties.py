@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers import tiny_config
+from helpers import LLAMA_STYLE, tiny_config
 from scratchformer import build_model
 
 VOCAB = 23
@@ -21,17 +21,7 @@ CONFIGS = {
     "decoder-learned": dict(arch="decoder", positional="learned", norm_first=True),
     "decoder-rotary": dict(arch="decoder", positional="rotary", norm_first=True),
     "encoder-rotary": dict(arch="encoder", head="token_classification", positional="rotary"),
-    "decoder-llama": dict(
-        arch="decoder",
-        norm_first=True,
-        norm="rms",
-        gated=True,
-        activation="silu",
-        bias=False,
-        positional="rotary",
-        n_kv_heads=2,
-        tie_output=False,
-    ),
+    "decoder-llama": dict(LLAMA_STYLE, n_kv_heads=2, tie_output=False),
     "decoder-sliding-window": dict(
         arch="decoder", norm_first=True, positional="rotary", n_kv_heads=1, sliding_window=3
     ),
