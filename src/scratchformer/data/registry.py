@@ -143,9 +143,9 @@ DATASETS: dict[str, DatasetSpec] = {
         ),
         DatasetSpec(
             name="squad",
-            description="SQuAD v1.1 extractive question answering (JSON): train 6,713 "
-            "questions over 30 articles of the official training set, val 1,168 over 6 "
-            f"articles of the official dev set, several reference answers each; {NO_URL}.",
+            description="SQuAD v1.1 extractive question answering (JSON): the official dev "
+            "set split by article, train 6,713 questions over 30 articles, val 1,168 over 6, "
+            f"several reference answers each; {NO_URL}.",
             splits=("train", "val"),
             pattern="{split}.json",
             sha256={
