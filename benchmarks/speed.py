@@ -85,6 +85,7 @@ import sys
 import tempfile
 import warnings
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -92,9 +93,9 @@ import transformers
 
 from scratchformer.data.registry import dataset_file
 from workloads.encoder_infer import encoder_infer
-from workloads.flops import matmul_peak_gflops
 from workloads.generation import generation
 from workloads.lm_train import lm_train
+from workloads.machine import Machine, measure_machine
 from workloads.memory import memory, memory_child
 from workloads.report import Row, Settings, print_header, print_summary, write_json
 from workloads.seq2seq_train import seq2seq_train
@@ -124,7 +125,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="few runs: checks, not figures")
     parser.add_argument("--no-compile", action="store_true", help="skip ours through torch.compile")
     parser.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--peak", type=float, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--machine", type=json.loads, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--rows-to", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if (args.repeats is not None and args.repeats < 1) or args.threads < 1:
@@ -132,17 +133,17 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def settings_of(args: argparse.Namespace, peak: float | None) -> Settings:
+def settings_of(args: argparse.Namespace, machine: Machine | None) -> Settings:
     """The settings of the run (and of each of its children) from the command line."""
-    return Settings(args.threads, args.quick, args.repeats, peak, not args.no_compile)
+    return Settings(args.threads, args.quick, args.repeats, machine, not args.no_compile)
 
 
-def run_in_child(name: str, args: argparse.Namespace, peak: float) -> list[Row]:
+def run_in_child(name: str, args: argparse.Namespace, machine: Machine) -> list[Row]:
     """Run workload ``name`` in a fresh interpreter, which prints its rows; return them."""
     with tempfile.TemporaryDirectory() as directory:
         rows_file = Path(directory) / "rows.pickle"
         command = [sys.executable, __file__, "--workload", name, "--threads", str(args.threads)]
-        command += ["--peak", str(peak), "--rows-to", str(rows_file)]
+        command += ["--machine", json.dumps(asdict(machine)), "--rows-to", str(rows_file)]
         command += ["--repeats", str(args.repeats)] if args.repeats is not None else []
         command += ["--quick"] * args.quick + ["--no-compile"] * args.no_compile
         sys.stdout.flush()
@@ -162,15 +163,16 @@ def main() -> None:
         return
     if args.rows_to is not None:  # a child of the run: one workload
         (name,) = args.workload
-        args.rows_to.write_bytes(pickle.dumps(WORKLOADS[name](settings_of(args, args.peak))))
+        settings = settings_of(args, Machine(**args.machine))
+        args.rows_to.write_bytes(pickle.dumps(WORKLOADS[name](settings)))
         return
     workloads = args.workload or list(WORKLOADS)
     if "translate" in workloads:  # fail now, not after the other workloads
         dataset_file("multi30k", "test_2016_flickr", lang="de")
-    peak = matmul_peak_gflops(2 if args.quick else 5)
-    settings = settings_of(args, peak)
+    machine = measure_machine(2 if args.quick else 5)
+    settings = settings_of(args, machine)
     print_header(settings, workloads)
-    rows = [row for name in workloads for row in run_in_child(name, args, peak)]
+    rows = [row for name in workloads for row in run_in_child(name, args, machine)]
     print_summary(rows)
     if args.json is not None:
         write_json(args.json, settings, rows)

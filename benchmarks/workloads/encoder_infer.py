@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from scratchformer import ModelConfig, build_model
 from timing import Step, interleaved
-from workloads.flops import attention_flops, gflops, layer_matmul_params
+from workloads.flops import attention_flops, layer_matmul_params, per_second
 from workloads.report import OURS, TORCH, Figure, Row, Settings, Target, print_row
 from workloads.training import parameters, seeded
 
@@ -114,7 +114,7 @@ def encoder_infer(settings: Settings) -> list[Row]:
     fast_path = "on" if theirs.encoder.use_nested_tensor else "OFF"
     notes = [parameters(ours), f"{parameters(theirs)}, nested-tensor fast path {fast_path}"]
     figures = [
-        Figure(name, real / t.median_s, "tokens/s", t, gflops(flops, t), note)
+        Figure(name, real / t.median_s, "tokens/s", t, per_second(flops, t), note)
         for name, t, note in zip((OURS, TORCH), timings, notes, strict=True)
     ]
     description = (
@@ -128,7 +128,7 @@ def encoder_infer(settings: Settings) -> list[Row]:
         description,
         figures,
         [Target(TORCH, 1.0)],
-        peak_gflops=settings.peak_gflops,
+        machine=settings.machine,
     )
     print_row(row)
     return [row]

@@ -1,14 +1,8 @@
-"""FLOPs of the workloads, and the machine's fp32 matmul peak to hold them against."""
+"""FLOPs and bytes of the workloads, to hold against the machine's limits (``machine.py``)."""
 
 from __future__ import annotations
 
-from functools import partial
-
-import torch
-
-from timing import Timing, interleaved
-
-PEAK_SIZE = 2048
+from timing import Timing
 
 
 def layer_matmul_params(d_model: int, d_ff: int) -> int:
@@ -39,13 +33,46 @@ def train_flops(forward_flops: float) -> float:
     return 3 * forward_flops
 
 
-def gflops(flops: float, timing: Timing) -> float:
-    return flops / timing.median_s / 1e9
+def per_second(amount: float, timing: Timing) -> float:
+    """``amount`` (bytes, tokens...) per second of the median run, in billions."""
+    return amount / timing.median_s / 1e9
 
 
-def matmul_peak_gflops(repeats: int) -> float:
-    """The machine's fp32 matmul peak: the fastest of ``repeats`` 2048 x 2048 ``torch.mm``."""
-    a, b = torch.randn(PEAK_SIZE, PEAK_SIZE), torch.randn(PEAK_SIZE, PEAK_SIZE)
-    out = torch.empty(PEAK_SIZE, PEAK_SIZE)
-    (timing,) = interleaved([partial(torch.mm, a, b, out=out)], repeats, warmup=1)
-    return 2 * PEAK_SIZE**3 / min(timing.samples_s) / 1e9
+def decoding_bytes(
+    weight_bytes: int, layers: int, kv_width: int, batch: int, lengths: range
+) -> int:
+    """Bytes a cached decoder must read to generate a token at each position of ``lengths``
+    for ``batch`` sequences: every weight once a step (the batch shares them) and, per
+    sequence, the keys and values cached so far (``2 * layers * kv_width`` fp32 numbers a
+    position). Activations are a few KiB a step and are not counted: a floor."""
+    cache = sum(2 * layers * kv_width * 4 * length for length in lengths)
+    return len(lengths) * weight_bytes + batch * cache
+
+
+def beam_translation_flops(
+    layers: int,
+    d_model: int,
+    d_ff: int,
+    vocab: int,
+    sources: list[int],
+    steps: list[int],
+    beam: int,
+) -> float:
+    """Forward FLOPs of translating sentences of ``sources`` real tokens, sentence ``i``
+    decoded for ``steps[i]`` steps by ``beam`` beams: the encoder on every source token;
+    the cross-attention keys and values of the source once; per step and beam the decoder's
+    layers (self- and cross-attention Q and output maps, feed-forward) and the output
+    projection, with attention over the target so far and the source. A floor: padding,
+    beams that run longer than the best hypothesis and beam bookkeeping are not counted."""
+    layer = layer_matmul_params(d_model, d_ff)
+    total = 0.0
+    for source, length in zip(sources, steps, strict=True):
+        total += layers * (2 * layer * source + attention_flops(source, source, d_model))
+        total += layers * 2 * 2 * d_model**2 * source  # cross-attention keys and values
+        per_step = 2 * (layers * (layer + 2 * d_model**2) + vocab * d_model)
+        attention = sum(
+            layers * (attention_flops(1, t, d_model) + attention_flops(1, source, d_model))
+            for t in range(1, length + 1)
+        )
+        total += beam * (per_step * length + attention)
+    return total

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 import generate as gen
+from workloads.flops import decoding_bytes, layer_matmul_params, per_second
 from workloads.report import Figure, Row, Settings, Target, print_row
 
 GENERATE_TARGETS = {1: 3.0, 8: 1.5}
@@ -29,7 +30,15 @@ def generation(settings: Settings) -> list[Row]:
     for batch, bound in GENERATE_TARGETS.items():
         results = gen.run_batch(cfg, batch, mine, theirs)
         figures = [
-            Figure(r.candidate, r.tokens_per_s, "tokens/s", r.timing, note=note(r)) for r in results
+            Figure(
+                r.candidate,
+                r.tokens_per_s,
+                "tokens/s",
+                r.timing,
+                gbytes_per_s=per_second(bytes_read(r, 4), r.timing),
+                note=note(r),
+            )
+            for r in results
         ]
         rows.append(
             Row(
@@ -40,10 +49,23 @@ def generation(settings: Settings) -> list[Row]:
                 [Target(gen.HF, bound)],
                 ours=gen.CACHED,
                 variants=(gen.COMPILED,) if settings.compile else (),
+                machine=settings.machine,
             )
         )
         print_row(rows[-1])
     return rows
+
+
+def bytes_read(result: gen.Result, weight_bytes: float) -> int:
+    """Bytes read to generate ``result``'s tokens, with ``weight_bytes`` bytes a weight: the
+    matmul weights (the layers' and the tied head's) once a step, and the KV cache (see
+    :func:`decoding_bytes`); the prompt's step counts as one."""
+    weights = gen.N_LAYERS * layer_matmul_params(gen.D_MODEL, gen.D_FF) + gen.VOCAB * gen.D_MODEL
+    prompt = gen.PROMPT_LEN
+    lengths = range(prompt, prompt + result.new_tokens)
+    return decoding_bytes(
+        int(weights * weight_bytes), gen.N_LAYERS, gen.D_MODEL, result.batch, lengths
+    )
 
 
 def note(result: gen.Result) -> str:

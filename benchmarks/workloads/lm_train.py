@@ -10,8 +10,9 @@ from torch import Tensor, nn
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from scratchformer import ModelConfig, build_model
-from workloads.flops import attention_flops, layer_matmul_params, train_flops
+from workloads.machine import matmuls_gflops
 from workloads.report import (
+    BF16,
     COMPILED,
     GPT2,
     OURS,
@@ -55,6 +56,9 @@ LM_SHAPES = {
     "B": LMShape(vocab=8192, layers=6, d_model=384, heads=6, d_ff=1536, context=256, batch=8),
 }
 LM_TARGETS = [Target(TORCH, 1.25), Target(GPT2, 1.5)]
+LIMIT_TARGETS = {"B": 0.9}
+"""Case: the fraction of the matmul peak (fp32, or bf16 for the bf16 variant) ours should
+reach."""
 
 
 class TorchLM(nn.Module):
@@ -92,9 +96,9 @@ class TorchLM(nn.Module):
 
 
 def lm_candidate(name: str, s: LMShape) -> Candidate:
-    """Ours (eager or compiled), ``torch.nn``'s or Hugging Face's LM of shape ``s``, in
-    training mode."""
-    if name in (OURS, COMPILED, TRAINER_ADAMW):
+    """Ours (eager, compiled or in bf16), ``torch.nn``'s or Hugging Face's LM of shape
+    ``s``, in training mode."""
+    if name in (OURS, COMPILED, TRAINER_ADAMW, BF16):
         config = ModelConfig(
             arch="decoder",
             vocab_size=s.vocab,
@@ -138,11 +142,31 @@ def lm_batch(s: LMShape) -> tuple[tuple[Tensor, ...], Tensor]:
 
 
 def lm_train_flops(s: LMShape) -> float:
-    """Training FLOPs of one step (:func:`train_flops`): the layers and the tied head
-    (``vocab x d_model``) on every token, attention over ``context x context``."""
-    params = s.layers * layer_matmul_params(s.d_model, s.d_ff) + s.vocab * s.d_model
-    attention = s.batch * s.layers * attention_flops(s.context, s.context, s.d_model)
-    return train_flops(2 * params * s.batch * s.context + attention)
+    """Training FLOPs of one step: those of its matrix products (:func:`lm_step_matmuls`);
+    the rest of the step (norms, softmax, activations, loss, optimizer) is not counted."""
+    return sum(2 * b * m * k * n for b, m, k, n in lm_step_matmuls(s))
+
+
+def lm_step_matmuls(s: LMShape) -> list[tuple[int, int, int, int]]:
+    """The matrix products ``(batch, m, k, n)`` of a training step of shape ``s``. Forward,
+    on every token: per layer Q/K/V (one ``d x 3d`` map), the attention output, the two
+    feed-forward maps, and per head the scores ``Q K^T`` and their product with V (over all
+    ``context x context`` pairs, causal or not: PaLM's model-FLOPs convention); then the
+    tied head. Backward, each product ``A B`` gives two of the same size: the gradients of
+    ``A`` and of ``B`` (so a step is 3x its forward, as in Kaplan et al., 2020)."""
+    tokens, d, ctx = s.batch * s.context, s.d_model, s.context
+    heads, d_head = s.batch * s.heads, s.d_model // s.heads
+    layer = [
+        (1, tokens, d, 3 * d),
+        (1, tokens, d, d),
+        (1, tokens, d, s.d_ff),
+        (1, tokens, s.d_ff, d),
+        (heads, ctx, d_head, ctx),
+        (heads, ctx, ctx, d_head),
+    ]
+    forward = layer * s.layers + [(1, tokens, d, s.vocab)]
+    backward = [shape for b, m, k, n in forward for shape in ((b, m, n, k), (b, k, m, n))]
+    return forward + backward
 
 
 def lm_train(settings: Settings) -> list[Row]:
@@ -153,6 +177,7 @@ def lm_train(settings: Settings) -> list[Row]:
         candidates = [lm_candidate(name, s) for name in names]
         description = f"{s}; forward + backward + AdamW; HF attention: {hf_attention(candidates)}"
         figures = training_figures(candidates, lm_batch(s), lm_train_flops(s), settings)
+        remark = matmul_ceiling(s, settings) if case in LIMIT_TARGETS else ""
         rows.append(
             Row(
                 "lm-train",
@@ -161,8 +186,26 @@ def lm_train(settings: Settings) -> list[Row]:
                 figures,
                 LM_TARGETS,
                 variants=our_variants(settings),
-                peak_gflops=settings.peak_gflops,
+                machine=settings.machine,
+                remark=remark,
+                limit_target=LIMIT_TARGETS.get(case),
             )
         )
         print_row(rows[-1])
     return rows
+
+
+def matmul_ceiling(s: LMShape, settings: Settings) -> str:
+    """What the step's own matrix products reach alone, timed at its shapes, against the
+    matmul peak: no step made of them and more work can reach a larger fraction."""
+    assert settings.machine is not None
+    shapes, repeats = lm_step_matmuls(s), settings.repeats_or(5, quick=2)
+    ceilings = [("fp32", matmuls_gflops(shapes, torch.float32, repeats))]
+    if settings.machine.bf16_peak_gflops is not None:
+        ceilings.append(("bf16", matmuls_gflops(shapes, torch.bfloat16, repeats)))
+    reached = ", ".join(
+        f"{precision} {gflops:.1f} GFLOP/s = {gflops / settings.machine.peak(precision):.1%} "
+        f"of the {precision} peak"
+        for precision, gflops in ceilings
+    )
+    return f"the step's matrix products alone, at its shapes, reach {reached}"

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 import transformers
 
 from timing import Timing, load_warning
-from workloads.flops import PEAK_SIZE
+from workloads.machine import Machine
 
 OURS, TORCH = "ours", "torch.nn"
 COMPILED = "ours, compiled"
@@ -20,6 +20,9 @@ first step or warm-up includes compiling."""
 TRAINER_ADAMW = "ours, fused AdamW"
 """Ours stepped by the trainer's optimizer, torch's fused AdamW; every other candidate runs
 ``torch.optim.AdamW`` with its defaults (a loop over parameters on CPU)."""
+BF16 = "ours, bf16"
+"""Ours stepped by the trainer's optimizer in bfloat16 autocast (``train.precision =
+"bf16"``), timed only on a CPU with native bfloat16; held against the bf16 matmul peak."""
 GPT2, MARIAN = "HF GPT-2", "HF Marian"
 NOISY_SPREAD = 0.20
 QUICK_NEW_TOKENS = 32
@@ -31,8 +34,8 @@ class Settings:
     quick: bool
     repeats: int | None
     """``--repeats``; None: each workload's own default."""
-    peak_gflops: float | None = None
-    """The machine's fp32 matmul peak (not measured in a memory child)."""
+    machine: Machine | None = None
+    """The machine's limits (not measured in a memory child)."""
     compile: bool = True
     """Also time ours through ``torch.compile`` in the training and generation workloads."""
 
@@ -64,7 +67,12 @@ class Figure:
     unit: str
     timing: Timing | None = None
     gflops: float | None = None
+    """Achieved GFLOP/s, for the rows that count FLOPs."""
+    gbytes_per_s: float | None = None
+    """Achieved GB/s of memory read, for the rows that count bytes (decoding)."""
     note: str = ""
+    precision: str = "fp32"
+    """Whose matmul peak the figure is held against: ``fp32`` or ``bf16``."""
 
     @property
     def spread(self) -> float | None:
@@ -87,6 +95,8 @@ class Figure:
             **timed,
             "spread": self.spread,
             "gflop_per_s": self.gflops,
+            "gbyte_per_s": self.gbytes_per_s,
+            "precision": self.precision,
             "note": self.note,
         }
 
@@ -118,9 +128,11 @@ class Row:
     ours: str = OURS
     variants: tuple[str, ...] = ()
     """Other ways of running ours (compiled): their ratios are printed and kept too."""
-    peak_gflops: float | None = None
-    """The machine's matmul peak, for the rows that count FLOPs."""
+    machine: Machine | None = None
+    """The machine's limits, for the rows that count FLOPs or bytes."""
     remark: str = ""
+    limit_target: float | None = None
+    """The fraction of the machine's limit ours and every variant should reach."""
 
     @property
     def title(self) -> str:
@@ -134,6 +146,20 @@ class Row:
         theirs = self.figure(target.against).value
         return self.figure(ours or self.ours).value / theirs if theirs else math.inf
 
+    def limit_fraction(self, figure: Figure) -> float | None:
+        """The fraction of the machine's limit that ``figure`` reaches (see ``machine.py``),
+        None where nothing is counted."""
+        if self.machine is None or (figure.gflops is None and figure.gbytes_per_s is None):
+            return None
+        return self.machine.fraction(figure.gflops, figure.gbytes_per_s, figure.precision)
+
+    def limit_met(self, candidate: str) -> bool | None:
+        """Whether ``candidate`` reaches the row's ``limit_target`` (None: no such target)."""
+        fraction = self.limit_fraction(self.figure(candidate))
+        if self.limit_target is None or fraction is None:
+            return None
+        return fraction >= self.limit_target
+
     def target_for(self, candidate: str) -> Target | None:
         return next((t for t in self.targets if t.against == candidate), None)
 
@@ -143,7 +169,9 @@ class Row:
             "case": self.case,
             "description": self.description,
             "ours": self.ours,
-            "figures": [f.to_json() for f in self.figures],
+            "figures": [
+                {**f.to_json(), "limit_fraction": self.limit_fraction(f)} for f in self.figures
+            ],
             "variants": list(self.variants),
             "comparisons": [
                 {
@@ -157,8 +185,8 @@ class Row:
                 for ours in (self.ours, *self.variants)
                 for t in self.targets
             ],
-            "matmul_peak_gflop_per_s": self.peak_gflops,
             "remark": self.remark,
+            "limit_target": self.limit_target,
         }
 
 
@@ -167,14 +195,14 @@ def print_header(settings: Settings, workloads: list[str]) -> None:
         f"torch {torch.__version__}, transformers {transformers.__version__}, "
         f"{torch.get_num_threads()} threads, fp32, CPU only (GPU figures are not measured here)"
     )
-    print(
-        f"workloads: {', '.join(workloads)}; fp32 matmul peak {settings.peak_gflops:.1f} "
-        f"GFLOP/s (fastest {PEAK_SIZE}x{PEAK_SIZE} torch.mm)"
-    )
+    print(f"workloads: {', '.join(workloads)}")
+    if settings.machine is not None:
+        print(f"limits: {settings.machine.describe()}")
     print(
         "each workload in a fresh process; median of interleaved runs after a warm-up; "
         "spread = IQR / median (range / median under 4 runs); "
-        "ratio = ours / this candidate (MiB for memory)"
+        "ratio = ours / this candidate (MiB for memory); "
+        "limit = max(GFLOP/s / matmul peak, GB/s / memory bandwidth)"
     )
     if settings.quick:
         print("QUICK mode: a check that everything runs, not figures to quote")
@@ -184,20 +212,23 @@ def print_header(settings: Settings, workloads: list[str]) -> None:
 
 
 def print_row(row: Row) -> None:
-    """The case's title, then a line per candidate: its figure, the achieved GFLOP/s and
-    share of the matmul peak (rows that count FLOPs), the spread (timed rows), the ratio
-    ours / this candidate with the target, and a note on the work it did."""
+    """The case's title, then a line per candidate: its figure, the achieved GFLOP/s or
+    GB/s and the fraction of the machine's limit (rows that count them), the spread (timed
+    rows), the ratio ours / this candidate with the target, and a note on the work it did."""
     print(f"\n{row.title}: {row.description}")
-    counts_flops = row.peak_gflops is not None
+    counted = any(row.limit_fraction(f) is not None for f in row.figures)
     timed = any(f.timing is not None for f in row.figures)
     header = f"  {'candidate':<16} {row.figures[0].unit:>12}"
-    header += f" {'GFLOP/s':>8} {'of peak':>8}" if counts_flops else ""
+    header += f" {'GFLOP/s':>8} {'GB/s':>6} {'limit':>6}" if counted else ""
     header += f" {'spread':>7}" if timed else ""
     print(f"{header} {'ratio':>7}  {'target':<8} {'':<6}  note")
     for f in row.figures:
         line = f"  {f.candidate:<16} {f.value:>12,.1f}"
-        if f.gflops is not None and row.peak_gflops is not None:
-            line += f" {f.gflops:>8.1f} {f.gflops / row.peak_gflops:>8.1%}"
+        if counted:
+            fraction = row.limit_fraction(f)
+            line += f" {f.gflops:>8.1f}" if f.gflops is not None else f" {'-':>8}"
+            line += f" {f.gbytes_per_s:>6.1f}" if f.gbytes_per_s is not None else f" {'-':>6}"
+            line += f" {fraction:>6.1%}" if fraction is not None else f" {'-':>6}"
         if timed:
             line += f" {f.spread:>7.1%}" if f.spread is not None else f" {'-':>7}"
         target = row.target_for(f.candidate)
@@ -213,6 +244,13 @@ def print_row(row: Row) -> None:
             ratio = row.ratio(t, variant)
             ratios.append(f"{ratio:.2f}x {t.against} ({t} {'ok' if t.met(ratio) else 'MISSED'})")
         print(f"  {variant}: {', '.join(ratios)}")
+    if row.limit_target is not None:
+        reached = [
+            f"{name} {row.limit_fraction(row.figure(name)):.1%} "
+            f"({'ok' if row.limit_met(name) else 'MISSED'})"
+            for name in (row.ours, *row.variants)
+        ]
+        print(f"  limit target >= {row.limit_target:.0%}: {', '.join(reached)}")
     if row.remark:
         print(f"  {row.remark}")
 
@@ -233,6 +271,18 @@ def print_summary(rows: list[Row]) -> None:
             print(f"\ntargets of {name}: {len(results) - len(missed)} of {len(results)} met")
         for row, t, ratio in missed:
             print(f"  MISSED {row.title}: {name} / {t.against} {ratio:.2f}x, target {t}")
+    limits = [(row, name) for row in rows for name in (row.ours, *row.variants)]
+    limits = [(row, name) for row, name in limits if row.limit_met(name) is not None]
+    if limits:
+        met = sum(bool(row.limit_met(name)) for row, name in limits)
+        print(f"\nlimit targets: {met} of {len(limits)} met")
+    for row, name in limits:
+        if not row.limit_met(name):
+            fraction = row.limit_fraction(row.figure(name))
+            print(
+                f"  MISSED {row.title}: {name} at {fraction:.1%} of the limit, target "
+                f">= {row.limit_target:.0%}"
+            )
     spreads = [f.spread for row in rows for f in row.figures if f.spread is not None]
     if any(spread > NOISY_SPREAD for spread in spreads):
         print(f"note: spread above {NOISY_SPREAD:.0%}, the machine was busy; rerun when it is idle")
@@ -244,7 +294,7 @@ def write_json(path: Path, settings: Settings, rows: list[Row]) -> None:
         "transformers": transformers.__version__,
         "threads": torch.get_num_threads(),
         "quick": settings.quick,
-        "matmul_peak_gflop_per_s": settings.peak_gflops,
+        "machine": asdict(settings.machine) if settings.machine is not None else None,
         "rows": [row.to_json() for row in rows],
     }
     path.write_text(json.dumps(result, indent=2) + "\n")

@@ -120,6 +120,26 @@ def seq2seq_candidates(s: Seq2SeqShape, variants: tuple[str, ...]) -> list[Candi
     )
     ours = build_model(config).train()
     theirs = TorchSeq2Seq(s).train()
+    marian = marian_model(s, max(s.src_len, s.tgt_len)).train()
+
+    def marian_logits(src: Tensor, tgt: Tensor) -> Tensor:
+        return marian(input_ids=src, decoder_input_ids=tgt, use_cache=False).logits
+
+    loss_of = lambda run: lambda src, tgt, labels: run(src, tgt, labels=labels).loss  # noqa: E731
+    candidates = [
+        our_candidate(OURS, ours, loss_of),
+        Candidate(TORCH, theirs, cross_entropy_of(theirs)),
+        Candidate(MARIAN, marian, cross_entropy_of(marian_logits)),
+    ]
+    candidates += [our_candidate(name, build_model(config).train(), loss_of) for name in variants]
+    return candidates
+
+
+def marian_model(
+    s: Seq2SeqShape, positions: int, pad_id: int = 0, bos_id: int = 0
+) -> MarianMTModel:
+    """Hugging Face's Marian of shape ``s`` (post-LN, ReLU, scaled embeddings shared by
+    source, target and output, sinusoidal positions), random weights, in eval mode."""
     marian_config = MarianConfig(
         vocab_size=s.vocab,
         d_model=s.d_model,
@@ -134,24 +154,12 @@ def seq2seq_candidates(s: Seq2SeqShape, variants: tuple[str, ...]) -> list[Candi
         attention_dropout=s.dropout,
         activation_dropout=s.dropout,
         scale_embedding=True,
-        max_position_embeddings=max(s.src_len, s.tgt_len),
-        pad_token_id=0,
-        decoder_start_token_id=0,
+        max_position_embeddings=positions,
+        pad_token_id=pad_id,
+        decoder_start_token_id=bos_id,
         forced_eos_token_id=None,
     )
-    marian = MarianMTModel(marian_config).train()
-
-    def marian_logits(src: Tensor, tgt: Tensor) -> Tensor:
-        return marian(input_ids=src, decoder_input_ids=tgt, use_cache=False).logits
-
-    loss_of = lambda run: lambda src, tgt, labels: run(src, tgt, labels=labels).loss  # noqa: E731
-    candidates = [
-        our_candidate(OURS, ours, loss_of),
-        Candidate(TORCH, theirs, cross_entropy_of(theirs)),
-        Candidate(MARIAN, marian, cross_entropy_of(marian_logits)),
-    ]
-    candidates += [our_candidate(name, build_model(config).train(), loss_of) for name in variants]
-    return candidates
+    return MarianMTModel(marian_config).eval()
 
 
 def seq2seq_batch(s: Seq2SeqShape) -> tuple[tuple[Tensor, ...], Tensor]:
@@ -201,7 +209,7 @@ def seq2seq_train(settings: Settings) -> list[Row]:
         figures,
         SEQ2SEQ_TARGETS,
         variants=our_variants(settings),
-        peak_gflops=settings.peak_gflops,
+        machine=settings.machine,
     )
     print_row(row)
     return [row]

@@ -14,8 +14,8 @@ from scratchformer import count_parameters
 from scratchformer.config import TrainConfig
 from scratchformer.training.trainer import build_optimizer
 from timing import Step, Timing, interleaved, timed
-from workloads.flops import gflops
-from workloads.report import COMPILED, GPT2, MARIAN, TRAINER_ADAMW, Figure, Settings
+from workloads.flops import per_second
+from workloads.report import BF16, COMPILED, GPT2, MARIAN, TRAINER_ADAMW, Figure, Settings
 
 LR = 1e-4
 
@@ -53,12 +53,26 @@ def cross_entropy_of(logits: Callable[..., Tensor]) -> Callable[..., Tensor]:
 def our_candidate(
     name: str, model: nn.Module, loss_of: Callable[[nn.Module], Callable[..., Tensor]]
 ) -> Candidate:
-    """Our ``model`` as candidate ``name``: eager, compiled (``COMPILED``) or stepped by the
-    trainer's optimizer (``TRAINER_ADAMW``); ``loss_of(run)`` gets the loss from inputs and
+    """Our ``model`` as candidate ``name``: eager, compiled (``COMPILED``), stepped by the
+    trainer's optimizer (``TRAINER_ADAMW``), or that in bfloat16 autocast (``BF16``, as
+    ``train.precision = "bf16"`` runs); ``loss_of(run)`` gets the loss from inputs and
     targets, as training does: the targets are the model's ``labels``."""
     run = torch.compile(model) if name == COMPILED else model
-    optimizer = trainer_adamw if name == TRAINER_ADAMW else torch_adamw
-    return Candidate(name, model, loss_of(run), optimizer)
+    optimizer = trainer_adamw if name in (TRAINER_ADAMW, BF16) else torch_adamw
+    loss = loss_of(run)
+    if name == BF16:
+        return Candidate(name, model, in_bf16(loss), optimizer)
+    return Candidate(name, model, loss, optimizer)
+
+
+def in_bf16(loss: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    """``loss`` computed under bfloat16 autocast on the CPU."""
+
+    def bf16_loss(*inputs_and_targets: Tensor) -> Tensor:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return loss(*inputs_and_targets)
+
+    return bf16_loss
 
 
 def training_step(candidate: Candidate, inputs: tuple[Tensor, ...], targets: Tensor) -> Step:
@@ -106,16 +120,20 @@ def training_figures(
             tokens / t.median_s,
             "tokens/s",
             t,
-            gflops(flops, t),
-            f"loss {checked_loss(c, t):.3f}, {parameters(c.model)}, first step {s:.1f} s",
+            per_second(flops, t),
+            note=f"loss {checked_loss(c, t):.3f}, {parameters(c.model)}, first step {s:.1f} s",
+            precision="bf16" if c.name == BF16 else "fp32",
         )
         for c, t, s in zip(candidates, timings, first, strict=True)
     ]
 
 
 def our_variants(settings: Settings) -> tuple[str, ...]:
-    """The other ways of running ours that the training workloads time."""
-    return (TRAINER_ADAMW, COMPILED) if settings.compile else (TRAINER_ADAMW,)
+    """The other ways of running ours that the training workloads time: bfloat16 only on
+    a CPU that computes it natively (elsewhere autocast emulates it, many times slower)."""
+    compiled = (COMPILED,) if settings.compile else ()
+    bf16 = (BF16,) if settings.machine is not None and settings.machine.bf16_peak_gflops else ()
+    return (TRAINER_ADAMW, *compiled, *bf16)
 
 
 def hf_attention(candidates: list[Candidate]) -> str:
