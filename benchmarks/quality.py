@@ -9,6 +9,11 @@ Each row runs two commands, recorded in its result so that anyone can repeat it:
 ``scratchformer train RECIPE --out runs/results/TASK --set train.max_minutes=BUDGET ...``
 on a fresh run directory, then ``scratchformer eval runs/results/TASK --split SPLIT``.
 Checkpoints are selected on the validation split only.
+
+The rows with an int8 tolerance are also evaluated with ``--quantize int8`` (weight-only
+int8, :func:`scratchformer.quantize`), and the result says whether the quantized model
+stays within the tolerance of the fp32 one. ``--int8-only`` does just that for runs already
+trained, updating their results.
 """
 
 from __future__ import annotations
@@ -55,9 +60,20 @@ class Row:
     """False for targets to aim at and report, not to meet."""
     settings: tuple[str, ...] = ()
     """``--set`` overrides of the recipe for this row."""
+    int8_tolerance: float | None = None
+    """How much worse the metric may get with int8 weights: an amount, or with
+    ``int8_relative`` a fraction of the fp32 value."""
+    int8_relative: bool = False
 
     def met(self, value: float) -> bool:
         return value >= self.target if self.higher_is_better else value <= self.target
+
+    def int8_met(self, fp32: float, int8: float) -> bool:
+        """Whether ``int8`` is within the tolerance of ``fp32``."""
+        assert self.int8_tolerance is not None
+        allowed = self.int8_tolerance * (abs(fp32) if self.int8_relative else 1.0)
+        worse = fp32 - int8 if self.higher_is_better else int8 - fp32
+        return worse <= allowed
 
 
 ROWS = {
@@ -72,6 +88,8 @@ ROWS = {
             151 / 60,
             1.70,
             higher_is_better=False,
+            int8_tolerance=0.01,
+            int8_relative=True,
         ),
         Row(
             "shakespeare-llama",
@@ -92,7 +110,15 @@ ROWS = {
             1.50,
             higher_is_better=False,
         ),
-        Row("multi30k-de-en", "multi30k-de-en", "bleu_tokenized_lc", "test", 30, 36.0),
+        Row(
+            "multi30k-de-en",
+            "multi30k-de-en",
+            "bleu_tokenized_lc",
+            "test",
+            30,
+            36.0,
+            int8_tolerance=0.5,
+        ),
         Row(
             "multi30k-en-de",
             "multi30k-de-en",
@@ -103,7 +129,7 @@ ROWS = {
             required=False,
             settings=("data.pair='en-de'",),
         ),
-        Row("sst2", "sst2", "accuracy", "val", 15, 0.82),
+        Row("sst2", "sst2", "accuracy", "val", 15, 0.82, int8_tolerance=0.005),
         Row("conll2003", "conll2003", "entity_f1", "val", 20, 0.78),
         Row("stsb", "stsb", "pearson", "val", 15, 0.60, required=False),
         Row("sst2-minilm", "sst2-minilm", "accuracy", "val", 60, 0.905),
@@ -137,7 +163,7 @@ def run_row(row: Row, threads: int, runs: Path) -> dict[str, Any]:
     metrics = json.loads(subprocess.run(scratchformer(*evaluate), **CAPTURE).stdout)
     value = float(metrics[row.metric])
     config = json.loads((ROOT / run_dir / "config.json").read_text())
-    return {
+    result = {
         "task": row.task,
         "metric": row.metric,
         "split": row.split,
@@ -159,6 +185,34 @@ def run_row(row: Row, threads: int, runs: Path) -> dict[str, Any]:
         "seed": config["train"]["seed"],
         "command": " && ".join(shlex.join(["scratchformer", *c]) for c in (train, evaluate)),
     }
+    if row.int8_tolerance is not None:
+        result["int8"] = int8_result(row, run_dir, value)
+    return result
+
+
+def int8_result(row: Row, run_dir: Path, fp32: float) -> dict[str, Any]:
+    """The row's metric with the run's weights in int8, against ``fp32``, its value with
+    the weights as trained."""
+    evaluate = ["eval", str(run_dir), "--split", row.split, "--quantize", "int8"]
+    metrics = json.loads(subprocess.run(scratchformer(*evaluate), **CAPTURE).stdout)
+    value = float(metrics[row.metric])
+    return {
+        "value": value,
+        "fp32": fp32,
+        "tolerance": row.int8_tolerance,
+        "relative": row.int8_relative,
+        "met": row.int8_met(fp32, value),
+        "metrics": metrics,
+        "command": shlex.join(["scratchformer", *evaluate]),
+    }
+
+
+def update_int8(row: Row, runs: Path) -> dict[str, Any]:
+    """Add ``int8_result`` to the row's existing result, from its trained run in ``runs``."""
+    path = RESULTS / f"{row.task}.json"
+    result = json.loads(path.read_text())
+    result["int8"] = int8_result(row, runs / row.task, result["value"])
+    return result
 
 
 def parameters(run_dir: Path) -> int:
@@ -197,13 +251,24 @@ def main() -> None:
     )
     parser.add_argument("--threads", type=int, default=2, help="CPU threads (default: 2)")
     parser.add_argument("--runs", type=Path, default=Path("runs/results"))
+    parser.add_argument(
+        "--int8-only",
+        action="store_true",
+        help="only evaluate the trained runs with int8 weights, updating their results",
+    )
     args = parser.parse_args()
     RESULTS.mkdir(exist_ok=True)
     for name in args.task or list(ROWS):
         row = ROWS[name]
+        path = RESULTS / f"{name}.json"
+        if args.int8_only:
+            if row.int8_tolerance is not None:
+                result = update_int8(row, args.runs)
+                atomic_write_text(path, json.dumps(result, indent=2) + "\n")
+                print(f"{name}: int8 {result['int8']['value']:.4g}, fp32 {result['value']:.4g}")
+            continue
         print(f"{name}: training for at most {row.budget_minutes:.3g} min ...", flush=True)
         result = run_row(row, args.threads, args.runs)
-        path = RESULTS / f"{name}.json"
         atomic_write_text(path, json.dumps(result, indent=2) + "\n")
         verdict = "met" if result["met"] else "missed"
         print(

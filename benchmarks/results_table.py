@@ -51,6 +51,10 @@ def row(result: dict[str, Any]) -> str:
     if metric.startswith("bleu"):  # translation: cased sacreBLEU and chrF beside it
         m = result["metrics"]
         extra = f" (sacreBLEU {m['bleu']:.1f}, chrF {m['chrf']:.1f})"
+    if "int8" in result:  # the same run with int8 weights
+        int8 = result["int8"]
+        within = "within tolerance" if int8["met"] else "**outside tolerance**"
+        extra += f"; int8 weights: {shown(metric, int8['value'])}, {within}"
     return (
         f"| `{result['task']}` | {metric}, {result['split']} | "
         f"{shown(metric, result['value'])}{extra} | {target} | {verdict} | "

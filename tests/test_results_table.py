@@ -82,3 +82,34 @@ def test_rows_show_value_target_and_verdict(tmp_path: Path) -> None:
     )
     assert results_table.shown("bleu_tokenized_lc", 38.004) == "38.00"  # rounded, not 38
     assert results_table.shown("loss", 1.5, exact=True) == "1.5"
+
+
+def test_a_row_shows_the_int8_value_and_whether_it_stays_within_tolerance(tmp_path: Path) -> None:
+    result = {
+        "task": "sst2",
+        "metric": "accuracy",
+        "split": "val",
+        "value": 0.821,
+        "target": 0.82,
+        "higher_is_better": True,
+        "required": True,
+        "met": True,
+        "budget_seconds": 900,
+        "wall_seconds": 186.0,
+        "steps": 3000,
+        "params": 1_420_802,
+        "metrics": {},
+        "int8": {"value": 0.812, "met": False},
+    }
+    (tmp_path / "sst2.json").write_text(json.dumps(result))
+    (line,) = results_table.table(tmp_path).splitlines()[3:4]
+    assert "| 82.1%; int8 weights: 81.2%, **outside tolerance** |" in line
+
+
+def test_int8_tolerances_are_amounts_or_fractions_in_the_direction_of_worse() -> None:
+    rows = load("quality").ROWS
+    sst2, char = rows["sst2"], rows["shakespeare-char"]
+    assert sst2.int8_met(0.821, 0.8165) and not sst2.int8_met(0.821, 0.8155)
+    assert sst2.int8_met(0.821, 0.9)  # better is always within
+    assert char.int8_met(1.600, 1.6159) and not char.int8_met(1.600, 1.6161)  # loss: +1%
+    assert char.int8_met(1.600, 1.5)
