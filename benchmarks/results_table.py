@@ -31,12 +31,14 @@ def shown(metric: str, value: float, exact: bool = False) -> str:
 
 
 def cpu(result: dict[str, Any]) -> str:
-    """The vector instructions of the row's CPU (``—`` where the file does not record them):
-    CPUs of one name differ, and bf16 recipes run fast only with native bfloat16."""
+    """The vector instructions of the row's CPU (``—`` where the file does not record them),
+    and ``bf16`` for a run trained in bfloat16 autocast: CPUs of one name differ, and bf16
+    recipes run fast only with native bfloat16."""
     hardware = result.get("hardware", {})
     if "isa" not in hardware:
         return "—"
-    return hardware["isa"] + (" + BF16" if hardware["native_bf16"] else "")
+    trained = ", trained in bf16" if result.get("precision") == "bf16" else ""
+    return hardware["isa"] + (" + BF16" if hardware["native_bf16"] else "") + trained
 
 
 def row(result: dict[str, Any]) -> str:

@@ -100,10 +100,13 @@ def test_a_row_shows_the_int8_value_and_whether_it_stays_within_tolerance(tmp_pa
         "params": 1_420_802,
         "metrics": {},
         "int8": {"value": 0.812, "met": False},
+        "precision": "bf16",
+        "hardware": {"isa": "AVX512", "native_bf16": True},
     }
     (tmp_path / "sst2.json").write_text(json.dumps(result))
     (line,) = results_table.table(tmp_path).splitlines()[3:4]
     assert "| 82.1%; int8 weights: 81.2%, **outside tolerance** |" in line
+    assert line.endswith("| AVX512 + BF16, trained in bf16 |")
 
 
 def test_int8_tolerances_are_amounts_or_fractions_in_the_direction_of_worse() -> None:
