@@ -54,11 +54,13 @@ def test_classify_prints_a_label_and_probability_per_line(tmp_path, capsys, monk
         "data.dataset=none",
         "data.vocab_size=50",
     )
-    status, out, _ = run(capsys, monkeypatch, "good fun\n\nbad\n", "classify", str(run_dir))
-    assert status == 0 and len(out) == 3
-    for line in out:
-        label, probability = line.split("\t")
-        assert label in ("neg", "pos") and 0.5 <= float(probability) <= 1.0
+    for quantize in ([], ["--quantize", "int8"]):
+        lines = "good fun\n\nbad\n"
+        status, out, _ = run(capsys, monkeypatch, lines, "classify", str(run_dir), *quantize)
+        assert status == 0 and len(out) == 3
+        for line in out:
+            label, probability = line.split("\t")
+            assert label in ("neg", "pos") and 0.5 <= float(probability) <= 1.0
 
 
 def test_tag_prints_conll_with_blank_lines(tmp_path, capsys, monkeypatch) -> None:
@@ -73,9 +75,11 @@ def test_tag_prints_conll_with_blank_lines(tmp_path, capsys, monkeypatch) -> Non
         "data.dataset=none",
         "data.vocab_size=60",
     )
-    status, out, _ = run(capsys, monkeypatch, "Peter went home\n\nParis\n", "tag", str(run_dir))
-    assert status == 0
-    assert [line.split(" ")[0] for line in out] == ["Peter", "went", "home", "", "", "Paris", ""]
+    for quantize in ([], ["--quantize", "int8"]):
+        lines = "Peter went home\n\nParis\n"
+        status, out, _ = run(capsys, monkeypatch, lines, "tag", str(run_dir), *quantize)
+        words = [line.split(" ")[0] for line in out]
+        assert status == 0 and words == ["Peter", "went", "home", "", "", "Paris", ""]
 
 
 def test_generate_is_reproducible_with_a_seed(tmp_path, capsys, monkeypatch) -> None:
@@ -99,6 +103,10 @@ def test_generate_is_reproducible_with_a_seed(tmp_path, capsys, monkeypatch) -> 
     greedy = [*args[:6], "--greedy"]
     eager = run(capsys, monkeypatch, "", *greedy)
     assert run(capsys, monkeypatch, "", *greedy, "--compile")[:2] == eager[:2]
+    int8 = [*greedy, "--quantize", "int8"]
+    quantized = run(capsys, monkeypatch, "", *int8)
+    assert quantized[0] == 0 and quantized[1][0].startswith("to be")
+    assert run(capsys, monkeypatch, "", *int8, "--compile")[:2] == quantized[:2]
 
 
 def test_demo_trains_decodes_and_draws(tmp_path, capsys, monkeypatch) -> None:

@@ -349,6 +349,9 @@ ATTENTION_KINDS = ("encoder", "decoder", "cross")
 self-attention over the output (or the text of a language model); ``cross``: output tokens
 attending to source tokens. In the order the pictures show them."""
 TAG_SCHEMES = ("iob2", "none")
+QUANTIZATIONS = ("int8",)
+"""Weight-only quantizations of a trained model's linear maps (``int8``: per output
+channel, symmetric), for inference."""
 
 
 @dataclass

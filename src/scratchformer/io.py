@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
@@ -98,19 +98,23 @@ def _tied_groups(model: nn.Module) -> list[list[str]]:
     return list(groups.values())
 
 
-def write_weights(path: Path, model: nn.Module) -> None:
-    """Write ``model``'s state dict to a safetensors file, tied tensors once; in place, for
-    a file that is itself being built (a temp file, or one in a temp directory)."""
+def write_weights(path: Path, model: nn.Module, metadata: dict[str, str] | None = None) -> None:
+    """Write ``model``'s state dict to a safetensors file, tied tensors once, with
+    ``metadata`` in its header; in place, for a file that is itself being built (a temp
+    file, or one in a temp directory)."""
     state = model.state_dict()
     groups = _tied_groups(model)
     tensors = {names[0]: state[names[0]].contiguous() for names in groups}
     aliases = {alias: names[0] for names in groups for alias in names[1:]}  # as save_model does
-    save_file(tensors, path, metadata=aliases or None)
+    save_file(tensors, path, metadata={**aliases, **(metadata or {})} or None)
 
 
-def save_weights(path: str | Path, model: nn.Module) -> None:
-    """Write ``model``'s state dict to a safetensors file, atomically; tied tensors once."""
-    atomic_write(path, lambda temp: write_weights(temp, model))
+def save_weights(
+    path: str | Path, model: nn.Module, metadata: dict[str, str] | None = None
+) -> None:
+    """Write ``model``'s state dict to a safetensors file, atomically; tied tensors once,
+    ``metadata`` in the header."""
+    atomic_write(path, lambda temp: write_weights(temp, model, metadata))
 
 
 def listing(names: list[str], limit: int = 8) -> str:
@@ -136,6 +140,16 @@ def read_tensors(path: str | Path) -> dict[str, Tensor]:
     """The tensors of a safetensors file; anything else is a ``ValueError`` naming it."""
     try:
         return load_file(path)
+    except SafetensorError as error:
+        raise ValueError(f"{path} is not a safetensors file: {error}") from error
+
+
+def read_metadata(path: str | Path) -> dict[str, str]:
+    """The metadata in a safetensors file's header (the names of tied tensors' aliases,
+    and what its writer added); anything but a safetensors file is a ``ValueError``."""
+    try:
+        with safe_open(path, framework="pt") as file:
+            return file.metadata() or {}
     except SafetensorError as error:
         raise ValueError(f"{path} is not a safetensors file: {error}") from error
 

@@ -16,11 +16,20 @@ from typing import Any
 import torch
 from torch import nn
 
-from .config import DataConfig, Recipe, TrainConfig
+from .config import QUANTIZATIONS, DataConfig, Recipe, TrainConfig
 from .data.tokenizer import recognise_roles
 from .errors import Interrupted
+from .inference import quantize
 from .interop.hf import TOKENIZER_FILE, from_pretrained, save_pretrained
-from .io import MODEL_FILE, atomic_write_text, listing, load_model, load_weights, save_weights
+from .io import (
+    MODEL_FILE,
+    atomic_write_text,
+    listing,
+    load_model,
+    load_weights,
+    read_metadata,
+    save_weights,
+)
 from .models import build_model
 from .tasks import Task, build_task
 from .training.checkpoint import STEP_DIR, latest_checkpoint
@@ -43,6 +52,8 @@ IMPORTED_TASKS = {"encoder": "classification", "decoder": "lm", "span": "qa"}
 model generates right away, a question-answering model (``span`` head) answers; a
 pretrained encoder waits for a fine-tune (``--set task=...`` picks another task)."""
 TOKENIZER_KINDS = {"encoder": "wordpiece", "decoder": "bpe"}
+QUANTIZATION_KEY = "quantization"
+"""The entry of a quantized run's ``model.safetensors`` header that names its quantization."""
 
 
 def start_run(recipe: Recipe, run_dir: Path) -> tuple[Task, nn.Module]:
@@ -185,10 +196,15 @@ def open_task(run_dir: Path, overrides: list[str] | None = None) -> tuple[Task, 
     return task, recipe
 
 
-def load_run(run_dir: Path, need_head: bool = True) -> tuple[Task, nn.Module]:
+def load_run(
+    run_dir: Path, need_head: bool = True, quantization: str | None = None
+) -> tuple[Task, nn.Module]:
     """The task and the best trained model (in eval mode) of a run directory: a LoRA run's
-    base (``model.init_from``, or the initial weights of ``train.seed``) with its adapters.
-    With ``need_head``, a model without the task's head (an imported encoder) is an error."""
+    base (``model.init_from``, or the initial weights of ``train.seed``) with its adapters;
+    a quantized run's (:func:`quantize_run`) quantized. ``quantization`` (one of
+    ``QUANTIZATIONS``) quantizes the model once loaded, a LoRA run's with its adapters
+    merged first. With ``need_head``, a model without the task's head (an imported
+    encoder) is an error."""
     if not (run_dir / MODEL_FILE).exists():
         raise FileNotFoundError(f"{run_dir} holds no trained model ({MODEL_FILE}); train it first")
     task, recipe = open_task(run_dir)
@@ -197,12 +213,33 @@ def load_run(run_dir: Path, need_head: bool = True) -> tuple[Task, nn.Module]:
             f"{run_dir} holds a model without the {task.head} head of a {task.name} run "
             "(an imported checkpoint?); fine-tune it first"
         )
+    saved = saved_quantization(run_dir / MODEL_FILE)
+
+    def build() -> nn.Module:
+        model = build_model(recipe.model)
+        return model if saved is None else quantize(model, saved)
+
     if recipe.train.lora_rank is None:
-        model = load_model(lambda: build_model(recipe.model), run_dir / MODEL_FILE)
+        model = load_model(build, run_dir / MODEL_FILE)
     else:
         model = run_model(recipe, pretrained=True)
         load_weights(run_dir / MODEL_FILE, model)
+    if quantization is not None:
+        if is_adapted(model):
+            merge_lora(model)  # the adapters' update is part of the weights to quantize
+        quantize(model, quantization)
     return task, model.eval()
+
+
+def saved_quantization(path: Path) -> str | None:
+    """The quantization of the weights in the safetensors file ``path`` (``None``: float)."""
+    saved = read_metadata(path).get(QUANTIZATION_KEY)
+    if saved is not None and saved not in QUANTIZATIONS:
+        raise ValueError(
+            f"{path} holds weights of quantization {saved!r}, which this version cannot read "
+            f"(it reads {', '.join(QUANTIZATIONS)})"
+        )
+    return saved
 
 
 def merge(run_dir: Path, out_dir: Path) -> None:
@@ -213,13 +250,32 @@ def merge(run_dir: Path, out_dir: Path) -> None:
     task, model = load_run(run_dir, need_head=False)
     if not is_adapted(model):
         raise ValueError(f"{run_dir} is not a LoRA run (train.lora_rank is unset): no adapters")
-    merge_lora(model)
+    _save_run(task, merge_lora(model), out_dir)
+
+
+def quantize_run(run_dir: Path, out_dir: Path, quantization: str = "int8") -> None:
+    """A run directory ``out_dir`` of a run's model quantized (:func:`~.inference.quantize`;
+    a LoRA run's with its adapters merged first): the recipe (``train.lora_rank`` unset),
+    the tokenizers, and ``model.safetensors`` with the quantized weights (for int8, each
+    ``....weight`` in int8 beside its float32 ``....scales``), its header naming the
+    quantization, so that :func:`load_run` and every command open it quantized. ``out_dir``
+    must be new or empty."""
+    _check_empty(out_dir)
+    task, model = load_run(run_dir, need_head=False, quantization=quantization)
+    _save_run(task, model, out_dir, {QUANTIZATION_KEY: quantization})
+
+
+def _save_run(
+    task: Task, model: nn.Module, out_dir: Path, metadata: dict[str, str] | None = None
+) -> None:
+    """Write a run directory of ``task`` (its recipe with ``train.lora_rank`` unset, its
+    tokenizers) and of the whole of ``model``, with ``metadata`` in the weights' header."""
     recipe = task.recipe
     recipe.train.lora_rank = None
     out_dir.mkdir(parents=True, exist_ok=True)
     write_run_info(out_dir)
     task.save(out_dir)
-    save_weights(out_dir / MODEL_FILE, model)
+    save_weights(out_dir / MODEL_FILE, model, metadata)
     atomic_write_text(out_dir / CONFIG_FILE, recipe.to_json())
 
 
@@ -270,6 +326,11 @@ def export_hf(run_dir: Path, hf_dir: Path) -> None:
     checkpoint's)."""
     if is_run(hf_dir):
         raise ValueError(f"{hf_dir} is a run directory: write the checkpoint elsewhere")
+    if saved_quantization(run_dir / MODEL_FILE) is not None:
+        raise ValueError(
+            f"{run_dir} holds quantized weights, which no Hugging Face checkpoint of ours "
+            "holds: export the run it was quantized from"
+        )
     task, model = load_run(run_dir, need_head=False)
     if is_adapted(model):
         merge_lora(model)

@@ -210,12 +210,13 @@ def test_a_tiny_run_evaluates_and_answers_line_by_line(qa_run, capsys, monkeypat
     assert status == 0 and {"loss", "exact_match", "f1", "span_accuracy"} <= metrics.keys()
     contexts = [f"{FILLER} The winner is Ada. Then more.", "The winner is Zoë in Köln."]
     lines = f"Who won?\t{contexts[0]}\n\nWho won?\t{contexts[1]}\nWho?\t\n"
-    status, out, _ = run(capsys, monkeypatch, lines, "answer", str(qa_run))
-    assert status == 0 and len(out) == 4 and out[1] == ""
-    for line, context in zip([out[0], out[2]], contexts, strict=True):
-        answer, score = line.split("\t")
-        assert answer and answer in context and 0 < float(score) <= 1
-    assert out[3] == "\t0.0000"  # no context: no answer
+    for quantize in ([], ["--quantize", "int8"]):
+        status, out, _ = run(capsys, monkeypatch, lines, "answer", str(qa_run), *quantize)
+        assert status == 0 and len(out) == 4 and out[1] == ""
+        for line, context in zip([out[0], out[2]], contexts, strict=True):
+            answer, score = line.split("\t")
+            assert answer and answer in context and 0 < float(score) <= 1
+        assert out[3] == "\t0.0000"  # no context: no answer
 
 
 def test_answer_lines_need_a_tab(qa_run, capsys, monkeypatch) -> None:

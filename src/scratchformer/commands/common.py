@@ -16,9 +16,9 @@ from ..training.distributed import default_device
 
 
 def run_of(args: argparse.Namespace, command: str) -> tuple[Task, nn.Module]:
-    """The task and model of ``args.run``, on ``args.device``; the run must be of a task
-    that ``command`` serves."""
-    task, model = load_run(Path(args.run))
+    """The task and model of ``args.run`` (quantized as ``args.quantize`` says), on
+    ``args.device``; the run must be of a task that ``command`` serves."""
+    task, model = load_run(Path(args.run), quantization=args.quantize)
     if task.command != command:
         wanted = " or ".join(name for name, kind in TASKS.items() if kind.command == command)
         raise UsageError(f"{args.run} is a {task.name!r} run; {command} needs a {wanted} run")

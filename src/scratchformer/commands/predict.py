@@ -18,7 +18,7 @@ from .common import input_lines, output_lines, progress_wanted, run_of
 def evaluate(args: argparse.Namespace) -> int:
     """``scratchformer eval DIR [--split val|test | --data FILE]``: JSON metrics, with the
     scores of real decoding (not teacher forcing) for the tasks that decode."""
-    task, model = load_run(Path(args.run))
+    task, model = load_run(Path(args.run), quantization=args.quantize)
     device = default_device(args.device)
     metrics = task.evaluate(model.to(device), args.split, args.data, device=device)
     metrics.update(

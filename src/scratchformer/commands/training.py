@@ -1,4 +1,5 @@
-"""``scratchformer train`` and ``scratchformer merge``."""
+"""``scratchformer train``, and the runs made of a trained one: ``scratchformer merge`` and
+``scratchformer quantize``."""
 
 from __future__ import annotations
 
@@ -29,4 +30,11 @@ def merge(args: argparse.Namespace) -> int:
     """``scratchformer merge RUN --out DIR``: a run of a LoRA run's merged weights."""
     run.merge(Path(args.run), Path(args.out))
     print(f"{args.out}: the model of {args.run} with its LoRA adapters merged")
+    return 0
+
+
+def quantize(args: argparse.Namespace) -> int:
+    """``scratchformer quantize RUN --out DIR [--quantize int8]``: a run of quantized weights."""
+    run.quantize_run(Path(args.run), Path(args.out), args.quantize)
+    print(f"{args.out}: the model of {args.run} with {args.quantize} weights")
     return 0

@@ -1,6 +1,6 @@
-"""Decoding: key/value caches, generation, beam search, and compiled decoding
-(``CompiledLM``, imported on first use: it brings in torch's compiler, which the other
-commands need not load)."""
+"""Decoding: key/value caches, generation, beam search, int8 weights (``quantize``), and
+compiled decoding (``CompiledLM``, imported on first use: it brings in torch's compiler,
+which the other commands need not load)."""
 
 from typing import Any
 
@@ -15,6 +15,7 @@ from .generate import (
     scale_temperature,
     stream,
 )
+from .quantize import QuantizedLMHead, quantize
 
 __all__ = [
     "CompiledLM",
@@ -22,6 +23,7 @@ __all__ = [
     "DecoderCache",
     "Hypothesis",
     "KVCache",
+    "QuantizedLMHead",
     "ban_repeated_ngrams",
     "beam_search",
     "filter_top_k",
@@ -30,6 +32,7 @@ __all__ = [
     "gnmt_penalty",
     "greedy_decode",
     "penalize_repetition",
+    "quantize",
     "scale_temperature",
     "stream",
 ]

@@ -16,6 +16,7 @@ from .lora import LoRALinear
 from .loss import linear_cross_entropy
 from .masks import causal_mask, combine_masks, padding_mask
 from .norm import LayerNorm, RMSNorm, layer_norm, rms_norm
+from .quantized import QuantizedLinear
 from .rotary import RotaryEmbedding, Rotation
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "Linear",
     "LoRALinear",
     "MultiHeadAttention",
+    "QuantizedLinear",
     "RMSNorm",
     "RotaryEmbedding",
     "Rotation",

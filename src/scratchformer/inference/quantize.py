@@ -1,0 +1,62 @@
+"""Weight-only quantization of a trained model for inference: every linear map in int8.
+
+:func:`quantize` replaces each linear map of a model (``torch.nn.Linear`` and ours, the
+task heads and the LM head included) by a :class:`~scratchformer.nn.QuantizedLinear` of its
+weight; norms, embeddings and everything else keep their float weights. The model keeps
+its class, its ``config`` and its forward, so decoding, beam search, translation and the
+tasks' evaluation and predictions take it as they take the float model, and so does
+``CompiledLM``.
+
+An LM head tied to the token embedding gets an int8 copy of the shared table, while the
+embedding keeps its float rows: the head is read whole at every decoding step (a fifth of a
+small GPT's weights), the embedding one row a token, so the head is where int8 pays, and
+the looked-up rows stay exact.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from ..config import QUANTIZATIONS
+from ..models import LMHead
+from ..nn import LoRALinear, QuantizedLinear, linear_cross_entropy
+
+
+class QuantizedLMHead(QuantizedLinear):
+    """An :class:`~scratchformer.models.LMHead` with int8 weights: the logits, and the
+    loss that a language model's forward computes from ``labels`` (with the dequantized
+    weight, without forming the logits)."""
+
+    def loss(self, hidden: Tensor, labels: Tensor, label_smoothing: float = 0.0) -> Tensor:
+        return linear_cross_entropy(hidden, self.dequantized(hidden.dtype), labels, label_smoothing)
+
+
+def quantize(model: nn.Module, quantization: str = "int8") -> nn.Module:
+    """``model`` with every linear map replaced, in place, by its weight-only
+    ``quantization`` (``int8``: per output channel, symmetric; see
+    :mod:`scratchformer.nn.quantized`); returns ``model`` (a linear map given alone comes
+    back quantized). A map registered in several places stays one map; maps already
+    quantized are left as they are.
+
+    A model with LoRA adapters is refused, untouched: merge them first
+    (``scratchformer.training.lora.merge_lora``, or ``scratchformer merge``)."""
+    if quantization not in QUANTIZATIONS:
+        raise ValueError(f"quantization={quantization!r} must be one of {', '.join(QUANTIZATIONS)}")
+    if any(isinstance(module, LoRALinear) for module in model.modules()):
+        raise ValueError(
+            f"the {type(model).__name__} has LoRA adapters: merge them into its weights "
+            "before quantizing (merge_lora, or scratchformer merge)"
+        )
+    replaced: dict[int, nn.Module] = {}
+    for path, module in list(model.named_modules(remove_duplicate=False)):
+        if id(module) not in replaced:
+            if isinstance(module, nn.Linear):
+                replaced[id(module)] = QuantizedLinear.from_weight(module.weight, module.bias)
+            elif isinstance(module, LMHead):
+                replaced[id(module)] = QuantizedLMHead.from_weight(module.weight)
+            else:
+                continue
+        parent, _, name = path.rpartition(".")
+        if name:
+            setattr(model.get_submodule(parent), name, replaced[id(module)])
+    return replaced.get(id(model), model)

@@ -1,0 +1,108 @@
+"""quantize: every linear map of a model in int8, a model that decodes, searches beams and
+compiles as the float one does, close to its float logits."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from helpers import PROMPTS, peaked, tiny_config, tiny_lm
+from scratchformer import build_model
+from scratchformer.config import TrainConfig
+from scratchformer.inference import CompiledLM, beam_search, generate, quantize
+from scratchformer.models import LMHead
+from scratchformer.nn import QuantizedLinear
+from scratchformer.training.lora import apply_lora
+
+CLOSE = 0.02
+"""A quantized tiny model's logits are within this fraction of the largest float logit."""
+
+
+def logits(model: nn.Module, arch: str) -> torch.Tensor:
+    torch.manual_seed(5)
+    ids = torch.randint(1, 29, (3, 9))
+    mask = torch.arange(9) < torch.tensor([[9], [6], [3]])
+    with torch.no_grad():
+        if arch == "seq2seq":
+            return model(ids, ids[:, :5], src_mask=mask).logits
+        return model(ids, attention_mask=mask).logits
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"arch": "decoder"},
+        {"arch": "decoder", "tie_output": False, "gated": True, "activation": "silu"},
+        {"arch": "seq2seq", "tgt_vocab_size": 29},
+        {"arch": "encoder", "head": "classification", "num_labels": 3, "pooler": True},
+        {"arch": "encoder", "head": "token_classification", "num_labels": 5},
+    ],
+    ids=["lm", "gated-untied", "seq2seq", "classification", "tagging"],
+)
+def test_every_linear_map_becomes_int8_and_the_logits_stay_close(fields) -> None:
+    model = build_model(tiny_config(**fields)).eval()
+    expected = logits(model, fields["arch"])
+    embeddings = {n: p.clone() for n, p in model.named_parameters() if "embedding" in n}
+    linear_maps = sum(isinstance(m, (nn.Linear, LMHead)) for m in model.modules())
+    assert quantize(model, "int8") is model
+    assert not any(isinstance(m, (nn.Linear, LMHead)) for m in model.modules())
+    assert sum(isinstance(m, QuantizedLinear) for m in model.modules()) == linear_maps
+    for name, table in embeddings.items():  # the embedding keeps its float rows, tied or not
+        assert torch.equal(model.get_parameter(name), table)
+    got = logits(model, fields["arch"])
+    assert (got - expected).abs().max() <= CLOSE * expected.abs().max()
+    assert model.config.arch == fields["arch"]
+
+
+def test_a_quantized_lm_computes_its_loss_from_labels() -> None:
+    model = quantize(tiny_lm())
+    ids = torch.randint(0, 29, (2, 7))
+    labels = torch.randint(0, 29, (2, 7))
+    labels[0, :3] = -100
+    with torch.no_grad():
+        loss = model(ids, labels=labels).loss
+        expected = nn.functional.cross_entropy(model(ids).logits.flatten(0, 1), labels.flatten())
+    torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_generation_and_beam_search_take_the_quantized_model() -> None:
+    """A peaked tiny LM decodes the same greedy tokens in int8 as in float32 (its choices are
+    no near-ties), and beam search runs on a quantized encoder-decoder."""
+    model = tiny_lm(peaked_by=8.0)
+    expected = generate(model, PROMPTS, max_new_tokens=10, greedy=True)
+    assert generate(quantize(model), PROMPTS, max_new_tokens=10, greedy=True) == expected
+    seq2seq = quantize(peaked(3.0, arch="seq2seq", vocab_size=19, tgt_vocab_size=23))
+    hypotheses = beam_search(
+        seq2seq, torch.randint(3, 19, (2, 6)), bos_id=1, eos_id=2, beam_size=3, max_len=8
+    )
+    assert len(hypotheses) == 2 and all(len(h) == 1 for h in hypotheses)
+
+
+def test_compiled_quantized_decoding_gives_the_eager_quantized_tokens() -> None:
+    model = quantize(tiny_lm())
+    expected = generate(model, PROMPTS, max_new_tokens=8, greedy=True)
+    assert generate(CompiledLM(model), PROMPTS, max_new_tokens=8, greedy=True) == expected
+
+
+def test_a_shared_map_stays_shared_and_quantizing_twice_changes_nothing() -> None:
+    shared = nn.Linear(8, 8)
+    model = nn.Sequential(shared, nn.ReLU(), shared)
+    quantize(model)
+    assert isinstance(model[0], QuantizedLinear) and model[0] is model[2]
+    state = copy.deepcopy(model.state_dict())
+    quantize(model)
+    assert all(torch.equal(state[name], value) for name, value in model.state_dict().items())
+    assert isinstance(quantize(nn.Linear(4, 4)), QuantizedLinear)  # a map alone comes back
+
+
+def test_a_lora_model_is_refused_untouched_and_an_unknown_quantization_too() -> None:
+    model = apply_lora(build_model(tiny_config(arch="decoder")), TrainConfig(lora_rank=2))
+    before = [type(m) for m in model.modules()]
+    with pytest.raises(ValueError, match="LoRA adapters: merge them"):
+        quantize(model)
+    assert [type(m) for m in model.modules()] == before
+    with pytest.raises(ValueError, match="quantization='int4' must be one of int8"):
+        quantize(tiny_lm(), "int4")
