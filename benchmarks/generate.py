@@ -1,13 +1,16 @@
 """Generation speed: our decoder-only LM with and without the KV cache, and Hugging Face GPT-2.
 
 What: new tokens per second of greedy decoding, 256 new tokens after 16-token prompts, at
-batch 1 and batch 8, fp32 on the CPU, for four candidates of the same shape (GPT-2 small
+batch 1 and batch 8 on the CPU, for five candidates of the same shape (GPT-2 small
 scaled down: 6 layers, d_model 384, 6 heads, d_ff 1536, vocab 8192, learned positions,
 pre-LN, GELU with tanh, head tied to the embedding) with random weights, on the same prompts:
 ``scratchformer.inference.generate`` with the KV cache; the same without it (the whole
 sequence recomputed every step); ours through ``scratchformer.inference.CompiledLM``
 (``torch.compile`` with frozen, autotuned weights, the cache on; one per batch size, its
-first run compiling); ``transformers``' ``GPT2LMHeadModel.generate`` with its cache.
+first run compiling); the same with int8 weights (``scratchformer.inference.quantize``:
+every linear map, the head included, weight-only int8 with a scale per output row);
+``transformers``' ``GPT2LMHeadModel.generate`` with its cache. All fp32 but the int8
+weights.
 Nothing stops early: ours gets ``eos_id=None``, Hugging Face ``min_new_tokens``, and every
 run is checked to have produced all its tokens.
 
@@ -20,7 +23,8 @@ compiled one compiles then; that time is printed); then repetitions alternate th
 candidates (cached, Hugging Face, uncached, cached, ...) so that drift in machine speed
 hits them alike, and the median time of each is reported. Uncached decoding at 256 tokens
 is slow, so it runs fewer repetitions (``--uncached-repeats``). The compiled candidate
-must give the cached one's tokens.
+must give the cached one's tokens; the int8 one computes other logits, so its tokens may
+differ (the tests hold it to the eager int8 model's).
 
     .venv/bin/python benchmarks/generate.py [--repeats 3] [--uncached-repeats 1]
         [--threads 2] [--new-tokens 256] [--no-compile] [--json results.json]
@@ -29,6 +33,7 @@ must give the cached one's tokens.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -41,7 +46,7 @@ from torch import Tensor, nn
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from scratchformer import ModelConfig, build_model, count_parameters
-from scratchformer.inference import CompiledLM, generate
+from scratchformer.inference import CompiledLM, generate, quantize
 from timing import Timing, interleaved, load_warning, timed
 
 N_LAYERS = 6
@@ -55,6 +60,7 @@ BATCHES = (1, 8)
 WARMUP_TOKENS = 16
 CACHED, HF, UNCACHED = "ours, KV cache", "Hugging Face", "ours, no cache"
 COMPILED = "ours, compiled"
+QUANTIZED = "ours, int8 compiled"
 
 Run = Callable[[int], list[list[int]]]
 """Generate that many new tokens after every prompt of the batch; return them."""
@@ -244,7 +250,11 @@ def run_batch(cfg: Config, batch: int, mine: nn.Module, theirs: GPT2LMHeadModel)
     ]
     if cfg.compile:
         compiled = ours(CompiledLM(mine), prompts, use_cache=True)
-        candidates.insert(1, Candidate(COMPILED, compiled, cfg.repeats))
+        int8 = ours(CompiledLM(quantize(copy.deepcopy(mine))), prompts, use_cache=True)
+        candidates[1:1] = [
+            Candidate(COMPILED, compiled, cfg.repeats),
+            Candidate(QUANTIZED, int8, cfg.repeats),
+        ]
     results = interleaved_results([c for c in candidates if c.repeats], cfg, batch)
     by_name = {r.candidate: r for r in results}
     if COMPILED in by_name and by_name[COMPILED].tokens != by_name[CACHED].tokens:
@@ -270,6 +280,11 @@ def comparison(results: list[Result]) -> dict[str, object]:
         compiled = by_name[COMPILED]
         summary["compiled_speedup_vs_hf"] = by_name[HF].median_s / compiled.median_s
         summary["compile_warmup_s"] = compiled.warmup_s
+    if QUANTIZED in by_name:
+        summary["int8_speedup_vs_compiled"] = (
+            by_name[COMPILED].median_s / by_name[QUANTIZED].median_s
+        )
+        summary["int8_speedup_vs_hf"] = by_name[HF].median_s / by_name[QUANTIZED].median_s
     return summary
 
 
@@ -311,6 +326,11 @@ def print_batch(results: list[Result], summary: dict[str, object]) -> None:
         line += (
             f"; compiled vs HF: {summary['compiled_speedup_vs_hf']:.2f}x, the same tokens, "
             f"its warm-up (compiling) {summary['compile_warmup_s']:.1f} s"
+        )
+    if "int8_speedup_vs_compiled" in summary:
+        line += (
+            f"; int8 compiled vs compiled: {summary['int8_speedup_vs_compiled']:.2f}x, "
+            f"vs HF: {summary['int8_speedup_vs_hf']:.2f}x"
         )
     if "speedup_vs_uncached" in summary:
         line += (

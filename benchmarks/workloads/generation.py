@@ -11,6 +11,11 @@ from workloads.report import Figure, Row, Settings, Target, print_row
 
 GENERATE_TARGETS = {1: 3.0, 8: 1.5}
 """Batch size: the least speed-up of ours with the KV cache over Hugging Face."""
+INT8_TARGETS = {
+    1: [Target(gen.COMPILED, 2.0, of=gen.QUANTIZED), Target(gen.HF, 5.0, of=gen.QUANTIZED)],
+    8: [Target(gen.COMPILED, 1.5, of=gen.QUANTIZED)],
+}
+"""Batch size: the least speed-ups of ours with int8 weights, compiled."""
 
 
 def generation(settings: Settings) -> list[Row]:
@@ -35,7 +40,7 @@ def generation(settings: Settings) -> list[Row]:
                 r.tokens_per_s,
                 "tokens/s",
                 r.timing,
-                gbytes_per_s=per_second(bytes_read(r, 4), r.timing),
+                gbytes_per_s=per_second(bytes_read(r), r.timing),
                 note=note(r),
             )
             for r in results
@@ -46,9 +51,9 @@ def generation(settings: Settings) -> list[Row]:
                 f"batch {batch}",
                 description,
                 figures,
-                [Target(gen.HF, bound)],
+                [Target(gen.HF, bound), *(INT8_TARGETS[batch] if settings.compile else [])],
                 ours=gen.CACHED,
-                variants=(gen.COMPILED,) if settings.compile else (),
+                variants=(gen.COMPILED, gen.QUANTIZED) if settings.compile else (),
                 machine=settings.machine,
             )
         )
@@ -56,21 +61,22 @@ def generation(settings: Settings) -> list[Row]:
     return rows
 
 
-def bytes_read(result: gen.Result, weight_bytes: float) -> int:
-    """Bytes read to generate ``result``'s tokens, with ``weight_bytes`` bytes a weight: the
-    matmul weights (the layers' and the tied head's) once a step, and the KV cache (see
-    :func:`decoding_bytes`); the prompt's step counts as one."""
-    weights = gen.N_LAYERS * layer_matmul_params(gen.D_MODEL, gen.D_FF) + gen.VOCAB * gen.D_MODEL
-    prompt = gen.PROMPT_LEN
-    lengths = range(prompt, prompt + result.new_tokens)
-    return decoding_bytes(
-        int(weights * weight_bytes), gen.N_LAYERS, gen.D_MODEL, result.batch, lengths
-    )
+def bytes_read(result: gen.Result) -> int:
+    """Bytes read to generate ``result``'s tokens: the matmul weights (the layers' and the
+    tied head's) once a step, 4 bytes each, or for int8 1 byte each and a 4-byte scale per
+    output row; and the KV cache (see :func:`decoding_bytes`). The prompt's step counts as
+    one."""
+    d, d_ff = gen.D_MODEL, gen.D_FF
+    weights = gen.N_LAYERS * layer_matmul_params(d, d_ff) + gen.VOCAB * d
+    rows = gen.N_LAYERS * (4 * d + d_ff + d) + gen.VOCAB
+    weight_bytes = weights + 4 * rows if result.candidate == gen.QUANTIZED else 4 * weights
+    lengths = range(gen.PROMPT_LEN, gen.PROMPT_LEN + result.new_tokens)
+    return decoding_bytes(weight_bytes, gen.N_LAYERS, d, result.batch, lengths)
 
 
 def note(result: gen.Result) -> str:
-    """What a candidate did; for the compiled one, how long its warm-up (compiling) took."""
+    """What a candidate did; for the compiled ones, how long the warm-up (compiling) took."""
     done = f"{result.batch} x {result.new_tokens} new tokens, all generated"
-    if result.candidate != gen.COMPILED:
+    if result.candidate not in (gen.COMPILED, gen.QUANTIZED):
         return done
     return f"{done}; warm-up (compiling) {result.warmup_s:.1f} s"

@@ -108,6 +108,8 @@ class Target:
     against: str
     bound: float
     higher_is_better: bool = True
+    of: str | None = None
+    """The candidate the target is for; None: ours and every variant."""
 
     def met(self, ratio: float) -> bool:
         return ratio >= self.bound if self.higher_is_better else ratio <= self.bound
@@ -160,8 +162,13 @@ class Row:
             return None
         return fraction >= self.limit_target
 
+    def targets_of(self, candidate: str) -> list[Target]:
+        """The targets ``candidate`` (ours or a variant) must meet."""
+        return [t for t in self.targets if t.of in (None, candidate)]
+
     def target_for(self, candidate: str) -> Target | None:
-        return next((t for t in self.targets if t.against == candidate), None)
+        """Ours' target against ``candidate``, if any."""
+        return next((t for t in self.targets_of(self.ours) if t.against == candidate), None)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -183,7 +190,7 @@ class Row:
                     "met": t.met(self.ratio(t, ours)),
                 }
                 for ours in (self.ours, *self.variants)
-                for t in self.targets
+                for t in self.targets_of(ours)
             ],
             "remark": self.remark,
             "limit_target": self.limit_target,
@@ -240,7 +247,7 @@ def print_row(row: Row) -> None:
         print(f"{line}  {f.note}")
     for variant in row.variants:
         ratios = []
-        for t in row.targets:
+        for t in row.targets_of(variant):
             ratio = row.ratio(t, variant)
             ratios.append(f"{ratio:.2f}x {t.against} ({t} {'ok' if t.met(ratio) else 'MISSED'})")
         print(f"  {variant}: {', '.join(ratios)}")
@@ -264,7 +271,7 @@ def print_summary(rows: list[Row]) -> None:
             (row, t, row.ratio(t, variant))
             for row in rows
             if variant is None or variant in row.variants
-            for t in row.targets
+            for t in row.targets_of(variant or row.ours)
         ]
         missed = [(row, t, ratio) for row, t, ratio in results if not t.met(ratio)]
         if results:
