@@ -15,8 +15,10 @@ from workloads.machine import Machine
 
 OURS, TORCH = "ours", "torch.nn"
 COMPILED = "ours, compiled"
-"""Ours through ``torch.compile`` (``train.compile``; ``CompiledLM`` for generation); its
+"""Ours through ``torch.compile`` (``train.compile``; ``CompiledModel`` for decoding); its
 first step or warm-up includes compiling."""
+INT8_COMPILED = "ours, int8 compiled"
+"""Ours with int8 weights (``scratchformer.inference.quantize``) through ``CompiledModel``."""
 TRAINER_ADAMW = "ours, fused AdamW"
 """Ours stepped by the trainer's optimizer, torch's fused AdamW; every other candidate runs
 ``torch.optim.AdamW`` with its defaults (a loop over parameters on CPU)."""

@@ -3,6 +3,7 @@ and against Hugging Face's Marian, both decoding to the same length."""
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import torch
@@ -13,14 +14,24 @@ from scratchformer.config import Recipe
 from scratchformer.data.batching import pad_batch
 from scratchformer.data.readers import read_lines
 from scratchformer.data.registry import dataset_file
-from scratchformer.inference import beam_search
+from scratchformer.inference import CompiledModel, beam_search, quantize
 from scratchformer.io import MODEL_FILE
 from scratchformer.run import load_run
 from scratchformer.tasks import build_task
 from scratchformer.tasks.translation import TranslationTask
 from timing import Step, interleaved
 from workloads.flops import beam_translation_flops, per_second
-from workloads.report import MARIAN, OURS, Figure, Row, Settings, Target, print_row
+from workloads.report import (
+    COMPILED,
+    INT8_COMPILED,
+    MARIAN,
+    OURS,
+    Figure,
+    Row,
+    Settings,
+    Target,
+    print_row,
+)
 from workloads.seq2seq_train import Seq2SeqShape, marian_model
 from workloads.training import parameters
 
@@ -130,7 +141,9 @@ def marian_row(settings: Settings, task: TranslationTask, sentences: list[str]) 
     """Beam search by ours and by Hugging Face's ``MarianMTModel.generate``, both with
     random weights of the ``multi30k-de-en`` recipe's shape, on the same source batches,
     every hypothesis run to ``NEW_TOKENS`` target tokens (ours: an eos no step produces;
-    Marian: ``min_new_tokens``)."""
+    Marian: ``min_new_tokens``). Ours also through ``CompiledModel``, with fp32 and with
+    int8 weights (``quantize``), unless compiling is off; the compiled fp32 search must give
+    the eager one's tokens."""
     source, target = task.source_tokenizer(), task.target_tokenizer()
     ours = build_model(task.model_config()).eval()
     c = ours.config
@@ -145,20 +158,23 @@ def marian_row(settings: Settings, task: TranslationTask, sentences: list[str]) 
     marian = marian_model(shape, c.max_len + NEW_TOKENS, source.pad_id, target.bos_id)
     batches = source_batches(task, sentences)
 
-    def run_ours() -> list[list[int]]:
-        return [
-            hypotheses[0].tokens
-            for ids, mask in batches
-            for hypotheses in beam_search(
-                ours,
-                ids,
-                mask,
-                bos_id=target.bos_id,
-                eos_id=NEVER,
-                beam_size=BEAM,
-                max_len=NEW_TOKENS,
-            )
-        ]
+    def run(model: nn.Module) -> Step:
+        def search() -> list[list[int]]:
+            return [
+                hypotheses[0].tokens
+                for ids, mask in batches
+                for hypotheses in beam_search(
+                    model,
+                    ids,
+                    mask,
+                    bos_id=target.bos_id,
+                    eos_id=NEVER,
+                    beam_size=BEAM,
+                    max_len=NEW_TOKENS,
+                )
+            ]
+
+        return search
 
     def run_marian() -> list[list[int]]:
         outputs = []
@@ -176,14 +192,20 @@ def marian_row(settings: Settings, task: TranslationTask, sentences: list[str]) 
             outputs += out[:, 1:].tolist()
         return outputs
 
-    steps = [checked(run_ours, OURS, len(sentences)), checked(run_marian, MARIAN, len(sentences))]
+    candidates = {OURS: run(ours), MARIAN: run_marian}
+    if settings.compile:
+        candidates[COMPILED] = run(CompiledModel(ours))
+        candidates[INT8_COMPILED] = run(CompiledModel(quantize(copy.deepcopy(ours))))
+    steps = [checked(step, name, len(sentences)) for name, step in candidates.items()]
     timings = interleaved(steps, settings.repeats_or(3, quick=1), warmup=1)
+    if settings.compile and timings[2].last != timings[0].last:
+        raise RuntimeError(f"{COMPILED} gave other translations than {OURS}")
     sources = [int(row.sum()) for _, mask in batches for row in mask]
     flops = translation_flops(ours, sources, [NEW_TOKENS] * len(sources))
     note = f"{len(sentences)} sentences x {NEW_TOKENS} target tokens"
     figures = [
         Figure(name, len(sentences) / t.median_s, "sentences/s", t, per_second(flops, t), note=note)
-        for name, t in zip((OURS, MARIAN), timings, strict=True)
+        for name, t in zip(candidates, timings, strict=True)
     ]
     row = Row(
         "translate",
@@ -193,6 +215,7 @@ def marian_row(settings: Settings, task: TranslationTask, sentences: list[str]) 
         f"{BATCH} sorted by length, every hypothesis {NEW_TOKENS} tokens",
         figures,
         [Target(MARIAN, MARIAN_TARGET)],
+        variants=(COMPILED, INT8_COMPILED) if settings.compile else (),
         machine=settings.machine,
     )
     print_row(row)
