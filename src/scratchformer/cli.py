@@ -88,6 +88,12 @@ class Command:
 
 RUN = arg("run", help="run directory")
 OUT_RUN = arg("--out", required=True, help="run directory to write, e.g. runs/NAME")
+COMPILE = arg(
+    "--compile",
+    action="store_true",
+    help="decode through torch.compile: tens of seconds to compile, then faster steps "
+    "(worth it for long outputs or many lines; needs a C++ compiler on the CPU)",
+)
 OVERWRITE_HELP = (
     "replace the run directory in --out: delete its run files (recipe, tokenizers, weights, "
     "checkpoints, metrics), refusing if it holds anything else"
@@ -187,12 +193,7 @@ COMMANDS = (
                 help="stop once the output contains TEXT (repeatable)",
             ),
             arg("--seed", type=int, default=None, help="for reproducible sampling"),
-            arg(
-                "--compile",
-                action="store_true",
-                help="decode through torch.compile: tens of seconds to compile, then faster "
-                "tokens (worth it for long outputs; needs a C++ compiler on the CPU)",
-            ),
+            COMPILE,
         ),
     ),
     Command(
@@ -209,6 +210,7 @@ COMMANDS = (
                 help="GNMT's alpha: higher favours longer translations (0: none)",
             ),
             arg("--batch-size", type=POSITIVE_INT, default=64, help="sentences decoded together"),
+            COMPILE,
         ),
         description="One line out per line in, in order; an empty line gives an empty line. "
         "A line longer than the model's data.max_len tokens is truncated to it, with a "
