@@ -29,6 +29,13 @@ def test_translate_keeps_line_alignment(copy_run, capsys, monkeypatch) -> None:
         assert "1 line(s) longer than 128 tokens were cut (line 5)" in err
 
 
+def test_translate_compiled_gives_the_eager_translations(copy_run, capsys, monkeypatch) -> None:
+    args = ["translate", str(copy_run), "--beam", "3"]
+    eager = run(capsys, monkeypatch, "123\n\n4567\n99x9\n", *args)
+    assert eager[0] == 0 and len(eager[1]) == 4
+    assert run(capsys, monkeypatch, "123\n\n4567\n99x9\n", *args, "--compile")[:2] == eager[:2]
+
+
 def test_commands_refuse_runs_of_another_task(copy_run, capsys, monkeypatch) -> None:
     for args, wanted in [
         (["classify"], "a classification or regression or similarity run"),

@@ -94,6 +94,12 @@ QUANTIZE = arg(
     help="quantize the model's linear maps once loaded: int8 weights with a scale per output "
     "channel (a quarter of the bytes: faster decoding on the CPU)",
 )
+COMPILE = arg(
+    "--compile",
+    action="store_true",
+    help="decode through torch.compile: tens of seconds to compile, then faster steps "
+    "(worth it for long outputs or many lines; needs a C++ compiler on the CPU)",
+)
 OVERWRITE_HELP = (
     "replace the run directory in --out: delete its run files (recipe, tokenizers, weights, "
     "checkpoints, metrics), refusing if it holds anything else"
@@ -213,12 +219,7 @@ COMMANDS = (
                 help="stop once the output contains TEXT (repeatable)",
             ),
             arg("--seed", type=int, default=None, help="for reproducible sampling"),
-            arg(
-                "--compile",
-                action="store_true",
-                help="decode through torch.compile: tens of seconds to compile, then faster "
-                "tokens (worth it for long outputs; needs a C++ compiler on the CPU)",
-            ),
+            COMPILE,
             QUANTIZE,
         ),
     ),
@@ -236,6 +237,7 @@ COMMANDS = (
                 help="GNMT's alpha: higher favours longer translations (0: none)",
             ),
             arg("--batch-size", type=POSITIVE_INT, default=64, help="sentences decoded together"),
+            COMPILE,
             QUANTIZE,
         ),
         description="One line out per line in, in order; an empty line gives an empty line. "

@@ -180,3 +180,49 @@ def test_bad_n_best_is_a_clear_error() -> None:
     src, mask = sources()
     with pytest.raises(ValueError, match="n_best=3 must be between 1 and beam_size=2"):
         beam_search(model, src, mask, bos_id=BOS, eos_id=EOS, beam_size=2, n_best=3)
+
+
+def compiled_graphs() -> int:
+    """How many graphs Dynamo has compiled in this process so far."""
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"]
+
+
+def assert_same_hypotheses(found: list, expected: list) -> None:
+    """The same tokens in the same order, scores equal to 1e-5."""
+    for hyps, wanted in zip(found, expected, strict=True):
+        assert [h.tokens for h in hyps] == [h.tokens for h in wanted]
+        assert [h.score for h in hyps] == pytest.approx([h.score for h in wanted], abs=1e-5)
+
+
+def test_compiled_decoding_compiles_a_few_graphs_and_finds_the_eager_outputs() -> None:
+    """Through a ``CompiledModel`` the decoder batch keeps its shape, so a search of any
+    length compiles four graphs: the encoder, the decoder's first step (which fills the
+    cross-attention cache), the later steps, and the step that fills the KV cache to its
+    end (the search runs to ``max_len``). Sentences that finish at different steps change
+    nothing, and a longer search of the same batch compiles nothing more. Greedy decoding of
+    the sentences taken four times runs the same decoder graphs (12 rows again); only the
+    encoder compiles again, for its 12 sentences. (One test, as compiling is slow.)"""
+    from scratchformer.inference import CompiledModel
+
+    model = tiny_seq2seq(peaked_by=1.5)
+    src, mask = sources()
+    eos = emitted_token(model, src, mask)
+    compiled = CompiledModel(model)
+    before = compiled_graphs()
+    for max_len, early_stopping in ((8, True), (30, False)):
+        options = dict(bos_id=BOS, eos_id=eos, beam_size=4, n_best=3, max_len=max_len)
+        options.update(early_stopping=early_stopping)
+        expected = beam_search(model, src, mask, **options)
+        assert_same_hypotheses(beam_search(compiled, src, mask, **options), expected)
+        assert compiled_graphs() - before <= 4
+    assert len({len(h.tokens) for hyps in expected for h in hyps}) > 2  # varied lengths
+    src, mask = src.repeat(4, 1), mask.repeat(4, 1)
+    options = dict(bos_id=BOS, eos_id=eos, max_len=12)
+    greedy = greedy_decode(model, src, mask, **options)
+    assert greedy_decode(compiled, src, mask, **options) == greedy
+    assert len({len(tokens) for tokens in greedy}) > 1  # ends at eos and at max_len
+    beams = beam_search(compiled, src, mask, beam_size=1, **options)
+    assert_same_hypotheses(beams, beam_search(model, src, mask, beam_size=1, **options))
+    assert compiled_graphs() - before <= 5

@@ -79,3 +79,9 @@ def test_a_missing_cpp_compiler_is_a_clear_error(monkeypatch) -> None:
     monkeypatch.setattr("scratchformer.inference.compiled.get_cpp_compiler", no_compiler)
     with pytest.raises(ValueError, match="needs a C\\+\\+ compiler"):
         CompiledLM(tiny_lm())
+
+
+def test_a_method_the_model_lacks_is_an_attribute_error() -> None:
+    compiled = CompiledLM(tiny_lm())
+    with torch.no_grad(), pytest.raises(AttributeError, match="DecoderModel has no method"):
+        compiled.encode(torch.tensor([PROMPTS[0]]))

@@ -8,6 +8,8 @@ import json
 import sys
 from pathlib import Path
 
+from torch import nn
+
 from ..errors import UsageError
 from ..inference.generate import stream
 from ..run import load_run
@@ -29,6 +31,18 @@ def evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def compiled_if_asked(args: argparse.Namespace, model: nn.Module) -> nn.Module:
+    """The model through ``torch.compile`` under ``--compile``, else the model itself."""
+    if not args.compile:
+        return model
+    from ..inference import CompiledModel  # (torch's compiler: imported when asked for)
+
+    model = CompiledModel(model)
+    if not args.quiet:
+        print("compiling the model: the first tokens take tens of seconds", file=sys.stderr)
+    return model
+
+
 def generate(args: argparse.Namespace) -> int:
     """``scratchformer generate DIR --prompt TEXT``: stream a continuation to stdout."""
     task, model = run_of(args, "generate")
@@ -39,12 +53,7 @@ def generate(args: argparse.Namespace) -> int:
     stops = list(args.stop)
     new: list[int] = []
     shown = ""
-    if args.compile:
-        from ..inference import CompiledLM  # (torch's compiler: imported when asked for)
-
-        model = CompiledLM(model)
-        if not args.quiet:
-            print("compiling the model: the first tokens take tens of seconds", file=sys.stderr)
+    model = compiled_if_asked(args, model)
     sys.stdout.write(args.prompt)
     for step in stream(
         model,
@@ -75,6 +84,7 @@ def generate(args: argparse.Namespace) -> int:
 def translate_lines(args: argparse.Namespace) -> int:
     """``scratchformer translate DIR < source > hypotheses``: one line out per line in."""
     task, model = run_of(args, "translate")
+    model = compiled_if_asked(args, model)
     output_lines(
         task.predict_lines(
             model,

@@ -1,6 +1,6 @@
 """Decoding: key/value caches, generation, beam search, int8 weights (``quantize``), and
-compiled decoding (``CompiledLM``, imported on first use: it brings in torch's compiler,
-which the other commands need not load)."""
+compiled decoding (``CompiledModel``, or ``CompiledLM`` by its older name, imported on first
+use: it brings in torch's compiler, which the other commands need not load)."""
 
 from typing import Any
 
@@ -19,6 +19,7 @@ from .quantize import QuantizedLMHead, quantize
 
 __all__ = [
     "CompiledLM",
+    "CompiledModel",
     "CrossKV",
     "DecoderCache",
     "Hypothesis",
@@ -39,8 +40,8 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name == "CompiledLM":
-        from .compiled import CompiledLM
+    if name in ("CompiledLM", "CompiledModel"):
+        from . import compiled
 
-        return CompiledLM
+        return getattr(compiled, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,10 +1,14 @@
 """Decoding for the encoder-decoder Transformer: greedy decoding and beam search.
 
 Both encode the batch once, then run one cached decoder step per target position for all
-rows at once. Lengths count generated target tokens, the eos token included (BOS is fed,
-not generated). ``max_len`` caps them; its default is, per sentence, the source length
-(real tokens) + 50, capped at the model's ``max_len``, so a sentence decodes the same
-whichever batch it is in.
+rows at once. The rows stay to the end: a finished sentence's rows go on being fed a token
+whose outputs are ignored. So the decoder's shapes never change during a search, and a
+:class:`~.compiled.CompiledModel` runs every step with the same compiled code.
+
+Lengths count generated target tokens, the eos token included (BOS is fed, not
+generated). ``max_len`` caps them; its default is, per sentence, the source length (real
+tokens) + 50, capped at the model's ``max_len``, so a sentence decodes the same whichever
+batch it is in.
 
 Beam search scores a hypothesis as in GNMT (Wu et al., 2016):
 ``score = log_prob / lp(length)`` with ``lp(length) = ((5 + length) / 6) ** alpha``, where
@@ -150,60 +154,64 @@ def beam_search(
     first ``beam_size`` (it would have held a beam), and the others fill the beams until
     there are ``beam_size``. A sentence is done when :meth:`Finished.is_done` says so (see
     there for ``early_stopping``); at its max length its live beams are finished as they
-    are. Done sentences leave the batch. ``use_cache=False`` recomputes every beam's whole
-    prefix each step, for tests and benchmarks.
+    are. ``use_cache=False`` recomputes every beam's whole prefix each step, for tests and
+    benchmarks.
+
+    Sentence ``i`` has the rows ``i * beam_size`` to ``(i + 1) * beam_size - 1`` of the
+    decoder batch from start to end (a done sentence's are fed BOS): a beam never moves to
+    another sentence's rows, so the encoder output and the cross-attention cache, the same
+    in all rows of a sentence, are never reordered.
     """
     if not 1 <= n_best <= beam_size:
         raise ValueError(f"n_best={n_best} must be between 1 and beam_size={beam_size}")
     memory, src_mask = encode_source(model, src_ids, src_mask)
     limits = length_limits(model, src_mask, max_len)
-    k = beam_size
+    k, rows = beam_size, len(limits) * beam_size
     beam_rows = torch.arange(len(limits), device=memory.device).repeat_interleave(k)
     memory, src_mask = memory[beam_rows], src_mask[beam_rows]
-    cache = DecoderCache(model.decoder, len(beam_rows), max(limits)) if use_cache else None
+    cache = DecoderCache(model.decoder, rows, max(limits)) if use_cache else None
     finished = [Finished(k, length_penalty) for _ in limits]
-    active = list(range(len(limits)))  # sentences still searching; beams i*k .. i*k+k-1
-    history: list[list[int]] = [[] for _ in beam_rows]  # tokens of each beam
-    scores = torch.full((len(active), k), float("-inf"), device=memory.device)
+    active = list(range(len(limits)))  # sentences still searching
+    history: list[list[int]] = [[] for _ in range(rows)]  # tokens of each beam
+    scores = torch.full((len(limits), k), float("-inf"), device=memory.device)
     scores[:, 0] = 0.0  # all beams start as BOS: keep one, or each hypothesis comes k times
-    tokens = torch.full((len(beam_rows), 1), bos_id, device=memory.device)
+    tokens = torch.full((rows, 1), bos_id, device=memory.device)
     for step in range(1, max(limits) + 1):
         if cache is None:  # every beam's whole prefix, recomputed
             tokens = torch.tensor([[bos_id, *beam] for beam in history], device=memory.device)
         logits = model.decode(tokens, memory, src_mask, cache=cache)[0][:, -1]
         total = scores.view(-1, 1) + logits.float().log_softmax(dim=-1)
         vocab = total.shape[-1]
-        top, index = total.view(len(active), k * vocab).topk(min(2 * k, k * vocab), dim=1)
-        keep: list[tuple[int, int, float]] = []  # (row, token, log_prob) of the next beams
+        top, index = total.view(len(limits), k * vocab).topk(min(2 * k, k * vocab), dim=1)
+        top_log_probs, top_index = top.tolist(), index.tolist()
+        # (row, token, log_prob) of the next beams; a done sentence's rows stay as they are
+        keep = [(row, bos_id, float("-inf")) for row in range(rows)]
         still_active = []
-        for i, sentence in enumerate(active):
+        for i in active:
             beams: list[tuple[int, int, float]] = []
-            for rank, (log_prob, j) in enumerate(
-                zip(top[i].tolist(), index[i].tolist(), strict=True)
-            ):
+            for rank, (log_prob, j) in enumerate(zip(top_log_probs[i], top_index[i], strict=True)):
                 if log_prob == float("-inf") or len(beams) == k:
                     break
                 row, token = i * k + j // vocab, j % vocab
                 if token != eos_id:
                     beams.append((row, token, log_prob))
                 elif rank < k:
-                    finished[sentence].add(history[row], log_prob, step)
-            if step == limits[sentence]:
+                    finished[i].add(history[row], log_prob, step)
+            if step == limits[i]:
                 for row, token, log_prob in beams:
-                    finished[sentence].add([*history[row], token], log_prob, step)
-            elif beams and not finished[sentence].is_done(
-                beams[0][2], step, limits[sentence], early_stopping
-            ):
+                    finished[i].add([*history[row], token], log_prob, step)
+            elif beams and not finished[i].is_done(beams[0][2], step, limits[i], early_stopping):
                 # fewer than k live beams (early steps, tiny vocabularies): fill with dead ones
-                dead = [(beams[0][0], eos_id, float("-inf"))] * (k - len(beams))
-                keep.extend(beams + dead)
-                still_active.append(sentence)
+                dead = [(beams[0][0], bos_id, float("-inf"))] * (k - len(beams))
+                keep[i * k : (i + 1) * k] = beams + dead
+                still_active.append(i)
         if not still_active:
             break
-        chosen = torch.tensor([row for row, _, _ in keep], device=memory.device)
         if cache is not None:
-            cache.reorder(chosen)
-        memory, src_mask = memory[chosen], src_mask[chosen]
+            cache.reorder(
+                torch.tensor([row for row, _, _ in keep], device=memory.device),
+                cross_attention=False,
+            )
         history = [[*history[row], token] for row, token, _ in keep]
         tokens = torch.tensor([[token] for _, token, _ in keep], device=memory.device)
         scores = torch.tensor([s for _, _, s in keep], device=memory.device).view(-1, k)

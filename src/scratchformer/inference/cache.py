@@ -44,9 +44,10 @@ class KVCache:
         return self.keys[:, :, :end], self.values[:, :, :end]
 
     def reorder(self, index: Tensor) -> None:
-        """Keep the batch rows ``index`` (beam search: the surviving hypotheses)."""
-        self.keys = self.keys.index_select(0, index)
-        self.values = self.values.index_select(0, index)
+        """Row ``i`` becomes a copy of row ``index[i]`` (beam search: the surviving
+        hypotheses). In place, and only the filled positions: the buffers keep their shape."""
+        for buffer in (self.keys, self.values):
+            buffer[:, :, : self.length] = buffer[index, :, : self.length]
 
 
 class CrossKV:
@@ -86,8 +87,11 @@ class DecoderCache:
     def length(self) -> int:
         return self.self_attn[0].length
 
-    def reorder(self, index: Tensor) -> None:
-        """Keep the batch rows ``index`` in every layer."""
-        for cache in [*self.self_attn, *self.cross_attn]:
+    def reorder(self, index: Tensor, cross_attention: bool = True) -> None:
+        """Row ``i`` becomes a copy of row ``index[i]`` in every layer; with
+        ``cross_attention=False`` only in the self-attention caches (beam search, whose rows
+        of one sentence share the cross-attention keys and values)."""
+        caches = [*self.self_attn, *(self.cross_attn if cross_attention else [])]
+        for cache in caches:
             if cache is not None:
                 cache.reorder(index)

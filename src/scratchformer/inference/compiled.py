@@ -1,4 +1,4 @@
-"""A language model compiled for decoding: ``torch.compile`` with frozen, autotuned weights.
+"""A model compiled for decoding: ``torch.compile`` with frozen, autotuned weights.
 
 Decoding a few sequences multiplies every weight matrix by a handful of rows a step, so a
 step costs a pass over all the weights plus the Python of every layer. Eager PyTorch runs
@@ -8,12 +8,25 @@ GEMM kernels chosen by benchmarking (``max-autotune``), the products run on ever
 memory speed, and the Python of every layer gives way to one call of generated code:
 ``python benchmarks/generate.py`` measures both.
 
+A ``CompiledModel`` compiles the methods that decoding calls: a decoder-only model's
+``forward`` (for :func:`~.generate.generate`), an encoder-decoder's ``encode`` and
+``decode`` (for :func:`~.beam.greedy_decode` and :func:`~.beam.beam_search`). Nothing is
+assumed of the model's modules (a quantized model's linear layers compile the same way).
+A graph is compiled for the shapes of its first call and reused while they hold. Shapes
+that change from call to call are dynamic, so that they reuse it too: the length of the KV
+cache (marked in ``inference/cache.py``) and the source length (marked here, on the
+encoder's input and on the decoder's memory and source mask). The decoding loops keep the
+batch fixed from step to step, so a search of any length compiles at most four graphs: the
+encoder, the decoder's first step (which fills the cross-attention cache), its later
+steps, and the step that fills the KV cache to its end. A batch of another size compiles
+again once (Dynamo then makes the batch size dynamic too).
+
 Before every call Dynamo checks its guards, the conditions under which the compiled code
 holds. Most of them watch the model's modules: their hooks, attributes and parameters.
 Since the model is read once anyway (its weights are frozen in), those are dropped
 (``torch.compiler.skip_guard_on_all_nn_modules_unsafe``), which makes a batch-1 decoding
 step on the CPU noticeably shorter (see docs/performance.md); the guards on the inputs
-(shapes, the cache) and on the global state stay. Each ``CompiledLM`` keeps its compiled
+(shapes, the cache) and on the global state stay. Each ``CompiledModel`` keeps its compiled
 code to itself (``isolate_recompiles``), so that another model of the same class never
 runs it.
 
@@ -26,7 +39,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 from torch._inductor import config as inductor_config
 from torch._inductor import list_mode_options
 from torch._inductor.cpp_builder import get_cpp_compiler
@@ -44,17 +57,30 @@ QUIET_FROZEN = {
 """Inductor settings of every call: weights frozen in; the kernel timings not printed."""
 SKIP_MODULE_GUARDS = torch.compiler.skip_guard_on_all_nn_modules_unsafe
 """Guards on the model's modules are not checked: the model is read once, when compiling."""
+METHODS = ("forward", "encode", "decode")
+"""The methods compiled, those of them that the model has."""
+SOURCE_LENGTH = 1
+"""The dimension of the source length in ``src_ids``, ``src_mask`` and ``memory``."""
 
 
-class CompiledLM(nn.Module):
-    """``model`` (a decoder-only LM in eval mode) with its forward compiled for decoding:
-    pass it to :func:`~.generate.generate` or :func:`~.generate.stream` in place of the
-    model. The first calls compile (tens of seconds: once for the prompt, again for the
-    steps after it; a new batch size or prompt length may add one).
+def mark_source_length_dynamic(*tensors: Tensor | None) -> None:
+    """One graph for every source length, rather than one per batch of another length."""
+    for tensor in tensors:
+        if tensor is not None:
+            torch._dynamo.maybe_mark_dynamic(tensor, SOURCE_LENGTH)
+
+
+class CompiledModel(nn.Module):
+    """``model`` (in eval mode) with its decoding methods compiled: pass it to
+    :func:`~.generate.generate`, :func:`~.generate.stream` (a decoder-only LM),
+    :func:`~.beam.greedy_decode`, :func:`~.beam.beam_search` or a translation task's
+    ``translate`` (an encoder-decoder) in place of the model: the same tokens, faster
+    steps. The first calls compile (tens of seconds for each graph, see the module
+    docstring).
 
     For inference only: calls with gradients enabled, or with the model put back in
     training mode, are refused. The model is read once, when compiling: changing its weights
-    or its modules (hooks, attributes) afterwards needs a new ``CompiledLM``.
+    or its modules (hooks, attributes) afterwards needs a new ``CompiledModel``.
     """
 
     def __init__(self, model: nn.Module) -> None:
@@ -65,11 +91,12 @@ class CompiledLM(nn.Module):
             except RuntimeError as error:
                 raise ValueError(f"compiling for the CPU needs a C++ compiler: {error}") from None
         self.model = model
-        self.compiled_forward = torch.compile(
-            model.forward,
-            options={**list_mode_options(MODE), "guard_filter_fn": SKIP_MODULE_GUARDS},
-            isolate_recompiles=True,
-        )
+        options = {**list_mode_options(MODE), "guard_filter_fn": SKIP_MODULE_GUARDS}
+        self.compiled = {
+            name: torch.compile(getattr(model, name), options=options, isolate_recompiles=True)
+            for name in METHODS
+            if hasattr(model, name)
+        }
         self.train(False)
 
     @property
@@ -82,9 +109,38 @@ class CompiledLM(nn.Module):
 
     def forward(self, *args: Any, **kwargs: Any) -> ModelOutput:
         """The model's forward, compiled; the same arguments and output."""
+        return self.call("forward", *args, **kwargs)
+
+    def encode(
+        self, src_ids: Tensor, src_mask: Tensor | None = None, *args: Any, **kwargs: Any
+    ) -> Any:
+        """An encoder-decoder's ``encode``, compiled; the same arguments and output."""
+        mark_source_length_dynamic(src_ids, src_mask)
+        return self.call("encode", src_ids, src_mask, *args, **kwargs)
+
+    def decode(
+        self,
+        tgt_ids: Tensor,
+        memory: Tensor,
+        src_mask: Tensor | None = None,
+        *args: Any,
+        **kwargs: Any,
+    ) -> Any:
+        """An encoder-decoder's ``decode``, compiled; the same arguments and output."""
+        mark_source_length_dynamic(memory, src_mask)
+        return self.call("decode", tgt_ids, memory, src_mask, *args, **kwargs)
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """The compiled ``method`` of the model, called with ``args`` and ``kwargs``."""
+        if method not in self.compiled:
+            raise AttributeError(f"{type(self.model).__name__} has no method {method!r}")
         if torch.is_grad_enabled():
-            raise RuntimeError("a CompiledLM is for inference: call it under torch.no_grad()")
+            raise RuntimeError("a CompiledModel is for inference: call it under torch.no_grad()")
         if self.model.training:  # (no guard watches the mode)
             raise RuntimeError("the model was put in training mode after compiling")
         with inductor_config.patch(QUIET_FROZEN):
-            return self.compiled_forward(*args, **kwargs)
+            return self.compiled[method](*args, **kwargs)
+
+
+CompiledLM = CompiledModel
+"""The name of a ``CompiledModel`` of a decoder-only LM."""

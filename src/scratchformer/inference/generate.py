@@ -160,7 +160,7 @@ def stream(
     decoding too. With learned positions, the longest prompt plus ``max_new_tokens`` must
     fit in ``model.config.max_len``, else ValueError (prompts are never silently cut).
     ``use_cache=False`` recomputes the whole sequence every step (for tests and benchmarks).
-    ``model`` may be a :class:`~.compiled.CompiledLM`: the same tokens, faster steps.
+    ``model`` may be a :class:`~.compiled.CompiledModel`: the same tokens, faster steps.
     """
     device = decoding_device(model)
     choose = Sampling(temperature, top_k, top_p, repetition_penalty, no_repeat_ngram_size, greedy)
