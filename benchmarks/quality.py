@@ -178,7 +178,7 @@ def run_row(row: Row, threads: int, runs: Path) -> dict[str, Any]:
         "precision": trained["precision"],
         "steps": trained["step"],
         "best_step": trained["best_step"],
-        "params": parameters(ROOT / run_dir),
+        **parameters(ROOT / run_dir),
         "metrics": metrics,
         "hardware": hardware(threads),
         "versions": versions(),
@@ -215,9 +215,13 @@ def update_int8(row: Row, runs: Path) -> dict[str, Any]:
     return result
 
 
-def parameters(run_dir: Path) -> int:
+def parameters(run_dir: Path) -> dict[str, int]:
+    """The run's parameters, and those it trained (fewer for LoRA: the adapters and head)."""
     _, model = load_run(run_dir)
-    return count_parameters(model)
+    return {
+        "params": count_parameters(model),
+        "trained_params": count_parameters(model, trainable_only=True),
+    }
 
 
 def hardware(threads: int) -> dict[str, Any]:

@@ -41,6 +41,13 @@ def cpu(result: dict[str, Any]) -> str:
     return hardware["isa"] + (" + BF16" if hardware["native_bf16"] else "") + trained
 
 
+def parameters(result: dict[str, Any]) -> str:
+    """The model's parameters, and how many trained where that is fewer (LoRA)."""
+    shown = f"{result['params'] / 1e6:.2f} M"
+    trained = result.get("trained_params", result["params"])
+    return shown if trained == result["params"] else f"{shown} ({trained / 1e6:.2f} M trained)"
+
+
 def row(result: dict[str, Any]) -> str:
     metric = result["metric"]
     sign = ">=" if result["higher_is_better"] else "<="
@@ -61,7 +68,7 @@ def row(result: dict[str, Any]) -> str:
         f"| `{result['task']}` | {metric}, {result['split']} | "
         f"{shown(metric, result['value'])}{extra} | {target} | {verdict} | "
         f"{result['budget_seconds'] / 60:.3g} min | {result['wall_seconds'] / 60:.1f} min | "
-        f"{result['steps']} | {result['params'] / 1e6:.2f} M | {cpu(result)} |"
+        f"{result['steps']} | {parameters(result)} | {cpu(result)} |"
     )
 
 
