@@ -92,7 +92,7 @@ QUANTIZE = arg(
     "--quantize",
     choices=QUANTIZATIONS,
     help="quantize the model's linear maps once loaded: int8 weights with a scale per output "
-    "channel (a quarter of the bytes: faster decoding on the CPU)",
+    "channel (a quarter of the weights' bytes)",
 )
 COMPILE = arg(
     "--compile",
