@@ -1,6 +1,6 @@
-"""QuantizedLinear: int8 weights with a scale per output row, whose product (PyTorch's
-int8 kernel on the CPU, the written-out form elsewhere) equals ``F.linear`` with the
-dequantized weight."""
+"""QuantizedLinear: int8 weights with a scale per output row, whose product (written out:
+the int8 values as floats, a matmul, the scales) equals ``F.linear`` with the dequantized
+weight."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def reference(layer: QuantizedLinear, x: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("rows", [1, 8, 300])
-def test_the_int8_kernel_gives_the_dequantized_weights_product(rows: int, bias: bool) -> None:
+def test_the_product_is_that_of_the_dequantized_weight(rows: int, bias: bool) -> None:
     layer = quantized(96, 64, bias)
     x = torch.randn(rows, 64)
     torch.testing.assert_close(layer(x), reference(layer, x), rtol=1e-5, atol=1e-5)
@@ -42,8 +42,8 @@ def test_bfloat16_inputs_give_bfloat16_within_its_rounding(rows: int) -> None:
     torch.testing.assert_close(out.float(), reference(layer, x), rtol=2e-2, atol=2e-2)
 
 
-def test_the_written_out_form_serves_inputs_the_kernel_does_not_take() -> None:
-    """float64 (as CUDA would) goes through ``F.linear`` of the int8 values, then the scales."""
+def test_float64_inputs_give_float64() -> None:
+    """Any float dtype: the int8 values are converted to it, as on CUDA."""
     layer = quantized(32, 48, bias=True)
     x = torch.randn(5, 48, dtype=torch.float64)
     out = layer(x)

@@ -7,10 +7,13 @@ weight keeps its own scale (symmetric, per output channel)::
     scale[i] = max_j |w[i, j]| / 127,    q[i, j] = round(w[i, j] / scale[i])  in [-127, 127]
 
 so that ``q * scale`` is within ``scale / 2`` of ``w`` everywhere (an all-zero row has scale
-0 and stays zero). The product is ``(x @ q.T) * scale + bias``: on the CPU PyTorch's own
-weight-only int8 kernel (``torch._weight_int8pack_mm``) computes it from the int8 values;
-elsewhere (CUDA, other dtypes) the written-out form converts ``q`` to the input's dtype. The
-tests hold both equal to ``F.linear`` with the :meth:`~QuantizedLinear.dequantized` weight.
+0 and stays zero). The product is ``(x @ q.T) * scale + bias``, written out: ``q`` converted
+to the input's dtype, a float matmul, the scales. PyTorch's own weight-only int8 kernel
+(``torch._weight_int8pack_mm``) computes the same from the int8 values, but on the CPUs
+measured it is the slower of the two, eager and compiled, at every shape of a small GPT
+(``python benchmarks/int8.py``; figures in docs/performance.md), so it is not used. The
+tests hold the product equal to ``F.linear`` with the :meth:`~QuantizedLinear.dequantized`
+weight.
 """
 
 from __future__ import annotations
@@ -18,10 +21,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-
-KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-"""Input dtypes of ``torch._weight_int8pack_mm`` on the CPU (its scales take the same)."""
-
 
 def quantize_rows(weight: Tensor) -> tuple[Tensor, Tensor]:
     """``(q, scale)`` of a weight ``(out, in)``: int8 values ``(out, in)`` and float32
@@ -62,15 +61,8 @@ class QuantizedLinear(nn.Module):
         return self.weight.to(dtype) * self.scales.to(dtype)[:, None]
 
     def forward(self, x: Tensor) -> Tensor:
-        rows = x.reshape(-1, self.in_features)
-        scales = self.scales.to(x.dtype)
-        if x.device.type == "cpu" and x.dtype in KERNEL_DTYPES:
-            out = torch._weight_int8pack_mm(rows.contiguous(), self.weight, scales)
-        else:
-            out = F.linear(rows, self.weight.to(x.dtype)) * scales
-        if self.bias is not None:
-            out = out + self.bias.to(x.dtype)
-        return out.view(*x.shape[:-1], self.out_features)
+        out = F.linear(x, self.weight.to(x.dtype)) * self.scales.to(x.dtype)
+        return out if self.bias is None else out + self.bias.to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"{self.in_features}, {self.out_features}, bias={self.bias is not None}, int8"
