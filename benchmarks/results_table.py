@@ -37,7 +37,7 @@ def cpu(result: dict[str, Any]) -> str:
     hardware = result.get("hardware", {})
     if "isa" not in hardware:
         return "—"
-    trained = ", trained in bf16" if result.get("precision") == "bf16" else ""
+    trained = " (bf16)" if result.get("precision") == "bf16" else ""
     return hardware["isa"] + (" + BF16" if hardware["native_bf16"] else "") + trained
 
 
@@ -63,7 +63,7 @@ def row(result: dict[str, Any]) -> str:
     if "int8" in result:  # the same run with int8 weights
         int8 = result["int8"]
         within = "within tolerance" if int8["met"] else "**outside tolerance**"
-        extra += f"; int8 weights: {shown(metric, int8['value'])}, {within}"
+        extra += f"; int8: {shown(metric, int8['value'])}, {within}"
     return (
         f"| `{result['task']}` | {metric}, {result['split']} | "
         f"{shown(metric, result['value'])}{extra} | {target} | {verdict} | "
