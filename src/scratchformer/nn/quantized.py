@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+
 def quantize_rows(weight: Tensor) -> tuple[Tensor, Tensor]:
     """``(q, scale)`` of a weight ``(out, in)``: int8 values ``(out, in)`` and float32
     scales ``(out,)``, symmetric per row. A row of zeros gets scale 0 and zeros."""
