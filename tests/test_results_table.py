@@ -42,22 +42,25 @@ def test_every_result_is_a_row_of_the_benchmark_with_the_required_keys() -> None
         assert result["met"] == row.met(result["value"])
 
 
+MULTI30K_RESULT = {
+    "task": "multi30k-de-en",
+    "metric": "bleu_tokenized_lc",
+    "split": "test",
+    "value": 35.04,
+    "target": 36.0,
+    "higher_is_better": True,
+    "required": True,
+    "met": False,
+    "budget_seconds": 1800,
+    "wall_seconds": 1795.0,
+    "steps": 1234,
+    "params": 9_500_000,
+    "metrics": {"bleu": 33.21, "chrf": 55.5, "bleu_tokenized_lc": 35.04},
+}
+
+
 def test_rows_show_value_target_and_verdict(tmp_path: Path) -> None:
-    result = {
-        "task": "multi30k-de-en",
-        "metric": "bleu_tokenized_lc",
-        "split": "test",
-        "value": 35.04,
-        "target": 36.0,
-        "higher_is_better": True,
-        "required": True,
-        "met": False,
-        "budget_seconds": 1800,
-        "wall_seconds": 1795.0,
-        "steps": 1234,
-        "params": 9_500_000,
-        "metrics": {"bleu": 33.21, "chrf": 55.5, "bleu_tokenized_lc": 35.04},
-    }
+    result = MULTI30K_RESULT
     (tmp_path / "multi30k-de-en.json").write_text(json.dumps(result))
     (tmp_path / "copy.json").write_text(
         json.dumps(
@@ -86,18 +89,13 @@ def test_rows_show_value_target_and_verdict(tmp_path: Path) -> None:
 
 def test_a_row_shows_the_int8_value_and_whether_it_stays_within_tolerance(tmp_path: Path) -> None:
     result = {
+        **MULTI30K_RESULT,
         "task": "sst2",
         "metric": "accuracy",
         "split": "val",
         "value": 0.821,
         "target": 0.82,
-        "higher_is_better": True,
-        "required": True,
         "met": True,
-        "budget_seconds": 900,
-        "wall_seconds": 186.0,
-        "steps": 3000,
-        "params": 1_420_802,
         "metrics": {},
         "int8": {"value": 0.812, "met": False},
         "precision": "bf16",
