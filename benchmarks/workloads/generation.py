@@ -3,10 +3,16 @@ ours compiled (``CompiledLM``) as a variant."""
 
 from __future__ import annotations
 
+import copy
+
 import torch
+from torch import Tensor, nn
 
 import generate as gen
-from workloads.flops import decoding_bytes, layer_matmul_params, per_second
+from scratchformer.inference import quantize
+from scratchformer.models import LMHead
+from scratchformer.nn import QuantizedLinear
+from workloads.flops import decoding_bytes, per_second
 from workloads.report import Figure, Row, Settings, Target, print_row
 
 GENERATE_TARGETS = {1: 3.0, 8: 1.5}
@@ -31,6 +37,8 @@ def generation(settings: Settings) -> list[Row]:
         f"vocab {gen.VOCAB}, GELU tanh, {gen.MAX_LEN} positions; prompt {cfg.prompt_len}, "
         f"{cfg.new_tokens} new tokens a row, greedy, never stopped early"
     )
+    fp32_bytes = matmul_weight_bytes(mine)
+    weight_bytes = {gen.QUANTIZED: matmul_weight_bytes(quantize(copy.deepcopy(mine)))}
     rows = []
     for batch, bound in GENERATE_TARGETS.items():
         results = gen.run_batch(cfg, batch, mine, theirs)
@@ -40,7 +48,9 @@ def generation(settings: Settings) -> list[Row]:
                 r.tokens_per_s,
                 "tokens/s",
                 r.timing,
-                gbytes_per_s=per_second(bytes_read(r), r.timing),
+                gbytes_per_s=per_second(
+                    bytes_read(r, weight_bytes.get(r.candidate, fp32_bytes)), r.timing
+                ),
                 note=note(r),
             )
             for r in results
@@ -61,17 +71,25 @@ def generation(settings: Settings) -> list[Row]:
     return rows
 
 
-def bytes_read(result: gen.Result) -> int:
-    """Bytes read to generate ``result``'s tokens: the matmul weights (the layers' and the
-    tied head's) once a step, 4 bytes each, or for int8 1 byte each and a 4-byte scale per
-    output row; and the KV cache (see :func:`decoding_bytes`). The prompt's step counts as
-    one."""
-    d, d_ff = gen.D_MODEL, gen.D_FF
-    weights = gen.N_LAYERS * layer_matmul_params(d, d_ff) + gen.VOCAB * d
-    rows = gen.N_LAYERS * (4 * d + d_ff + d) + gen.VOCAB
-    weight_bytes = weights + 4 * rows if result.candidate == gen.QUANTIZED else 4 * weights
+def matmul_weight_bytes(model: nn.Module) -> int:
+    """Bytes of the weights a decoding step multiplies by: every linear map's and the LM
+    head's (a tied head's once), with an int8 map's scales; embeddings are looked up a
+    row a token and are not counted."""
+    maps = {
+        id(module): module
+        for module in model.modules()
+        if isinstance(module, nn.Linear | LMHead | QuantizedLinear)
+    }
+    tensors = [getattr(m, name, None) for m in maps.values() for name in ("weight", "scales")]
+    return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, Tensor))
+
+
+def bytes_read(result: gen.Result, weight_bytes: int) -> int:
+    """Bytes read to generate ``result``'s tokens: the matmul weights (``weight_bytes``,
+    see :func:`matmul_weight_bytes`) once a step, and the KV cache (see
+    :func:`decoding_bytes`). The prompt's step counts as one."""
     lengths = range(gen.PROMPT_LEN, gen.PROMPT_LEN + result.new_tokens)
-    return decoding_bytes(weight_bytes, gen.N_LAYERS, d, result.batch, lengths)
+    return decoding_bytes(weight_bytes, gen.N_LAYERS, gen.D_MODEL, result.batch, lengths)
 
 
 def note(result: gen.Result) -> str:
