@@ -7,10 +7,12 @@ pre-LN, GELU with tanh, head tied to the embedding) with random weights, on the 
 ``scratchformer.inference.generate`` with the KV cache; the same without it (the whole
 sequence recomputed every step); ours through ``scratchformer.inference.CompiledLM``
 (``torch.compile`` with frozen, autotuned weights, the cache on; one per batch size, its
-first run compiling); the same with int8 weights (``scratchformer.inference.quantize``:
-every linear map, the head included, weight-only int8 with a scale per output row);
-``transformers``' ``GPT2LMHeadModel.generate`` with its cache. All fp32 but the int8
-weights.
+first run compiling); on a CPU with native bfloat16, the same under bfloat16 autocast; the
+same with int8 weights (``scratchformer.inference.quantize``: every linear map, the head
+included, weight-only int8 with a scale per output row), under bfloat16 autocast where the
+CPU has it natively, the form that compiles to an int8 kernel (see
+``scratchformer.nn.quantized``); ``transformers``' ``GPT2LMHeadModel.generate`` with its
+cache. All fp32 but those.
 Nothing stops early: ours gets ``eos_id=None``, Hugging Face ``min_new_tokens``, and every
 run is checked to have produced all its tokens.
 
@@ -23,8 +25,8 @@ compiled one compiles then; that time is printed); then repetitions alternate th
 candidates (cached, Hugging Face, uncached, cached, ...) so that drift in machine speed
 hits them alike, and the median time of each is reported. Uncached decoding at 256 tokens
 is slow, so it runs fewer repetitions (``--uncached-repeats``). The compiled candidate
-must give the cached one's tokens; the int8 one computes other logits, so its tokens may
-differ (the tests hold it to the eager int8 model's).
+must give the cached one's tokens; the bf16 and int8 ones compute other logits, so their
+tokens may differ (the tests hold compiled int8 to the eager int8 model's).
 
     .venv/bin/python benchmarks/generate.py [--repeats 3] [--uncached-repeats 1]
         [--threads 2] [--new-tokens 256] [--no-compile] [--json results.json]
@@ -47,6 +49,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from scratchformer import ModelConfig, build_model, count_parameters
 from scratchformer.inference import CompiledLM, generate, quantize
+from scratchformer.training.distributed import CPU, bf16_autocast, native_bf16
 from timing import Timing, interleaved, load_warning, timed
 
 N_LAYERS = 6
@@ -59,8 +62,10 @@ PROMPT_LEN = 16
 BATCHES = (1, 8)
 WARMUP_TOKENS = 16
 CACHED, HF, UNCACHED = "ours, KV cache", "Hugging Face", "ours, no cache"
-COMPILED = "ours, compiled"
-QUANTIZED = "ours, int8 compiled"
+COMPILED, BF16_COMPILED, QUANTIZED = "ours, compiled", "ours, bf16 compiled", "ours, int8 compiled"
+BF16 = native_bf16(torch.device("cpu"))
+"""Whether this CPU computes in bfloat16 natively: then the int8 candidate runs under
+bfloat16 autocast, and the bf16 one joins."""
 
 Run = Callable[[int], list[list[int]]]
 """Generate that many new tokens after every prompt of the batch; return them."""
@@ -179,18 +184,20 @@ def hf_model() -> GPT2LMHeadModel:
     return GPT2LMHeadModel(config).eval()
 
 
-def ours(model: nn.Module, prompts: Tensor, use_cache: bool) -> Run:
+def ours(model: nn.Module, prompts: Tensor, use_cache: bool = True, bf16: bool = False) -> Run:
+    """Our greedy generation, under bfloat16 autocast if ``bf16``."""
     as_lists = prompts.tolist()
 
     def run(new_tokens: int) -> list[list[int]]:
-        return generate(
-            model,
-            as_lists,
-            max_new_tokens=new_tokens,
-            greedy=True,
-            eos_id=None,
-            use_cache=use_cache,
-        )
+        with bf16_autocast(CPU, bf16):
+            return generate(
+                model,
+                as_lists,
+                max_new_tokens=new_tokens,
+                greedy=True,
+                eos_id=None,
+                use_cache=use_cache,
+            )
 
     return run
 
@@ -244,16 +251,20 @@ def run_batch(cfg: Config, batch: int, mine: nn.Module, theirs: GPT2LMHeadModel)
     seeded = torch.Generator().manual_seed(batch)
     prompts = torch.randint(1, VOCAB, (batch, cfg.prompt_len), generator=seeded)
     candidates = [
-        Candidate(CACHED, ours(mine, prompts, use_cache=True), cfg.repeats),
+        Candidate(CACHED, ours(mine, prompts), cfg.repeats),
         Candidate(HF, hugging_face(theirs, prompts), cfg.repeats),
         Candidate(UNCACHED, ours(mine, prompts, use_cache=False), cfg.uncached_repeats),
     ]
     if cfg.compile:
-        compiled = ours(CompiledLM(mine), prompts, use_cache=True)
-        int8 = ours(CompiledLM(quantize(copy.deepcopy(mine))), prompts, use_cache=True)
+        int8 = CompiledLM(quantize(copy.deepcopy(mine)))
         candidates[1:1] = [
-            Candidate(COMPILED, compiled, cfg.repeats),
-            Candidate(QUANTIZED, int8, cfg.repeats),
+            Candidate(COMPILED, ours(CompiledLM(mine), prompts), cfg.repeats),
+            Candidate(
+                BF16_COMPILED,
+                ours(CompiledLM(mine), prompts, bf16=True),
+                cfg.repeats if BF16 else 0,
+            ),
+            Candidate(QUANTIZED, ours(int8, prompts, bf16=BF16), cfg.repeats),
         ]
     results = interleaved_results([c for c in candidates if c.repeats], cfg, batch)
     by_name = {r.candidate: r for r in results}
@@ -280,6 +291,10 @@ def comparison(results: list[Result]) -> dict[str, object]:
         compiled = by_name[COMPILED]
         summary["compiled_speedup_vs_hf"] = by_name[HF].median_s / compiled.median_s
         summary["compile_warmup_s"] = compiled.warmup_s
+    if BF16_COMPILED in by_name:
+        summary["bf16_speedup_vs_compiled"] = (
+            by_name[COMPILED].median_s / by_name[BF16_COMPILED].median_s
+        )
     if QUANTIZED in by_name:
         summary["int8_speedup_vs_compiled"] = (
             by_name[COMPILED].median_s / by_name[QUANTIZED].median_s
@@ -291,7 +306,8 @@ def comparison(results: list[Result]) -> dict[str, object]:
 def print_header(cfg: Config, mine: nn.Module, theirs: GPT2LMHeadModel) -> None:
     print(
         f"torch {torch.__version__}, transformers {transformers.__version__}, "
-        f"{torch.get_num_threads()} threads, fp32 CPU, eval mode, greedy"
+        f"{torch.get_num_threads()} threads, CPU{' with native bf16' if BF16 else ''}, eval mode, "
+        "greedy"
     )
     print(
         f"model: {N_LAYERS} layers, d_model {D_MODEL}, {N_HEADS} heads, d_ff {D_FF}, "
@@ -309,7 +325,7 @@ def print_header(cfg: Config, mine: nn.Module, theirs: GPT2LMHeadModel) -> None:
     if warning is not None:
         print(warning)
     print()
-    columns = f"{'candidate':<15} {'runs':>4} {'median s':>9} {'new tok/s':>10} {'spread':>7}"
+    columns = f"{'candidate':<20} {'runs':>4} {'median s':>9} {'new tok/s':>10} {'spread':>7}"
     print(f"{'batch':>5}  {columns}")
 
 
@@ -317,7 +333,7 @@ def print_batch(results: list[Result], summary: dict[str, object]) -> None:
     for r in results:
         spread = f"{r.spread:>7.1%}" if len(r.samples_s) > 1 else f"{'-':>7}"
         print(
-            f"{r.batch:>5}  {r.candidate:<15} {len(r.samples_s):>4} {r.median_s:>9.3f} "
+            f"{r.batch:>5}  {r.candidate:<20} {len(r.samples_s):>4} {r.median_s:>9.3f} "
             f"{r.tokens_per_s:>10.1f} {spread}"
         )
     verdict = "ok" if summary["beats_hf"] else "MISSED"
@@ -327,6 +343,8 @@ def print_batch(results: list[Result], summary: dict[str, object]) -> None:
             f"; compiled vs HF: {summary['compiled_speedup_vs_hf']:.2f}x, the same tokens, "
             f"its warm-up (compiling) {summary['compile_warmup_s']:.1f} s"
         )
+    if "bf16_speedup_vs_compiled" in summary:
+        line += f"; bf16 compiled vs compiled: {summary['bf16_speedup_vs_compiled']:.2f}x"
     if "int8_speedup_vs_compiled" in summary:
         line += (
             f"; int8 compiled vs compiled: {summary['int8_speedup_vs_compiled']:.2f}x, "

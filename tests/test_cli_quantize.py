@@ -70,15 +70,35 @@ def test_eval_and_translate_quantize_a_run_as_the_quantized_run_holds_it(
     assert run(capsys, monkeypatch, LINES, *translate, str(runs["int8"]))[:2] == first[:2]
 
 
+def test_bf16_precision_evaluates_and_translates_the_quantized_run_in_bfloat16(
+    runs, capsys, monkeypatch
+) -> None:
+    def evaluation(*args: str) -> dict[str, float]:
+        status, out, _ = run(capsys, monkeypatch, "", "eval", str(runs["int8"]), *args)
+        assert status == 0
+        return json.loads("\n".join(out))
+
+    fp32, bf16 = evaluation("--beam", "2"), evaluation("--beam", "2", "--precision", "bf16")
+    assert bf16["loss"] != fp32["loss"]  # rounded to bfloat16 on the way, really
+    assert bf16["loss"] == pytest.approx(fp32["loss"], rel=0.05)
+    translate = ["translate", str(runs["int8"]), "--beam", "2", "--precision", "bf16"]
+    status, out, _ = run(capsys, monkeypatch, LINES, *translate)
+    assert status == 0 and len(out) == 4 and out[2] == ""
+
+
 @pytest.mark.parametrize("command", ["eval", "generate", "translate", "classify", "tag", "answer"])
-def test_every_inference_command_takes_quantize_and_no_unknown_kind(command, capsys) -> None:
+def test_every_inference_command_takes_quantize_and_precision_and_no_unknown_kind(
+    command, capsys
+) -> None:
     extra = ["--prompt", "x"] if command == "generate" else []
     args = build_parser().parse_args([command, "RUN", *extra, "--quantize", "int8"])
-    assert args.quantize == "int8"
+    assert args.quantize == "int8" and args.precision == "fp32"
     assert build_parser().parse_args([command, "RUN", *extra]).quantize is None
-    assert main([command, "RUN", *extra, "--quantize", "int4"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "invalid choice: 'int4'" in err
+    assert build_parser().parse_args([command, "RUN", *extra, "--precision", "auto"]).precision
+    for option, kind in (("--quantize", "int4"), ("--precision", "fp16")):
+        assert main([command, "RUN", *extra, option, kind]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"invalid choice: '{kind}'" in err
 
 
 def test_the_commands_open_their_run_quantized(runs) -> None:

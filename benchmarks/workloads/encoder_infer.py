@@ -1,7 +1,9 @@
-"""The ``encoder-infer`` workload: a classification forward on a padded batch."""
+"""The ``encoder-infer`` workload: a classification forward on a padded batch, in fp32 and
+with int8 weights."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -9,9 +11,11 @@ import torch
 from torch import Tensor, nn
 
 from scratchformer import ModelConfig, build_model
+from scratchformer.inference import quantize
+from scratchformer.training.distributed import CPU, bf16_autocast, native_bf16
 from timing import Step, interleaved
 from workloads.flops import attention_flops, layer_matmul_params, per_second
-from workloads.report import OURS, TORCH, Figure, Row, Settings, Target, print_row
+from workloads.report import INT8, OURS, TORCH, Figure, Row, Settings, Target, print_row
 from workloads.training import parameters, seeded
 
 
@@ -73,12 +77,14 @@ def encoder_infer_flops(s: EncoderShape, mask: Tensor) -> float:
     return s.layers * layers + 2 * s.d_model * s.labels * len(lengths)
 
 
-def inference(model: nn.Module, logits: Callable[[], Tensor], shape: tuple[int, ...]) -> Step:
-    """A forward under ``torch.inference_mode``; raise unless the logits are finite and of
-    ``shape``."""
+def inference(
+    model: nn.Module, logits: Callable[[], Tensor], shape: tuple[int, ...], bf16: bool = False
+) -> Step:
+    """A forward under ``torch.inference_mode`` (and bfloat16 autocast if ``bf16``); raise
+    unless the logits are finite and of ``shape``."""
 
     def step() -> None:
-        with torch.inference_mode():
+        with torch.inference_mode(), bf16_autocast(CPU, bf16):
             out = logits()
         if out.shape != shape or not torch.isfinite(out).all():
             raise RuntimeError(f"{type(model).__name__}: logits of shape {tuple(out.shape)}")
@@ -103,19 +109,36 @@ def encoder_infer(settings: Settings) -> list[Row]:
         num_labels=s.labels,
     )
     ours, theirs = build_model(config).eval(), TorchClassifier(s).eval()
+    int8, bf16 = quantize(copy.deepcopy(ours)), native_bf16(CPU)
     ids, mask = encoder_batch(s)
     shape = (s.batch, s.labels)
     steps = [
         inference(ours, lambda: ours(ids, mask).logits, shape),
         inference(theirs, lambda: theirs(ids, mask), shape),
+        inference(int8, lambda: int8(ids, mask).logits, shape, bf16),
     ]
     timings = interleaved(steps, settings.repeats_or(20, quick=3), settings.warmup)
     flops, real = encoder_infer_flops(s, mask), int(mask.sum())
     fast_path = "on" if theirs.encoder.use_nested_tensor else "OFF"
-    notes = [parameters(ours), f"{parameters(theirs)}, nested-tensor fast path {fast_path}"]
+    notes = [
+        parameters(ours),
+        f"{parameters(theirs)}, nested-tensor fast path {fast_path}",
+        f"eager, {'bf16 autocast' if bf16 else 'fp32'}",
+    ]
+    precisions = ("fp32", "fp32", "bf16" if bf16 else "fp32")
     figures = [
-        Figure(name, real / t.median_s, "tokens/s", t, per_second(flops, t), note)
-        for name, t, note in zip((OURS, TORCH), timings, notes, strict=True)
+        Figure(
+            name,
+            real / t.median_s,
+            "tokens/s",
+            t,
+            per_second(flops, t),
+            note=note,
+            precision=precision,
+        )
+        for name, t, note, precision in zip(
+            (OURS, TORCH, INT8), timings, notes, precisions, strict=True
+        )
     ]
     description = (
         f"vocab {s.vocab}, {s.layers} layers, d_model {s.d_model}, {s.heads} heads, d_ff "
@@ -128,6 +151,7 @@ def encoder_infer(settings: Settings) -> list[Row]:
         description,
         figures,
         [Target(TORCH, 1.0)],
+        variants=(INT8,),
         machine=settings.machine,
     )
     print_row(row)

@@ -39,13 +39,19 @@ def per_second(amount: float, timing: Timing) -> float:
 
 
 def decoding_bytes(
-    weight_bytes: int, layers: int, kv_width: int, batch: int, lengths: range
+    weight_bytes: int,
+    layers: int,
+    kv_width: int,
+    batch: int,
+    lengths: range,
+    cache_element_bytes: int = 4,
 ) -> int:
     """Bytes a cached decoder must read to generate a token at each position of ``lengths``
     for ``batch`` sequences: every weight once a step (the batch shares them) and, per
-    sequence, the keys and values cached so far (``2 * layers * kv_width`` fp32 numbers a
-    position). Activations are a few KiB a step and are not counted: a floor."""
-    cache = sum(2 * layers * kv_width * 4 * length for length in lengths)
+    sequence, the keys and values cached so far (``2 * layers * kv_width`` numbers a
+    position, of ``cache_element_bytes`` each: fp32's 4 by default). Activations are a few
+    KiB a step and are not counted: a floor."""
+    cache = sum(2 * layers * kv_width * cache_element_bytes * length for length in lengths)
     return len(lengths) * weight_bytes + batch * cache
 
 

@@ -1,5 +1,6 @@
 """The ``generate`` workload: greedy generation with the KV cache against Hugging Face, and
-ours compiled (``CompiledLM``) as a variant."""
+ours compiled (``CompiledLM``) as variants: fp32, bf16 (on CPUs with native bf16) and int8
+weights (in bf16 on those CPUs)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ INT8_TARGETS = {
     8: [Target(gen.COMPILED, 1.5, of=gen.QUANTIZED)],
 }
 """Batch size: the least speed-ups of ours with int8 weights, compiled."""
+COMPILED_VARIANTS = (gen.COMPILED, gen.BF16_COMPILED, gen.QUANTIZED)
+"""Our compiled candidates, the variants of the row (the bf16 one on native-bf16 CPUs)."""
 
 
 def generation(settings: Settings) -> list[Row]:
@@ -38,7 +41,10 @@ def generation(settings: Settings) -> list[Row]:
         f"{cfg.new_tokens} new tokens a row, greedy, never stopped early"
     )
     fp32_bytes = matmul_weight_bytes(mine)
-    weight_bytes = {gen.QUANTIZED: matmul_weight_bytes(quantize(copy.deepcopy(mine)))}
+    weight_bytes = {
+        gen.BF16_COMPILED: fp32_bytes // 2,
+        gen.QUANTIZED: matmul_weight_bytes(quantize(copy.deepcopy(mine))),
+    }
     rows = []
     for batch, bound in GENERATE_TARGETS.items():
         results = gen.run_batch(cfg, batch, mine, theirs)
@@ -49,9 +55,10 @@ def generation(settings: Settings) -> list[Row]:
                 "tokens/s",
                 r.timing,
                 gbytes_per_s=per_second(
-                    bytes_read(r, weight_bytes.get(r.candidate, fp32_bytes)), r.timing
+                    bytes_read(r, weight_bytes.get(r.candidate, fp32_bytes), in_bf16(r)), r.timing
                 ),
                 note=note(r),
+                precision="bf16" if in_bf16(r) else "fp32",
             )
             for r in results
         ]
@@ -63,7 +70,7 @@ def generation(settings: Settings) -> list[Row]:
                 figures,
                 [Target(gen.HF, bound), *(INT8_TARGETS[batch] if settings.compile else [])],
                 ours=gen.CACHED,
-                variants=(gen.COMPILED, gen.QUANTIZED) if settings.compile else (),
+                variants=COMPILED_VARIANTS if settings.compile else (),
                 machine=settings.machine,
             )
         )
@@ -84,17 +91,25 @@ def matmul_weight_bytes(model: nn.Module) -> int:
     return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, Tensor))
 
 
-def bytes_read(result: gen.Result, weight_bytes: int) -> int:
+def in_bf16(result: gen.Result) -> bool:
+    """Whether ``result``'s candidate computed under bfloat16 autocast (its KV cache too)."""
+    return result.candidate == gen.BF16_COMPILED or (result.candidate == gen.QUANTIZED and gen.BF16)
+
+
+def bytes_read(result: gen.Result, weight_bytes: int, bf16: bool) -> int:
     """Bytes read to generate ``result``'s tokens: the matmul weights (``weight_bytes``,
     see :func:`matmul_weight_bytes`) once a step, and the KV cache (see
-    :func:`decoding_bytes`). The prompt's step counts as one."""
+    :func:`decoding_bytes`, in bfloat16 if ``bf16``). The prompt's step counts as one."""
     lengths = range(gen.PROMPT_LEN, gen.PROMPT_LEN + result.new_tokens)
-    return decoding_bytes(weight_bytes, gen.N_LAYERS, gen.D_MODEL, result.batch, lengths)
+    cache_bytes = 2 if bf16 else 4
+    return decoding_bytes(
+        weight_bytes, gen.N_LAYERS, gen.D_MODEL, result.batch, lengths, cache_bytes
+    )
 
 
 def note(result: gen.Result) -> str:
     """What a candidate did; for the compiled ones, how long the warm-up (compiling) took."""
     done = f"{result.batch} x {result.new_tokens} new tokens, all generated"
-    if result.candidate not in (gen.COMPILED, gen.QUANTIZED):
+    if result.candidate not in COMPILED_VARIANTS:
         return done
     return f"{done}; warm-up (compiling) {result.warmup_s:.1f} s"

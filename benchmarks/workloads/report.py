@@ -17,8 +17,15 @@ OURS, TORCH = "ours", "torch.nn"
 COMPILED = "ours, compiled"
 """Ours through ``torch.compile`` (``train.compile``; ``CompiledModel`` for decoding); its
 first step or warm-up includes compiling."""
+BF16_COMPILED = "ours, bf16 compiled"
+"""Ours through ``CompiledModel`` under bfloat16 autocast, on a CPU with native bfloat16."""
 INT8_COMPILED = "ours, int8 compiled"
-"""Ours with int8 weights (``scratchformer.inference.quantize``) through ``CompiledModel``."""
+"""Ours with int8 weights (``scratchformer.inference.quantize``) through ``CompiledModel``,
+under bfloat16 autocast on a CPU with native bfloat16 (the form that compiles to an int8
+kernel), in fp32 elsewhere."""
+INT8 = "ours, int8"
+"""Ours with int8 weights, eager, as the CLI's ``--quantize int8 --precision auto`` runs it:
+under bfloat16 autocast on a CPU with native bfloat16, in fp32 elsewhere."""
 TRAINER_ADAMW = "ours, fused AdamW"
 """Ours stepped by the trainer's optimizer, torch's fused AdamW; every other candidate runs
 ``torch.optim.AdamW`` with its defaults (a loop over parameters on CPU)."""

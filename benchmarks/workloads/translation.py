@@ -19,9 +19,11 @@ from scratchformer.io import MODEL_FILE
 from scratchformer.run import load_run
 from scratchformer.tasks import build_task
 from scratchformer.tasks.translation import TranslationTask
+from scratchformer.training.distributed import CPU, bf16_autocast, native_bf16
 from timing import Step, interleaved
 from workloads.flops import beam_translation_flops, per_second
 from workloads.report import (
+    BF16_COMPILED,
     COMPILED,
     INT8_COMPILED,
     MARIAN,
@@ -141,9 +143,10 @@ def marian_row(settings: Settings, task: TranslationTask, sentences: list[str]) 
     """Beam search by ours and by Hugging Face's ``MarianMTModel.generate``, both with
     random weights of the ``multi30k-de-en`` recipe's shape, on the same source batches,
     every hypothesis run to ``NEW_TOKENS`` target tokens (ours: an eos no step produces;
-    Marian: ``min_new_tokens``). Ours also through ``CompiledModel``, with fp32 and with
-    int8 weights (``quantize``), unless compiling is off; the compiled fp32 search must give
-    the eager one's tokens."""
+    Marian: ``min_new_tokens``). Ours also through ``CompiledModel``, unless compiling is
+    off: in fp32, in bf16 autocast (CPUs with native bf16) and with int8 weights
+    (``quantize``; in bf16 on those CPUs); the compiled fp32 search must give the eager
+    one's tokens."""
     source, target = task.source_tokenizer(), task.target_tokenizer()
     ours = build_model(task.model_config()).eval()
     c = ours.config
@@ -158,21 +161,22 @@ def marian_row(settings: Settings, task: TranslationTask, sentences: list[str]) 
     marian = marian_model(shape, c.max_len + NEW_TOKENS, source.pad_id, target.bos_id)
     batches = source_batches(task, sentences)
 
-    def run(model: nn.Module) -> Step:
+    def run(model: nn.Module, bf16: bool = False) -> Step:
         def search() -> list[list[int]]:
-            return [
-                hypotheses[0].tokens
-                for ids, mask in batches
-                for hypotheses in beam_search(
-                    model,
-                    ids,
-                    mask,
-                    bos_id=target.bos_id,
-                    eos_id=NEVER,
-                    beam_size=BEAM,
-                    max_len=NEW_TOKENS,
-                )
-            ]
+            with bf16_autocast(CPU, bf16):
+                return [
+                    hypotheses[0].tokens
+                    for ids, mask in batches
+                    for hypotheses in beam_search(
+                        model,
+                        ids,
+                        mask,
+                        bos_id=target.bos_id,
+                        eos_id=NEVER,
+                        beam_size=BEAM,
+                        max_len=NEW_TOKENS,
+                    )
+                ]
 
         return search
 
@@ -193,9 +197,12 @@ def marian_row(settings: Settings, task: TranslationTask, sentences: list[str]) 
         return outputs
 
     candidates = {OURS: run(ours), MARIAN: run_marian}
+    bf16 = native_bf16(CPU)
     if settings.compile:
         candidates[COMPILED] = run(CompiledModel(ours))
-        candidates[INT8_COMPILED] = run(CompiledModel(quantize(copy.deepcopy(ours))))
+        if bf16:
+            candidates[BF16_COMPILED] = run(CompiledModel(ours), bf16=True)
+        candidates[INT8_COMPILED] = run(CompiledModel(quantize(copy.deepcopy(ours))), bf16=bf16)
     steps = [checked(step, name, len(sentences)) for name, step in candidates.items()]
     timings = interleaved(steps, settings.repeats_or(3, quick=1), warmup=1)
     if settings.compile and timings[2].last != timings[0].last:
@@ -203,8 +210,17 @@ def marian_row(settings: Settings, task: TranslationTask, sentences: list[str]) 
     sources = [int(row.sum()) for _, mask in batches for row in mask]
     flops = translation_flops(ours, sources, [NEW_TOKENS] * len(sources))
     note = f"{len(sentences)} sentences x {NEW_TOKENS} target tokens"
+    in_bf16 = {BF16_COMPILED, INT8_COMPILED} if bf16 else set()
     figures = [
-        Figure(name, len(sentences) / t.median_s, "sentences/s", t, per_second(flops, t), note=note)
+        Figure(
+            name,
+            len(sentences) / t.median_s,
+            "sentences/s",
+            t,
+            per_second(flops, t),
+            note=note,
+            precision="bf16" if name in in_bf16 else "fp32",
+        )
         for name, t in zip(candidates, timings, strict=True)
     ]
     row = Row(
@@ -215,7 +231,7 @@ def marian_row(settings: Settings, task: TranslationTask, sentences: list[str]) 
         f"{BATCH} sorted by length, every hypothesis {NEW_TOKENS} tokens",
         figures,
         [Target(MARIAN, MARIAN_TARGET)],
-        variants=(COMPILED, INT8_COMPILED) if settings.compile else (),
+        variants=tuple(candidates)[2:],
         machine=settings.machine,
     )
     print_row(row)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from .config import ATTENTION_KINDS, DEVICES, QUANTIZATIONS
+from .config import ATTENTION_KINDS, DEVICES, PRECISIONS, QUANTIZATIONS
 from .errors import Interrupted, TrainingError
 from .version import __version__
 
@@ -93,6 +93,14 @@ QUANTIZE = arg(
     choices=QUANTIZATIONS,
     help="quantize the model's linear maps once loaded: int8 weights with a scale per output "
     "channel (a quarter of the weights' bytes)",
+)
+PRECISION = arg(
+    "--precision",
+    choices=PRECISIONS,
+    default="fp32",
+    help="fp32 (default); bf16: bfloat16 autocast, the matrix products in bfloat16; auto: "
+    "bf16 where the device computes in it natively. With --quantize int8 and --compile, bf16 "
+    "products read the int8 weights directly: the fastest decoding on such a CPU",
 )
 COMPILE = arg(
     "--compile",
@@ -174,6 +182,7 @@ COMMANDS = (
             ),
             arg("--beam", type=POSITIVE_INT, default=5, help="translation: beam size for BLEU"),
             QUANTIZE,
+            PRECISION,
         ),
     ),
     Command(
@@ -221,6 +230,7 @@ COMMANDS = (
             arg("--seed", type=int, default=None, help="for reproducible sampling"),
             COMPILE,
             QUANTIZE,
+            PRECISION,
         ),
     ),
     Command(
@@ -239,6 +249,7 @@ COMMANDS = (
             arg("--batch-size", type=POSITIVE_INT, default=64, help="sentences decoded together"),
             COMPILE,
             QUANTIZE,
+            PRECISION,
         ),
         description="One line out per line in, in order; an empty line gives an empty line. "
         "A line longer than the model's data.max_len tokens is truncated to it, with a "
@@ -248,7 +259,11 @@ COMMANDS = (
         "classify",
         "predict:classify",
         "label each line of stdin",
-        (arg("run", help="run directory of a classification or regression model"), QUANTIZE),
+        (
+            arg("run", help="run directory of a classification or regression model"),
+            QUANTIZE,
+            PRECISION,
+        ),
         description="One line out per line in: label<TAB>probability, or the value of a "
         "regression model. Sentence pairs are given as first<TAB>second. Inputs longer than "
         "the model's data.max_len tokens are truncated.",
@@ -257,7 +272,7 @@ COMMANDS = (
         "tag",
         "predict:tag",
         "tag the words of each line of stdin",
-        (arg("run", help="run directory of a tagging model"), QUANTIZE),
+        (arg("run", help="run directory of a tagging model"), QUANTIZE, PRECISION),
         description="Words are split on whitespace; each comes out as 'word tag', with a "
         "blank line after each sentence (an empty line gives just the blank line). Words "
         "beyond the model's data.max_len sub-words are tagged O, with a warning on stderr.",
@@ -266,7 +281,7 @@ COMMANDS = (
         "answer",
         "predict:answer",
         "answer each question<TAB>context line of stdin",
-        (arg("run", help="run directory of a question-answering model"), QUANTIZE),
+        (arg("run", help="run directory of a question-answering model"), QUANTIZE, PRECISION),
         description="One line out per line in: answer<TAB>probability, the answer an exact "
         "substring of the context (an empty line gives an empty line). A context longer "
         "than the model's data.max_len tokens is read through overlapping windows "

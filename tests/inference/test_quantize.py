@@ -8,6 +8,7 @@ import copy
 import pytest
 import torch
 from torch import nn
+from torch._dynamo.utils import counters
 
 from helpers import PROMPTS, peaked, tiny_config, tiny_lm
 from scratchformer import build_model
@@ -85,6 +86,18 @@ def test_compiled_quantized_decoding_gives_the_eager_quantized_tokens() -> None:
     model = quantize(tiny_lm())
     expected = generate(model, PROMPTS, max_new_tokens=8, greedy=True)
     assert generate(CompiledLM(model), PROMPTS, max_new_tokens=8, greedy=True) == expected
+
+
+def test_compiled_under_bfloat16_autocast_the_int8_weights_reach_an_int8_kernel() -> None:
+    """In bfloat16 the compiler keeps the int8 weights rather than folding them into float
+    constants, and its weight-only int8 product gives the eager model's tokens."""
+    model = quantize(tiny_lm())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = generate(model, PROMPTS, max_new_tokens=8, greedy=True)
+        matched = counters["inductor"]["woq_matcher_count"]
+        assert generate(CompiledLM(model), PROMPTS, max_new_tokens=8, greedy=True) == expected
+    linear_maps = sum(isinstance(m, QuantizedLinear) for m in model.modules())
+    assert counters["inductor"]["woq_matcher_count"] - matched >= linear_maps
 
 
 def test_a_shared_map_stays_shared_and_quantizing_twice_changes_nothing() -> None:

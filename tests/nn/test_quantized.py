@@ -42,6 +42,17 @@ def test_bfloat16_inputs_give_bfloat16_within_its_rounding(rows: int) -> None:
     torch.testing.assert_close(out.float(), reference(layer, x), rtol=2e-2, atol=2e-2)
 
 
+def test_under_bfloat16_autocast_float32_inputs_give_the_bfloat16_product() -> None:
+    """Autocast's dtype, not the input's, is the product's: the form that compiles to an
+    int8 kernel (see the module docstring)."""
+    layer = quantized(96, 64, bias=True)
+    x = torch.randn(8, 64)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = layer(x)
+    assert out.dtype == torch.bfloat16
+    assert torch.equal(out, layer(x.bfloat16()))
+
+
 def test_float64_inputs_give_float64() -> None:
     """Any float dtype: the int8 values are converted to it, as on CUDA."""
     layer = quantized(32, 48, bias=True)

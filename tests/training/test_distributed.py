@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,13 @@ import torch
 from safetensors.torch import load_file
 
 from helpers import RECIPES, set_options
-from scratchformer.training.distributed import CPU_BF16_PROBES, native_bf16
+from scratchformer.training.distributed import (
+    CPU,
+    CPU_BF16_PROBES,
+    bf16_autocast,
+    native_bf16,
+    uses_bf16,
+)
 
 RECIPE = RECIPES / "shakespeare-char.toml"
 SETTINGS = [
@@ -99,3 +106,22 @@ def test_native_bf16_is_false_on_a_torch_without_the_private_cpu_probes(
     for name in CPU_BF16_PROBES:
         monkeypatch.delattr(torch.cpu, name)
     assert native_bf16(torch.device("cpu")) is False
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_a_precision_computes_in_bf16_where_it_says_and_warns_where_emulated(
+    monkeypatch: pytest.MonkeyPatch, native: bool
+) -> None:
+    monkeypatch.setattr("scratchformer.training.distributed.native_bf16", lambda device: native)
+    assert uses_bf16("fp32", CPU) is False
+    assert uses_bf16("auto", CPU) is native
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert uses_bf16("bf16", CPU) is True
+        assert uses_bf16("bf16", CPU, warn=False) is True
+    assert len(caught) == (0 if native else 1)
+    with bf16_autocast(CPU, True):
+        assert torch.is_autocast_enabled("cpu")
+        assert torch.get_autocast_dtype("cpu") == torch.bfloat16
+    with bf16_autocast(CPU, False):
+        assert not torch.is_autocast_enabled("cpu")

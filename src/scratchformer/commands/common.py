@@ -1,10 +1,12 @@
-"""What several commands share: opening the run they name, reading standard input."""
+"""What several commands share: opening the run they name, its precision, reading standard
+input."""
 
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from torch import nn
@@ -12,7 +14,7 @@ from torch import nn
 from ..errors import UsageError
 from ..run import load_run
 from ..tasks import TASKS, Task
-from ..training.distributed import default_device
+from ..training.distributed import bf16_autocast, default_device, uses_bf16
 
 
 def run_of(args: argparse.Namespace, command: str) -> tuple[Task, nn.Module]:
@@ -23,6 +25,21 @@ def run_of(args: argparse.Namespace, command: str) -> tuple[Task, nn.Module]:
         wanted = " or ".join(name for name, kind in TASKS.items() if kind.command == command)
         raise UsageError(f"{args.run} is a {task.name!r} run; {command} needs a {wanted} run")
     return task, model.to(default_device(args.device))
+
+
+def in_precision(
+    command: Callable[[argparse.Namespace], int],
+) -> Callable[[argparse.Namespace], int]:
+    """``command`` run under its ``--precision``: in bfloat16 autocast where that asks for
+    it, else in float32."""
+
+    @functools.wraps(command)
+    def run(args: argparse.Namespace) -> int:
+        device = default_device(args.device)
+        with bf16_autocast(device, uses_bf16(args.precision, device)):
+            return command(args)
+
+    return run
 
 
 def input_lines() -> list[str]:

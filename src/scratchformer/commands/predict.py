@@ -14,9 +14,10 @@ from ..errors import UsageError
 from ..inference.generate import stream
 from ..run import load_run
 from ..training.distributed import default_device
-from .common import input_lines, output_lines, progress_wanted, run_of
+from .common import in_precision, input_lines, output_lines, progress_wanted, run_of
 
 
+@in_precision
 def evaluate(args: argparse.Namespace) -> int:
     """``scratchformer eval DIR [--split val|test | --data FILE]``: JSON metrics, with the
     scores of real decoding (not teacher forcing) for the tasks that decode."""
@@ -43,6 +44,7 @@ def compiled_if_asked(args: argparse.Namespace, model: nn.Module) -> nn.Module:
     return model
 
 
+@in_precision
 def generate(args: argparse.Namespace) -> int:
     """``scratchformer generate DIR --prompt TEXT``: stream a continuation to stdout."""
     task, model = run_of(args, "generate")
@@ -81,6 +83,7 @@ def generate(args: argparse.Namespace) -> int:
     return 0
 
 
+@in_precision
 def translate_lines(args: argparse.Namespace) -> int:
     """``scratchformer translate DIR < source > hypotheses``: one line out per line in."""
     task, model = run_of(args, "translate")
@@ -98,6 +101,7 @@ def translate_lines(args: argparse.Namespace) -> int:
     return 0
 
 
+@in_precision
 def classify(args: argparse.Namespace) -> int:
     """``scratchformer classify DIR < sentences``: label and probability (or value) a line."""
     task, model = run_of(args, "classify")
@@ -105,6 +109,7 @@ def classify(args: argparse.Namespace) -> int:
     return 0
 
 
+@in_precision
 def tag(args: argparse.Namespace) -> int:
     """``scratchformer tag DIR < sentences``: ``token tag`` lines, a blank line after each
     sentence (CoNLL style); words are split on whitespace."""
@@ -113,6 +118,7 @@ def tag(args: argparse.Namespace) -> int:
     return 0
 
 
+@in_precision
 def answer(args: argparse.Namespace) -> int:
     """``scratchformer answer DIR < questions``: for each ``question<TAB>context`` line, the
     answer (a span of the context) and its probability."""

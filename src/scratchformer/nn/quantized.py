@@ -8,12 +8,20 @@ weight keeps its own scale (symmetric, per output channel)::
 
 so that ``q * scale`` is within ``scale / 2`` of ``w`` everywhere (an all-zero row has scale
 0 and stays zero). The product is ``(x @ q.T) * scale + bias``, written out: ``q`` converted
-to the input's dtype, a float matmul, the scales. PyTorch's own weight-only int8 kernel
-(``torch._weight_int8pack_mm``) computes the same from the int8 values, but on the CPUs
-measured it is the slower of the two, eager and compiled, at every shape of a small GPT
-(``python benchmarks/int8.py``; figures in docs/performance.md), so it is not used. The
-tests hold the product equal to ``F.linear`` with the :meth:`~QuantizedLinear.dequantized`
-weight.
+to the product's dtype, a matmul, the scales. The tests hold it equal to ``F.linear`` with
+the :meth:`~QuantizedLinear.dequantized` weight.
+
+The product's dtype is the input's, or autocast's where autocast is on. That choice decides
+what ``torch.compile`` makes of it (``CompiledModel``, whose weights are frozen in as
+constants): in float32, the compiler folds ``q`` converted to float32 into a constant, so
+that the compiled model reads float32 weights and runs at float32's speed; in bfloat16 it
+keeps the int8 constant and lowers the product to its weight-only int8 GEMM, which reads the
+int8 values. So the fast way to decode with int8 weights is compiled and under bfloat16
+autocast (``--precision auto`` on a CPU with native bfloat16), at about twice the speed of
+float32 for a small GPT (``python benchmarks/speed.py --workload generate``; figures in
+docs/performance.md). PyTorch's int8 kernel for float32 inputs
+(``torch._weight_int8pack_mm``) was measured slower than float32 itself at every shape of a
+small GPT (``python benchmarks/int8.py``), so it is not called directly.
 """
 
 from __future__ import annotations
@@ -31,6 +39,12 @@ def quantize_rows(weight: Tensor) -> tuple[Tensor, Tensor]:
     divisor = torch.where(scales > 0, scales, torch.ones_like(scales))  # zero rows: 0 / 1
     q = torch.round(weight / divisor[:, None]).clamp(-127, 127).to(torch.int8)
     return q, scales
+
+
+def product_dtype(x: Tensor) -> torch.dtype:
+    """The dtype of a product with input ``x``: autocast's, where it is on, else ``x``'s."""
+    device = x.device.type
+    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
 
 
 class QuantizedLinear(nn.Module):
@@ -62,8 +76,9 @@ class QuantizedLinear(nn.Module):
         return self.weight.to(dtype) * self.scales.to(dtype)[:, None]
 
     def forward(self, x: Tensor) -> Tensor:
-        out = F.linear(x, self.weight.to(x.dtype)) * self.scales.to(x.dtype)
-        return out if self.bias is None else out + self.bias.to(x.dtype)
+        dtype = product_dtype(x)
+        out = F.linear(x.to(dtype), self.weight.to(dtype)) * self.scales.to(dtype)
+        return out if self.bias is None else out + self.bias.to(dtype)
 
     def extra_repr(self) -> str:
         return f"{self.in_features}, {self.out_features}, bias={self.bias is not None}, int8"

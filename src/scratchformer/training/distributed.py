@@ -1,12 +1,14 @@
-"""Process-group set-up for ``torchrun``: DistributedDataParallel over gloo (CPU) or NCCL (GPU).
+"""Where a run computes: the device, its bfloat16 autocast, and the process group of
+``torchrun`` (DistributedDataParallel over gloo on CPUs, NCCL on GPUs).
 
-Without torchrun's environment (``WORLD_SIZE`` unset or 1) everything here is a no-op and
+Without torchrun's environment (``WORLD_SIZE`` unset or 1) the process group is a no-op and
 the run is an ordinary single process.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -86,6 +88,26 @@ def native_bf16(device: torch.device) -> bool:
         probes = (getattr(torch.cpu, name, None) for name in CPU_BF16_PROBES)
         return any(probe is not None and probe() for probe in probes)
     return True
+
+
+def uses_bf16(precision: str, device: torch.device, warn: bool = True) -> bool:
+    """Whether ``precision`` (``fp32``, ``bf16`` or ``auto``) computes in bfloat16 on
+    ``device``: ``auto`` only where it is native; ``bf16`` everywhere, with a warning (under
+    ``warn``) where autocast would emulate it."""
+    native = native_bf16(device)
+    if precision == "bf16" and warn and not native:
+        warnings.warn(
+            f"precision 'bf16': this {device.type} has no native bfloat16, so autocast "
+            "emulates it, many times slower than precision 'fp32' (or 'auto')",
+            stacklevel=2,
+        )
+    return precision == "bf16" or (precision == "auto" and native)
+
+
+def bf16_autocast(device: torch.device, enabled: bool) -> torch.autocast:
+    """bfloat16 autocast on ``device`` if ``enabled``: matrix products in bfloat16, the
+    reductions that need it (softmax, norms, losses) in float32."""
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=enabled)
 
 
 def setup(device: str = "auto") -> Distributed:

@@ -25,7 +25,7 @@ from ..io import MODEL_FILE, atomic_write_text, save_weights
 from ..tasks.base import Task
 from .averaging import exponential_average
 from .checkpoint import load_checkpoint, save_checkpoint
-from .distributed import Distributed, native_bf16
+from .distributed import Distributed, bf16_autocast, uses_bf16
 from .interrupt import StopSignals
 from .schedule import build_schedule
 
@@ -159,16 +159,7 @@ class Trainer:
             else exponential_average(self.model, self.config.ema_decay)
         )
         self.state: dict[str, Any] = {"step": 0, "best": None, "best_step": None, "bad_evals": 0}
-        device, precision = self.dist.device, self.config.precision
-        native = native_bf16(device)
-        self.bf16 = precision == "bf16" or (precision == "auto" and native)  # autocast?
-        if precision == "bf16" and self.dist.is_main and not native:
-            warnings.warn(
-                f"train.precision = 'bf16': this {device.type} has no native bfloat16, so "
-                "autocast emulates it, many times slower than train.precision = 'fp32' "
-                "(or 'auto')",
-                stacklevel=2,
-            )
+        self.bf16 = uses_bf16(self.config.precision, self.dist.device, warn=self.dist.is_main)
 
     @property
     def evaluated_model(self) -> nn.Module:
@@ -290,7 +281,7 @@ class Trainer:
         ``grad_accum`` micro-batches. So any split of the same batch over processes and
         accumulation computes the same update (exactly, when slices hold equal tokens)."""
         config, dist = self.config, self.dist
-        autocast = torch.autocast(dist.device.type, dtype=torch.bfloat16, enabled=self.bf16)
+        autocast = bf16_autocast(dist.device, self.bf16)
         parts = dist.world_size * config.grad_accum
         step_batch = self.task.global_batch(self.state["step"], parts)
         total, tokens = 0.0, 0
