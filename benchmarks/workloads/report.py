@@ -234,12 +234,13 @@ def print_row(row: Row) -> None:
     print(f"\n{row.title}: {row.description}")
     counted = any(row.limit_fraction(f) is not None for f in row.figures)
     timed = any(f.timing is not None for f in row.figures)
-    header = f"  {'candidate':<16} {row.figures[0].unit:>12}"
+    width = max(16, *(len(f.candidate) for f in row.figures))
+    header = f"  {'candidate':<{width}} {row.figures[0].unit:>12}"
     header += f" {'GFLOP/s':>8} {'GB/s':>6} {'limit':>6}" if counted else ""
     header += f" {'spread':>7}" if timed else ""
     print(f"{header} {'ratio':>7}  {'target':<8} {'':<6}  note")
     for f in row.figures:
-        line = f"  {f.candidate:<16} {f.value:>12,.1f}"
+        line = f"  {f.candidate:<{width}} {f.value:>12,.1f}"
         if counted:
             fraction = row.limit_fraction(f)
             line += f" {f.gflops:>8.1f}" if f.gflops is not None else f" {'-':>8}"
