@@ -63,7 +63,7 @@ def row(result: dict[str, Any]) -> str:
     if "int8" in result:  # the same run with int8 weights
         int8 = result["int8"]
         within = "within tolerance" if int8["met"] else "**outside tolerance**"
-        products = " (bf16 products)" if int8.get("precision") == "bf16" else ""
+        products = ", bf16" if int8.get("precision") == "bf16" else ""
         extra += f"; int8{products}: {shown(metric, int8['value'])}, {within}"
     return (
         f"| `{result['task']}` | {metric}, {result['split']} | "

@@ -108,7 +108,7 @@ def test_a_row_shows_the_int8_value_and_whether_it_stays_within_tolerance(tmp_pa
     result["int8"] = {"value": 0.819, "met": True, "precision": "bf16"}
     (tmp_path / "sst2.json").write_text(json.dumps(result))
     (line,) = results_table.table(tmp_path).splitlines()[3:4]
-    assert "| 82.1%; int8 (bf16 products): 81.9%, within tolerance |" in line
+    assert "| 82.1%; int8, bf16: 81.9%, within tolerance |" in line
 
 
 def test_int8_tolerances_are_amounts_or_fractions_in_the_direction_of_worse() -> None:
