@@ -63,7 +63,7 @@ BATCHES = (1, 8)
 WARMUP_TOKENS = 16
 CACHED, HF, UNCACHED = "ours, KV cache", "Hugging Face", "ours, no cache"
 COMPILED, BF16_COMPILED, QUANTIZED = "ours, compiled", "ours, bf16 compiled", "ours, int8 compiled"
-BF16 = native_bf16(torch.device("cpu"))
+BF16 = native_bf16(CPU)
 """Whether this CPU computes in bfloat16 natively: then the int8 candidate runs under
 bfloat16 autocast, and the bf16 one joins."""
 
