@@ -51,6 +51,7 @@ from scratchformer import ModelConfig, build_model, count_parameters
 from scratchformer.inference import CompiledLM, generate, quantize
 from scratchformer.training.distributed import CPU, bf16_autocast, native_bf16
 from timing import Timing, interleaved, load_warning, timed
+from workloads import report
 
 N_LAYERS = 6
 D_MODEL = 384
@@ -62,7 +63,7 @@ PROMPT_LEN = 16
 BATCHES = (1, 8)
 WARMUP_TOKENS = 16
 CACHED, HF, UNCACHED = "ours, KV cache", "Hugging Face", "ours, no cache"
-COMPILED, BF16_COMPILED, QUANTIZED = "ours, compiled", "ours, bf16 compiled", "ours, int8 compiled"
+COMPILED, BF16_COMPILED, QUANTIZED = report.COMPILED, report.BF16_COMPILED, report.INT8_COMPILED
 BF16 = native_bf16(CPU)
 """Whether this CPU computes in bfloat16 natively: then the int8 candidate runs under
 bfloat16 autocast, and the bf16 one joins."""

@@ -15,7 +15,17 @@ from scratchformer.inference import quantize
 from scratchformer.training.distributed import CPU, bf16_autocast, native_bf16
 from timing import Step, interleaved
 from workloads.flops import attention_flops, layer_matmul_params, per_second
-from workloads.report import INT8, OURS, TORCH, Figure, Row, Settings, Target, print_row
+from workloads.report import (
+    INT8,
+    OURS,
+    TORCH,
+    Figure,
+    Row,
+    Settings,
+    Target,
+    precision_of,
+    print_row,
+)
 from workloads.training import parameters, seeded
 
 
@@ -125,7 +135,6 @@ def encoder_infer(settings: Settings) -> list[Row]:
         f"{parameters(theirs)}, nested-tensor fast path {fast_path}",
         f"eager, {'bf16 autocast' if bf16 else 'fp32'}",
     ]
-    precisions = ("fp32", "fp32", "bf16" if bf16 else "fp32")
     figures = [
         Figure(
             name,
@@ -134,11 +143,9 @@ def encoder_infer(settings: Settings) -> list[Row]:
             t,
             per_second(flops, t),
             note=note,
-            precision=precision,
+            precision=precision_of(name, bf16),
         )
-        for name, t, note, precision in zip(
-            (OURS, TORCH, INT8), timings, notes, precisions, strict=True
-        )
+        for name, t, note in zip((OURS, TORCH, INT8), timings, notes, strict=True)
     ]
     description = (
         f"vocab {s.vocab}, {s.layers} layers, d_model {s.d_model}, {s.heads} heads, d_ff "

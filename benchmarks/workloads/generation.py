@@ -14,7 +14,7 @@ from scratchformer.inference import quantize
 from scratchformer.models import LMHead
 from scratchformer.nn import QuantizedLinear
 from workloads.flops import decoding_bytes, per_second
-from workloads.report import Figure, Row, Settings, Target, print_row
+from workloads.report import Figure, Row, Settings, Target, precision_of, print_row
 
 GENERATE_TARGETS = {1: 3.0, 8: 1.5}
 """Batch size: the least speed-up of ours with the KV cache over Hugging Face."""
@@ -55,10 +55,10 @@ def generation(settings: Settings) -> list[Row]:
                 "tokens/s",
                 r.timing,
                 gbytes_per_s=per_second(
-                    bytes_read(r, weight_bytes.get(r.candidate, fp32_bytes), in_bf16(r)), r.timing
+                    bytes_read(r, weight_bytes.get(r.candidate, fp32_bytes)), r.timing
                 ),
                 note=note(r),
-                precision="bf16" if in_bf16(r) else "fp32",
+                precision=precision_of(r.candidate, gen.BF16),
             )
             for r in results
         ]
@@ -91,17 +91,13 @@ def matmul_weight_bytes(model: nn.Module) -> int:
     return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, Tensor))
 
 
-def in_bf16(result: gen.Result) -> bool:
-    """Whether ``result``'s candidate computed under bfloat16 autocast (its KV cache too)."""
-    return result.candidate == gen.BF16_COMPILED or (result.candidate == gen.QUANTIZED and gen.BF16)
-
-
-def bytes_read(result: gen.Result, weight_bytes: int, bf16: bool) -> int:
+def bytes_read(result: gen.Result, weight_bytes: int) -> int:
     """Bytes read to generate ``result``'s tokens: the matmul weights (``weight_bytes``,
     see :func:`matmul_weight_bytes`) once a step, and the KV cache (see
-    :func:`decoding_bytes`, in bfloat16 if ``bf16``). The prompt's step counts as one."""
+    :func:`decoding_bytes`, in bfloat16 for a candidate in bfloat16 autocast). The prompt's
+    step counts as one."""
     lengths = range(gen.PROMPT_LEN, gen.PROMPT_LEN + result.new_tokens)
-    cache_bytes = 2 if bf16 else 4
+    cache_bytes = 2 if precision_of(result.candidate, gen.BF16) == "bf16" else 4
     return decoding_bytes(
         weight_bytes, gen.N_LAYERS, gen.D_MODEL, result.batch, lengths, cache_bytes
     )

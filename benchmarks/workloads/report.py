@@ -33,6 +33,10 @@ BF16 = "ours, bf16"
 """Ours stepped by the trainer's optimizer in bfloat16 autocast (``train.precision =
 "bf16"``), timed only on a CPU with native bfloat16; held against the bf16 matmul peak."""
 GPT2, MARIAN = "HF GPT-2", "HF Marian"
+IN_BF16 = (BF16, BF16_COMPILED)
+"""Our candidates that always compute in bfloat16 autocast."""
+IN_BF16_WHERE_NATIVE = (INT8, INT8_COMPILED)
+"""Our candidates that compute in bfloat16 autocast on a CPU with native bfloat16 only."""
 NOISY_SPREAD = 0.20
 QUICK_NEW_TOKENS = 32
 
@@ -65,6 +69,13 @@ class Settings:
     @property
     def new_tokens(self) -> int:
         return QUICK_NEW_TOKENS if self.quick else 256
+
+
+def precision_of(candidate: str, native_bf16: bool) -> str:
+    """The precision ``candidate`` computes in, whose matmul peak its figure is held
+    against: ``bf16`` or ``fp32`` (``native_bf16``: whether this CPU has it natively)."""
+    native = native_bf16 and candidate in IN_BF16_WHERE_NATIVE
+    return "bf16" if candidate in IN_BF16 or native else "fp32"
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,16 @@ from scratchformer.config import TrainConfig
 from scratchformer.training.trainer import build_optimizer
 from timing import Step, Timing, interleaved, timed
 from workloads.flops import per_second
-from workloads.report import BF16, COMPILED, GPT2, MARIAN, TRAINER_ADAMW, Figure, Settings
+from workloads.report import (
+    BF16,
+    COMPILED,
+    GPT2,
+    MARIAN,
+    TRAINER_ADAMW,
+    Figure,
+    Settings,
+    precision_of,
+)
 
 LR = 1e-4
 
@@ -122,7 +131,7 @@ def training_figures(
             t,
             per_second(flops, t),
             note=f"loss {checked_loss(c, t):.3f}, {parameters(c.model)}, first step {s:.1f} s",
-            precision="bf16" if c.name == BF16 else "fp32",
+            precision=precision_of(c.name, native_bf16=False),
         )
         for c, t, s in zip(candidates, timings, first, strict=True)
     ]

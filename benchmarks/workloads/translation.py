@@ -32,6 +32,7 @@ from workloads.report import (
     Row,
     Settings,
     Target,
+    precision_of,
     print_row,
 )
 from workloads.seq2seq_train import Seq2SeqShape, marian_model
@@ -210,7 +211,6 @@ def marian_row(settings: Settings, task: TranslationTask, sentences: list[str]) 
     sources = [int(row.sum()) for _, mask in batches for row in mask]
     flops = translation_flops(ours, sources, [NEW_TOKENS] * len(sources))
     note = f"{len(sentences)} sentences x {NEW_TOKENS} target tokens"
-    in_bf16 = {BF16_COMPILED, INT8_COMPILED} if bf16 else set()
     figures = [
         Figure(
             name,
@@ -219,7 +219,7 @@ def marian_row(settings: Settings, task: TranslationTask, sentences: list[str]) 
             t,
             per_second(flops, t),
             note=note,
-            precision="bf16" if name in in_bf16 else "fp32",
+            precision=precision_of(name, bf16),
         )
         for name, t in zip(candidates, timings, strict=True)
     ]
