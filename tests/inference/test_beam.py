@@ -202,8 +202,9 @@ def test_compiled_decoding_compiles_a_few_graphs_and_finds_the_eager_outputs() -
     cross-attention cache), the later steps, and the step that fills the KV cache to its
     end (the search runs to ``max_len``). Sentences that finish at different steps change
     nothing, and a longer search of the same batch compiles nothing more. Greedy decoding of
-    the sentences taken four times runs the same decoder graphs (12 rows again); only the
-    encoder compiles again, for its 12 sentences. (One test, as compiling is slow.)"""
+    the sentences taken four times (12 rows again, but each with an encoder output of its
+    own, where the 4 beams of a sentence share one) compiles its own four graphs, which beam
+    search with one beam then reuses. (One test, as compiling is slow.)"""
     from scratchformer.inference import CompiledModel
 
     model = tiny_seq2seq(peaked_by=1.5)
@@ -225,4 +226,4 @@ def test_compiled_decoding_compiles_a_few_graphs_and_finds_the_eager_outputs() -
     assert len({len(tokens) for tokens in greedy}) > 1  # ends at eos and at max_len
     beams = beam_search(compiled, src, mask, beam_size=1, **options)
     assert_same_hypotheses(beams, beam_search(model, src, mask, beam_size=1, **options))
-    assert compiled_graphs() - before <= 5
+    assert compiled_graphs() - before <= 8

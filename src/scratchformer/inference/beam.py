@@ -160,15 +160,15 @@ def beam_search(
     Sentence ``i`` has the rows ``i * beam_size`` to ``(i + 1) * beam_size - 1`` of the
     decoder batch from start to end (a done sentence's are fed BOS): a beam never moves to
     another sentence's rows, so the encoder output and the cross-attention cache, the same
-    in all rows of a sentence, are never reordered.
+    in all rows of a sentence, are never reordered. They are kept once per sentence, not
+    per beam: cross-attention lets the beams of a sentence share them (see
+    :meth:`~scratchformer.nn.MultiHeadAttention.attend`), reading them once a step.
     """
     if not 1 <= n_best <= beam_size:
         raise ValueError(f"n_best={n_best} must be between 1 and beam_size={beam_size}")
     memory, src_mask = encode_source(model, src_ids, src_mask)
     limits = length_limits(model, src_mask, max_len)
     k, rows = beam_size, len(limits) * beam_size
-    beam_rows = torch.arange(len(limits), device=memory.device).repeat_interleave(k)
-    memory, src_mask = memory[beam_rows], src_mask[beam_rows]
     cache = DecoderCache(model.decoder, rows, max(limits)) if use_cache else None
     finished = [Finished(k, length_penalty) for _ in limits]
     active = list(range(len(limits)))  # sentences still searching
@@ -180,7 +180,7 @@ def beam_search(
         if cache is None:  # every beam's whole prefix, recomputed
             tokens = torch.tensor([[bos_id, *beam] for beam in history], device=memory.device)
         logits = model.decode(tokens, memory, src_mask, cache=cache)[0][:, -1]
-        total = scores.view(-1, 1) + logits.float().log_softmax(dim=-1)
+        total = logits.log_softmax(dim=-1, dtype=torch.float32).add_(scores.view(-1, 1))
         vocab = total.shape[-1]
         top, index = total.view(len(limits), k * vocab).topk(min(2 * k, k * vocab), dim=1)
         top_log_probs, top_index = top.tolist(), index.tolist()

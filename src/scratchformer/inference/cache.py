@@ -8,9 +8,12 @@ cross-attention keys and values of the encoder output are computed once per sequ
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor, nn
+
+from ..nn.quantized import product_dtype
 
 
 class KVCache:
@@ -27,11 +30,20 @@ class KVCache:
         dtype: torch.dtype = torch.float32,
         device: torch.device | None = None,
     ) -> None:
-        self.keys = torch.zeros(batch, n_heads, max_len, d_head, dtype=dtype, device=device)
-        self.values = torch.zeros_like(self.keys)
+        self.keys, self.values = self.buffers(
+            (batch, n_heads, max_len, d_head), dtype=dtype, device=device
+        )
+        self.spare: tuple[Tensor, Tensor] | None = None
         self.length = 0
-        for buffer in (self.keys, self.values):  # for torch.compile: one graph for any length
+
+    @staticmethod
+    def buffers(shape: tuple[int, ...], **options: Any) -> tuple[Tensor, Tensor]:
+        """Zeroed key and value buffers, their length dynamic for ``torch.compile`` (one
+        graph for any length)."""
+        pair = torch.zeros(shape, **options), torch.zeros(shape, **options)
+        for buffer in pair:
             torch._dynamo.maybe_mark_dynamic(buffer, 2)
+        return pair
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Store the new positions' keys and values; return all stored so far."""
@@ -43,11 +55,20 @@ class KVCache:
         self.length = end
         return self.keys[:, :, :end], self.values[:, :, :end]
 
+    @torch.no_grad()  # a copy for decoding: ``out=`` takes no part in autograd
     def reorder(self, index: Tensor) -> None:
         """Row ``i`` becomes a copy of row ``index[i]`` (beam search: the surviving
-        hypotheses). In place, and only the filled positions: the buffers keep their shape."""
-        for buffer in (self.keys, self.values):
-            buffer[:, :, : self.length] = buffer[index, :, : self.length]
+        hypotheses). Only the filled positions are gathered, into a spare pair of buffers
+        that then change places with the first: one pass over the filled positions, where
+        gathering in place needs a copy back (2-3x the time, see docs/performance.md)."""
+        if self.spare is None:  # allocated on the first reorder only (beam search)
+            self.spare = self.buffers(
+                self.keys.shape, dtype=self.keys.dtype, device=self.keys.device
+            )
+        filled = slice(0, self.length)
+        for source, target in zip((self.keys, self.values), self.spare, strict=True):
+            torch.index_select(source[:, :, filled], 0, index, out=target[:, :, filled])
+        self.spare, (self.keys, self.values) = (self.keys, self.values), self.spare
 
 
 class CrossKV:
@@ -68,15 +89,19 @@ class CrossKV:
 
 class DecoderCache:
     """The caches of every layer of a decoder stack, for ``batch`` sequences of up to
-    ``max_len`` tokens. ``length`` is the number of positions already processed."""
+    ``max_len`` tokens. ``length`` is the number of positions already processed.
+
+    Keys and values are kept in the dtype that attention computes in: the decoder's, or
+    autocast's where autocast is on when the cache is made (in bfloat16 autocast, attention
+    reads them as bfloat16 anyway, so keeping them so gives the same numbers from half the
+    bytes)."""
 
     def __init__(self, decoder: nn.Module, batch: int, max_len: int) -> None:
         first = decoder.layers[0].self_attn
         parameter = next(decoder.parameters())
+        dtype = product_dtype(parameter)
         self.self_attn = [
-            KVCache(
-                batch, first.n_kv_heads, first.d_head, max_len, parameter.dtype, parameter.device
-            )
+            KVCache(batch, first.n_kv_heads, first.d_head, max_len, dtype, parameter.device)
             for _ in decoder.layers
         ]
         self.cross_attn = [
