@@ -98,13 +98,36 @@ def test_seq2seq_cached_decoding_equals_full_decoding(positional: str) -> None:
 def test_reorder_keeps_the_chosen_rows() -> None:
     model = build_model(tiny_config(arch="decoder")).eval()
     ids = torch.randint(0, TINY_VOCAB, (3, 5))
-    cache = DecoderCache(model.decoder, batch=3, max_len=6)
+    cache = DecoderCache(model.decoder, batch=3, max_len=7)
     model(ids, cache=cache)
     cache.reorder(torch.tensor([2, 2, 0]))
     nxt = torch.randint(0, TINY_VOCAB, (3, 1))
     step = model(nxt, cache=cache).logits[:, -1]
     expected = model(torch.cat([ids[[2, 2, 0]], nxt], 1)).logits[:, -1]
     torch.testing.assert_close(step, expected, atol=TOL, rtol=0)
+    # a second reorder gathers back into the first buffers (they change places each time)
+    cache.reorder(torch.tensor([1, 0, 0]))
+    last = torch.randint(0, TINY_VOCAB, (3, 1))
+    step = model(last, cache=cache).logits[:, -1]
+    prefixes = torch.cat([ids[[2, 2, 0]], nxt], 1)[[1, 0, 0]]
+    expected = model(torch.cat([prefixes, last], 1)).logits[:, -1]
+    torch.testing.assert_close(step, expected, atol=TOL, rtol=0)
+
+
+def test_under_bf16_autocast_the_cache_keeps_bf16_and_gives_the_same_logits() -> None:
+    """Attention reads the keys and values in bfloat16 under autocast anyway: keeping them
+    so halves the cache and changes no logit."""
+    model = build_model(tiny_config(arch="decoder")).eval()
+    ids = torch.randint(0, TINY_VOCAB, (2, 6))
+    logits = {}
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        for dtype in (torch.float32, torch.bfloat16):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+                cache = DecoderCache(model.decoder, batch=2, max_len=6)
+            assert cache.self_attn[0].keys.dtype == dtype
+            steps = [model(ids[:, t : t + 1], cache=cache).logits for t in range(6)]
+            logits[dtype] = torch.cat(steps, dim=1)
+    torch.testing.assert_close(logits[torch.bfloat16], logits[torch.float32], atol=0, rtol=0)
 
 
 def test_overflowing_the_cache_is_a_clear_error() -> None:

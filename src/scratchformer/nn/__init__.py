@@ -1,6 +1,11 @@
 """Building blocks of the Transformer, each written out."""
 
-from .attention import MultiHeadAttention, scaled_dot_product_attention
+from .attention import (
+    FEW_QUERIES,
+    MultiHeadAttention,
+    few_query_attention,
+    scaled_dot_product_attention,
+)
 from .dropout import Dropout, dropout
 from .embedding import (
     Embedding,
@@ -20,6 +25,7 @@ from .quantized import QuantizedLinear
 from .rotary import RotaryEmbedding, Rotation
 
 __all__ = [
+    "FEW_QUERIES",
     "DecoderLayer",
     "Dropout",
     "Embedding",
@@ -39,6 +45,7 @@ __all__ = [
     "causal_mask",
     "combine_masks",
     "dropout",
+    "few_query_attention",
     "layer_norm",
     "linear",
     "linear_cross_entropy",

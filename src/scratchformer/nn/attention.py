@@ -71,7 +71,7 @@ FEW_QUERIES = 8
 """Up to this many queries a row (a decoding step: one token, or the beams of a sentence in
 cross-attention), attention on the CPU under ``torch.compile`` is :func:`few_query_attention`,
 which Inductor fuses into a few kernels: PyTorch's CPU flash kernel, which splits its work
-by blocks of queries, took 1.3-4.7x longer for one query a row (docs/performance.md)."""
+by blocks of queries, took 1.2-6.2x longer there for one query a row (docs/performance.md)."""
 
 
 def fold_rows(x: Tensor, rows: int) -> Tensor:
