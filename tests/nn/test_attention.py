@@ -249,8 +249,9 @@ def test_few_query_attention_equals_the_reference(q_len: int, masked: str) -> No
 
 
 def test_a_compiled_decoding_step_attends_by_few_query_attention_not_the_fused_kernel() -> None:
-    """Under ``torch.compile`` on the CPU, up to FEW_QUERIES queries take the sums of products
-    (which Inductor fuses), more take PyTorch's fused kernel; the outputs are the eager ones."""
+    """Under ``torch.compile`` on the CPU without gradients, up to FEW_QUERIES queries take
+    the sums of products (which Inductor fuses), more take PyTorch's fused kernel, as do
+    all with gradients (training); the outputs are the eager ones."""
     attention = MultiHeadAttention(32, 4).eval()
     graphs: list[torch.fx.GraphModule] = []
 
@@ -259,14 +260,15 @@ def test_a_compiled_decoding_step_attends_by_few_query_attention_not_the_fused_k
         return graph
 
     k, v = torch.randn(2, 2, 4, 9, 8).unbind(0)
-    for q_len in (1, FEW_QUERIES, FEW_QUERIES + 1):
+    for q_len, grad in ((1, False), (FEW_QUERIES, False), (FEW_QUERIES + 1, False), (1, True)):
         q = torch.randn(2, 4, q_len, 8)
         compiled = torch.compile(attention.attend, backend=recording, dynamic=False)
-        out, _ = compiled(q, k, v, is_causal=True)
+        with torch.set_grad_enabled(grad):
+            out, _ = compiled(q, k, v, is_causal=True)
         expected, _ = attention.attend(q, k, v, is_causal=True)
         torch.testing.assert_close(out, expected, atol=1e-6, rtol=0)
         fused = "scaled_dot_product_attention" in graphs[-1].code
-        assert fused == (q_len > FEW_QUERIES)
+        assert fused == (q_len > FEW_QUERIES or grad)
 
 
 @pytest.mark.parametrize("q_len", [1, 2])

@@ -21,6 +21,10 @@ encoder, the decoder's first step (which fills the cross-attention cache), its l
 steps, and the step that fills the KV cache to its end. A batch of another size compiles
 again once (Dynamo then makes the batch size dynamic too).
 
+Compiled for the CPU, attention of a few queries a row (every decoding step) takes
+:func:`~scratchformer.nn.few_query_attention`, which Inductor fuses, in place of PyTorch's
+flash kernel (see :data:`~scratchformer.nn.FEW_QUERIES`).
+
 Before every call Dynamo checks its guards, the conditions under which the compiled code
 holds. Most of them watch the model's modules: their hooks, attributes and parameters.
 Since the model is read once anyway (its weights are frozen in), those are dropped

@@ -69,9 +69,10 @@ def few_query_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = N
 
 FEW_QUERIES = 8
 """Up to this many queries a row (a decoding step: one token, or the beams of a sentence in
-cross-attention), attention on the CPU under ``torch.compile`` is :func:`few_query_attention`,
-which Inductor fuses into a few kernels: PyTorch's CPU flash kernel, which splits its work
-by blocks of queries, took 1.2-6.2x longer there for one query a row (docs/performance.md)."""
+cross-attention), attention on the CPU under ``torch.compile`` without gradients (inference,
+as a ``CompiledModel`` runs) is :func:`few_query_attention`, which Inductor fuses into a few
+kernels: PyTorch's CPU flash kernel, which splits its work by blocks of queries, took
+1.2-6.2x longer there for one query a row (docs/performance.md)."""
 
 
 def fold_rows(x: Tensor, rows: int) -> Tensor:
@@ -226,8 +227,9 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
         """Attention of all heads: written out when weights are wanted or when dropping
-        attention weights on the CPU; :func:`few_query_attention` for a few queries a row on
-        the CPU under ``torch.compile`` (:data:`FEW_QUERIES`); else fused. Shared key/value
+        attention weights on the CPU; :func:`few_query_attention` for a few queries a row
+        when decoding on the CPU under ``torch.compile``, without gradients
+        (:data:`FEW_QUERIES`); else fused. Shared key/value
         heads are repeated for their group of query heads. With fewer rows of keys than of
         queries, each row of keys serves as many consecutive rows of queries (beam search's
         cross-attention: a sentence's beams share its encoder output), which attend as the
@@ -247,7 +249,8 @@ class MultiHeadAttention(nn.Module):
         q_len, k_len = q.shape[-2], k.shape[-2]
         cpu = q.device.type == "cpu"
         written_out = need_weights or (dropout_p > 0 and cpu)
-        few_queries = q_len <= FEW_QUERIES and cpu and torch.compiler.is_compiling()
+        decoding = cpu and torch.compiler.is_compiling() and not torch.is_grad_enabled()
+        few_queries = decoding and q_len <= FEW_QUERIES
         is_causal = is_causal and q_len > 1  # one query, the last position, sees every key
         if is_causal and (written_out or few_queries or mask is not None or q_len != k_len):
             mask = combine_masks(mask, causal_mask(q_len, k_len, device=q.device))
