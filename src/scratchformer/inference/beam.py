@@ -208,10 +208,7 @@ def beam_search(
         if not still_active:
             break
         if cache is not None:
-            cache.reorder(
-                torch.tensor([row for row, _, _ in keep], device=memory.device),
-                cross_attention=False,
-            )
+            cache.reorder(torch.tensor([row for row, _, _ in keep], device=memory.device))
         history = [[*history[row], token] for row, token, _ in keep]
         tokens = torch.tensor([[token] for _, token, _ in keep], device=memory.device)
         scores = torch.tensor([s for _, _, s in keep], device=memory.device).view(-1, k)

@@ -82,10 +82,6 @@ class CrossKV:
             self.kv = compute()
         return self.kv
 
-    def reorder(self, index: Tensor) -> None:
-        if self.kv is not None:
-            self.kv = (self.kv[0].index_select(0, index), self.kv[1].index_select(0, index))
-
 
 class DecoderCache:
     """The caches of every layer of a decoder stack, for ``batch`` sequences of up to
@@ -112,11 +108,10 @@ class DecoderCache:
     def length(self) -> int:
         return self.self_attn[0].length
 
-    def reorder(self, index: Tensor, cross_attention: bool = True) -> None:
-        """Row ``i`` becomes a copy of row ``index[i]`` in every layer; with
-        ``cross_attention=False`` only in the self-attention caches (beam search, whose rows
-        of one sentence share the cross-attention keys and values)."""
-        caches = [*self.self_attn, *(self.cross_attn if cross_attention else [])]
-        for cache in caches:
-            if cache is not None:
-                cache.reorder(index)
+    def reorder(self, index: Tensor) -> None:
+        """Row ``i`` becomes a copy of row ``index[i]`` in every layer's self-attention
+        cache (beam search: the surviving hypotheses). Cross-attention keys and values stay
+        as they are: they belong to the rows of the encoder output, which beam search keeps
+        once per sentence and never moves a beam away from."""
+        for cache in self.self_attn:
+            cache.reorder(index)
