@@ -7,8 +7,9 @@ temp file behind, which no reader looks at). Weights are safetensors files, a ti
 stored once; the one ``torch.load`` of the library (optimizer state, pickled foreign
 checkpoints) runs with ``weights_only=True``, so that no file can run code.
 
-It imports nothing else of the package: data, training, interop, the pictures and the
-command all write their files through it.
+It is the package's one writer of files (``tests/test_writes.py`` holds this): data,
+tasks, training, interop, the pictures and the commands all write through it. It imports
+nothing else of the package.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import json
 import os
 import secrets
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +28,10 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
-MODEL_FILE = "model.safetensors"
-"""The weights in a run directory (the best ones) and in each of its checkpoints."""
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
 
 
 # Atomic writes ---------------------------------------------------------------------------
@@ -77,13 +81,128 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> None:
     fsync(path.parent)
 
 
+def write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` in place, for a file that is itself being built (a temp
+    file, or one in :func:`atomic_write_dir`'s temp directory)."""
+    path.write_bytes(data)
+
+
+def write_text(path: Path, text: str) -> None:
+    """``text`` as UTF-8, in place (as :func:`write_bytes`)."""
+    write_bytes(path, text.encode("utf-8"))
+
+
+def write_torch(path: Path, obj: Any) -> None:
+    """``torch.save(obj)`` in place (as :func:`write_bytes`): tensors, numbers and
+    containers, read back by :func:`safe_torch_load`."""
+    torch.save(obj, path)
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    atomic_write(path, lambda temp: write_bytes(temp, data))
+
+
 def atomic_write_text(path: str | Path, text: str) -> None:
-    atomic_write(path, lambda temp: temp.write_text(text, encoding="utf-8"))
+    atomic_write(path, lambda temp: write_text(temp, text))
 
 
 def atomic_write_json(path: str | Path, obj: Any) -> None:
     """``obj`` as indented JSON with sorted keys; serialised before anything is written."""
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def atomic_write_chunks(path: str | Path, chunks: Iterable[bytes]) -> None:
+    """Stream ``chunks`` into ``path``, atomically: one chunk in memory at a time. If the
+    iterable raises (say, a download whose checksum is wrong), nothing replaces ``path``."""
+
+    def write(temp: Path) -> None:
+        with temp.open("xb") as out:
+            for chunk in chunks:
+                out.write(chunk)
+
+    atomic_write(path, write)
+
+
+def atomic_write_figure(path: str | Path, figure: Any, **options: Any) -> None:
+    """A matplotlib ``figure`` saved to ``path`` atomically (``options`` go to
+    ``savefig``): an interrupted save never leaves a truncated picture."""
+    atomic_write(path, lambda temp: figure.savefig(temp, **options))
+
+
+def atomic_write_dir(path: Path, fill: Callable[[Path], None]) -> None:
+    """Build the directory ``path`` whole: ``fill`` writes its files into a fresh temp
+    directory (with the in-place writers above), each file and the directory are fsynced,
+    and it is renamed onto ``path`` -- an old ``path`` is set aside first and deleted once
+    replaced. Readers, and a crash, see the old directory or the new one; a failed ``fill``
+    leaves ``path`` as it was."""
+    temp = temp_path(path)
+    temp.mkdir()
+    try:
+        fill(temp)
+        for file in temp.iterdir():
+            fsync(file)
+        fsync(temp)
+    except BaseException:
+        shutil.rmtree(temp, ignore_errors=True)
+        raise
+    replaced = None
+    if path.exists():
+        replaced = temp_path(path)
+        os.rename(path, replaced)
+    os.rename(temp, path)
+    fsync(path.parent)
+    if replaced is not None:
+        shutil.rmtree(replaced, ignore_errors=True)
+
+
+def append_text(path: Path, text: str) -> None:
+    """Append ``text`` to ``path`` (created if need be) and flush it: for a log, whose
+    reader skips a torn last line."""
+    with path.open("a", encoding="utf-8") as file:
+        file.write(text)
+
+
+class LockHeld(Exception):
+    """The lock file is held by another process, whose pid (as it wrote it) is ``holder``."""
+
+    def __init__(self, holder: str) -> None:
+        super().__init__(holder)
+        self.holder = holder
+
+
+@contextmanager
+def hold_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on the file ``path``, which names this process's pid, and
+    delete it on release; :class:`LockHeld` if another process holds it. The lock ends with
+    the process, however it ends. Without ``fcntl`` (Windows) there is no lock.
+
+    A process that opened the file just before its holder deleted it holds a lock on a
+    deleted file, so it checks that the file it locked is still the one at the path, and
+    otherwise tries again."""
+    if fcntl is None:  # pragma: no cover - Windows
+        yield
+        return
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise LockHeld(holder) from None
+        try:
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+        os.close(fd)
 
 
 # Weights ---------------------------------------------------------------------------------
@@ -107,6 +226,14 @@ def write_weights(path: Path, model: nn.Module, metadata: dict[str, str] | None 
     tensors = {names[0]: state[names[0]].contiguous() for names in groups}
     aliases = {alias: names[0] for names in groups for alias in names[1:]}  # as save_model does
     save_file(tensors, path, metadata={**aliases, **(metadata or {})} or None)
+
+
+def save_tensors(
+    path: str | Path, tensors: dict[str, Tensor], metadata: dict[str, str] | None = None
+) -> None:
+    """Write ``tensors`` (contiguous, none sharing memory) to a safetensors file,
+    atomically, with ``metadata`` in its header."""
+    atomic_write(path, lambda temp: save_file(tensors, temp, metadata=metadata))
 
 
 def save_weights(

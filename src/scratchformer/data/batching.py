@@ -14,7 +14,7 @@ import torch
 from numpy.typing import ArrayLike, DTypeLike
 from torch import Tensor
 
-from ..io import atomic_write, remove_temps
+from ..io import atomic_write_bytes, remove_temps
 
 
 def pad_batch(
@@ -140,7 +140,7 @@ class TokenStream:
         if ids.size and (ids.min() < info.min or ids.max() > info.max):
             raise ValueError(f"token ids {ids.min()}..{ids.max()} do not fit in {dtype}")
         remove_temps(path.parent, path.name)
-        atomic_write(path, ids.astype(dtype).tofile)
+        atomic_write_bytes(path, ids.astype(dtype).tobytes())
         return cls.open(path, dtype)
 
     @classmethod

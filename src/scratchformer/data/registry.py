@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.request import urlopen
 
+from ..io import atomic_write_chunks
 from .readers import (
     DataError,
     LabeledText,
@@ -258,28 +259,30 @@ def _resolve(spec: DatasetSpec, file: str, root: str | Path | None) -> Path:
 
 
 def _download(spec: DatasetSpec, file: str, destination: Path) -> None:
-    """Fetch ``file`` into ``destination`` through a temporary file; check its sha256."""
+    """Fetch ``file`` into ``destination``, atomically, if its sha256 is the expected one."""
     url = spec.file_url(file)
     if url is None:
         raise FileNotFoundError(f"{spec.name}: {NO_URL}")
     destination.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(dir=destination.parent, prefix=f".{file}.", suffix=".part")
-    try:
-        digest = hashlib.sha256()
-        with os.fdopen(fd, "wb") as out, urlopen(url, timeout=DOWNLOAD_TIMEOUT) as response:
-            for chunk in iter(lambda: response.read(1 << 20), b""):
-                digest.update(chunk)
-                out.write(chunk)
-        if digest.hexdigest() != spec.sha256[file]:
-            raise DataError.at(
-                destination,
-                None,
-                f"the download from {url} has sha256 {digest.hexdigest()}, expected "
-                f"{spec.sha256[file]}; it was deleted",
-            )
-        os.replace(temp, destination)
-    finally:
-        Path(temp).unlink(missing_ok=True)
+    with urlopen(url, timeout=DOWNLOAD_TIMEOUT) as response:
+        chunks = iter(lambda: response.read(1 << 20), b"")
+        atomic_write_chunks(destination, _checked(chunks, spec.sha256[file], url, destination))
+
+
+def _checked(chunks: Iterator[bytes], sha256: str, url: str, destination: Path) -> Iterator[bytes]:
+    """``chunks``, then a ``DataError`` if their sha256 is not ``sha256`` (so that the
+    writer keeps nothing of them)."""
+    digest = hashlib.sha256()
+    for chunk in chunks:
+        digest.update(chunk)
+        yield chunk
+    if digest.hexdigest() != sha256:
+        raise DataError.at(
+            destination,
+            None,
+            f"the download from {url} has sha256 {digest.hexdigest()}, expected {sha256}; "
+            "it was deleted",
+        )
 
 
 def _check(what: str, value: str | None, valid: tuple[str, ...]) -> None:

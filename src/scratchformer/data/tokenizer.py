@@ -22,7 +22,7 @@ from tokenizers import Tokenizer as _Backend
 from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
 
 from ..config import TOKENIZERS
-from ..io import atomic_write
+from ..io import atomic_write_text
 
 SPECIAL_TOKENS = {
     "pad": "<pad>",
@@ -145,7 +145,7 @@ class Tokenizer:
     def save(self, path: str | Path) -> None:
         """Write the library's ``tokenizer.json`` (byte-identical for identical training),
         atomically: a failed save leaves the old file as it was."""
-        atomic_write(path, lambda temp: self._backend.save(str(temp), pretty=False))
+        atomic_write_text(path, self._backend.to_str(pretty=False))
 
     # Pickling (DataLoader workers under spawn) goes through the JSON, which does not keep
     # ``encode_special_tokens``: rebuilding through __init__ sets it again.

@@ -20,11 +20,11 @@ from typing import Any
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from torch import Tensor
 
 from ..data.tokenizer import SPECIAL_TOKENS, Tokenizer
-from ..io import atomic_write, atomic_write_json, listing, load_tensors, safe_torch_load
+from ..io import atomic_write_json, listing, load_tensors, safe_torch_load, save_tensors
 from ..models import DecoderModel, EncoderModel, build_model
 from .hf_config import hf_config, model_config
 from .hf_weights import NAMINGS, check, checkpoint_tensors, from_hf, headed_names, to_hf
@@ -94,10 +94,7 @@ def save_pretrained(model: Model, path: str | Path, tokenizer: Tokenizer | None 
         tensors = headed_names(tensors, hf["model_type"], config.head)
     directory = Path(path)
     directory.mkdir(parents=True, exist_ok=True)
-    atomic_write(
-        directory / SAFETENSORS_FILE,
-        lambda temp: save_file(tensors, temp, metadata={"format": "pt"}),
-    )
+    save_tensors(directory / SAFETENSORS_FILE, tensors, {"format": "pt"})
     if tokenizer is not None:
         tokenizer.save(directory / TOKENIZER_FILE)
         tokens = {f"{role}_token": token for role, token in tokenizer.special_tokens.items()}

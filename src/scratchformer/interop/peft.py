@@ -14,10 +14,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from safetensors.torch import save_file
 from torch import Tensor, nn
 
-from ..io import atomic_write, atomic_write_json
+from ..io import atomic_write_json, save_tensors
 from ..nn import LoRALinear
 from .hf_config import hf_config
 from .hf_weights import NAMINGS
@@ -55,7 +54,7 @@ def save_adapter(model: nn.Module, path: str | Path) -> None:
     ((rank, scale, dropout),) = settings  # apply_lora adapts every map alike
     directory = Path(path)
     directory.mkdir(parents=True, exist_ok=True)
-    atomic_write(directory / ADAPTER_FILE, lambda temp: save_file(tensors, temp, {"format": "pt"}))
+    save_tensors(directory / ADAPTER_FILE, tensors, {"format": "pt"})
     atomic_write_json(
         directory / ADAPTER_CONFIG_FILE,
         {

@@ -18,6 +18,8 @@ from torch import Tensor
 from ..data.batching import TokenStream, lm_batch, lm_eval_blocks, token_dtype
 from ..data.readers import iter_lines
 from ..data.registry import cache_dir, shakespeare_text
+from ..data.tokenizer import Tokenizer
+from ..io import atomic_write_chunks
 from .base import Batch, Task, TokenLabels
 
 ENCODE_LINES = 10_000
@@ -69,11 +71,7 @@ class LanguageModelTask(Task):
             tokenizer = self.tokenizer()
             dtype = token_dtype(tokenizer.vocab_size)
             file = self._directory() / f"{split}-{len(self._streams)}.bin"
-            with open(file, "wb") as out:
-                lines = iter(self.lines(split, path))
-                while chunk := list(itertools.islice(lines, ENCODE_LINES)):
-                    ids = tokenizer.encode_batch(chunk)
-                    np.fromiter(itertools.chain.from_iterable(ids), dtype=dtype).tofile(out)
+            atomic_write_chunks(file, _encoded(tokenizer, self.lines(split, path), dtype))
             self._streams[key] = TokenStream.open(file, dtype)
         return self._streams[key]
 
@@ -113,3 +111,11 @@ class LanguageModelTask(Task):
             ids = ids[:limit]
         labels = tokenizer.labels(ids)
         return {"input_ids": torch.tensor([ids])}, {"decoder": (labels, labels)}
+
+
+def _encoded(tokenizer: Tokenizer, lines: Iterable[str], dtype: np.dtype) -> Iterator[bytes]:
+    """The token ids of ``lines`` as ``dtype`` bytes, encoded ``ENCODE_LINES`` at a time."""
+    lines = iter(lines)
+    while chunk := list(itertools.islice(lines, ENCODE_LINES)):
+        ids = tokenizer.encode_batch(chunk)
+        yield np.fromiter(itertools.chain.from_iterable(ids), dtype=dtype).tobytes()

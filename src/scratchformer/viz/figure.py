@@ -7,7 +7,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from ..io import atomic_write
+from ..io import atomic_write_figure
 
 DPI = 100
 """Pixels per inch of the raster pictures (PNG)."""
@@ -21,4 +21,4 @@ def save_figure(figure: Figure, path: str | Path) -> None:
     supported = figure.canvas.get_supported_filetypes()
     if picture_format not in supported:
         raise ValueError(f"{path}: a picture's name must end in .{', .'.join(sorted(supported))}")
-    atomic_write(path, lambda temp: figure.savefig(temp, format=picture_format, dpi=DPI))
+    atomic_write_figure(path, figure, format=picture_format, dpi=DPI)
