@@ -48,8 +48,8 @@ from torch import Tensor, nn
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from scratchformer import ModelConfig, build_model, count_parameters
+from scratchformer.device import CPU, bf16_autocast, native_bf16
 from scratchformer.inference import CompiledLM, generate, quantize
-from scratchformer.training.distributed import CPU, bf16_autocast, native_bf16
 from timing import Timing, interleaved, load_warning, timed
 from workloads import report
 

@@ -35,9 +35,9 @@ from typing import Any
 import torch
 
 from scratchformer import __version__, count_parameters
+from scratchformer.device import native_bf16
 from scratchformer.io import atomic_write_text
 from scratchformer.run import load_run
-from scratchformer.training.distributed import native_bf16
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"

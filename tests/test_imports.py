@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1] / "src" / PACKAGE
 LEAVES = ("version", "errors", "config", "io", "metrics", "nn")
 LAYERS = (
     LEAVES,
-    ("models", "data"),
+    ("models", "data", "device"),
     ("inference", "interop"),
     ("tasks",),
     ("training", "viz"),

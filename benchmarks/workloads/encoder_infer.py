@@ -11,8 +11,8 @@ import torch
 from torch import Tensor, nn
 
 from scratchformer import ModelConfig, build_model
+from scratchformer.device import CPU, bf16_autocast, native_bf16
 from scratchformer.inference import quantize
-from scratchformer.training.distributed import CPU, bf16_autocast, native_bf16
 from timing import Step, interleaved
 from workloads.flops import attention_flops, layer_matmul_params, per_second
 from workloads.report import (

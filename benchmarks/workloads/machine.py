@@ -15,7 +15,7 @@ from functools import partial
 
 import torch
 
-from scratchformer.training.distributed import native_bf16
+from scratchformer.device import native_bf16
 from timing import interleaved
 
 PEAK_SIZE = 2048

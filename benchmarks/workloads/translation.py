@@ -14,12 +14,12 @@ from scratchformer.config import Recipe
 from scratchformer.data.batching import pad_batch
 from scratchformer.data.readers import read_lines
 from scratchformer.data.registry import dataset_file
+from scratchformer.device import CPU, bf16_autocast, native_bf16
 from scratchformer.inference import CompiledModel, beam_search, quantize
-from scratchformer.io import MODEL_FILE
 from scratchformer.run import load_run
 from scratchformer.tasks import build_task
 from scratchformer.tasks.translation import TranslationTask
-from scratchformer.training.distributed import CPU, bf16_autocast, native_bf16
+from scratchformer.training.rundir import MODEL_FILE
 from timing import Step, interleaved
 from workloads.flops import beam_translation_flops, per_second
 from workloads.report import (

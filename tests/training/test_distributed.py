@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import load_file
 
 from helpers import RECIPES, set_options
-from scratchformer.training.distributed import (
+from scratchformer.device import (
     CPU,
     CPU_BF16_PROBES,
     bf16_autocast,
@@ -112,7 +112,7 @@ def test_native_bf16_is_false_on_a_torch_without_the_private_cpu_probes(
 def test_a_precision_computes_in_bf16_where_it_says_and_warns_where_emulated(
     monkeypatch: pytest.MonkeyPatch, native: bool
 ) -> None:
-    monkeypatch.setattr("scratchformer.training.distributed.native_bf16", lambda device: native)
+    monkeypatch.setattr("scratchformer.device.native_bf16", lambda device: native)
     assert uses_bf16("fp32", CPU) is False
     assert uses_bf16("auto", CPU) is native
     with warnings.catch_warnings(record=True) as caught:

@@ -197,7 +197,7 @@ def test_bf16_autocast_trains_where_asked_and_warns_where_it_is_emulated(
 ) -> None:
     """``bf16`` always autocasts, and warns on a device without native bfloat16; ``auto``
     autocasts only where bfloat16 is native, silently."""
-    monkeypatch.setattr("scratchformer.training.distributed.native_bf16", lambda device: native)
+    monkeypatch.setattr("scratchformer.device.native_bf16", lambda device: native)
     autocasts = []
     real_autocast = torch.autocast
 

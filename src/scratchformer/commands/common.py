@@ -11,10 +11,10 @@ from pathlib import Path
 
 from torch import nn
 
+from ..device import bf16_autocast, default_device, uses_bf16
 from ..errors import UsageError
 from ..run import load_run
 from ..tasks import TASKS, Task
-from ..training.distributed import bf16_autocast, default_device, uses_bf16
 
 
 def run_of(args: argparse.Namespace, command: str) -> tuple[Task, nn.Module]:

@@ -10,10 +10,10 @@ from pathlib import Path
 
 from torch import nn
 
+from ..device import default_device
 from ..errors import UsageError
 from ..inference.generate import stream
 from ..run import load_run
-from ..training.distributed import default_device
 from .common import in_precision, input_lines, output_lines, progress_wanted, run_of
 
 

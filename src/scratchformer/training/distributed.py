@@ -1,5 +1,5 @@
-"""Where a run computes: the device, its bfloat16 autocast, and the process group of
-``torchrun`` (DistributedDataParallel over gloo on CPUs, NCCL on GPUs).
+"""The process group of ``torchrun``: DistributedDataParallel over gloo on CPUs, NCCL on
+GPUs, each process on its device (:mod:`scratchformer.device`).
 
 Without torchrun's environment (``WORLD_SIZE`` unset or 1) the process group is a no-op and
 the run is an ordinary single process.
@@ -8,7 +8,6 @@ the run is an ordinary single process.
 from __future__ import annotations
 
 import os
-import warnings
 from dataclasses import dataclass
 
 import torch
@@ -16,9 +15,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from ..config import DEVICES
-
-CPU = torch.device("cpu")
+from ..device import CPU, default_device
 
 
 @dataclass(frozen=True)
@@ -61,53 +58,6 @@ class Distributed:
     def close(self) -> None:
         if self.enabled and dist.is_initialized():
             dist.destroy_process_group()
-
-
-def default_device(choice: str = "auto") -> torch.device:
-    """Where to run: the GPU when ``choice`` is ``cuda`` or, under ``auto``, when PyTorch
-    sees one; else the CPU."""
-    if choice not in DEVICES:
-        raise ValueError(f"--device {choice}: must be one of {', '.join(DEVICES)}")
-    if choice == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda: PyTorch sees no CUDA device (use --device cpu)")
-    use_cuda = choice == "cuda" or (choice == "auto" and torch.cuda.is_available())
-    return torch.device("cuda") if use_cuda else CPU
-
-
-CPU_BF16_PROBES = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
-"""torch's private CPU checks for AVX512-BF16 and AMX: a torch without one answers no."""
-
-
-def native_bf16(device: torch.device) -> bool:
-    """Whether ``device`` computes in bfloat16 natively (CPUs: AVX512-BF16 or AMX); elsewhere
-    autocast emulates it, many times slower than fp32. A CPU check that this torch lacks
-    counts as no, the safe answer: fp32."""
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
-    if device.type == "cpu":
-        probes = (getattr(torch.cpu, name, None) for name in CPU_BF16_PROBES)
-        return any(probe is not None and probe() for probe in probes)
-    return True
-
-
-def uses_bf16(precision: str, device: torch.device, warn: bool = True) -> bool:
-    """Whether ``precision`` (``fp32``, ``bf16`` or ``auto``) computes in bfloat16 on
-    ``device``: ``auto`` only where it is native; ``bf16`` everywhere, with a warning (under
-    ``warn``) where autocast would emulate it."""
-    native = native_bf16(device)
-    if precision == "bf16" and warn and not native:
-        warnings.warn(
-            f"precision 'bf16': this {device.type} has no native bfloat16, so autocast "
-            "emulates it, many times slower than precision 'fp32' (or 'auto')",
-            stacklevel=2,
-        )
-    return precision == "bf16" or (precision == "auto" and native)
-
-
-def bf16_autocast(device: torch.device, enabled: bool) -> torch.autocast:
-    """bfloat16 autocast on ``device`` if ``enabled``: matrix products in bfloat16, the
-    reductions that need it (softmax, norms, losses) in float32."""
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=enabled)
 
 
 def setup(device: str = "auto") -> Distributed:
