@@ -12,6 +12,7 @@ from .config import Recipe
 from .models import count_parameters
 from .run import load_run, train
 from .tasks import Task
+from .training.rundir import ATTENTION_PICTURE
 from .viz import attention_heatmap, capture_attention, save_figure
 
 DEMO_RECIPE: dict[str, Any] = {
@@ -60,7 +61,7 @@ def run_demo(out: Path, quiet: bool = False, overwrite: bool = False) -> dict[st
     for source, g, b in zip(shown, greedy[: len(shown)], beam, strict=True):
         say(f"{source:<14} {g:<14} {b:<14}")
 
-    picture = out / "attention.png"
+    picture = out / ATTENTION_PICTURE
     _draw_cross_attention(task, model, sources[0], greedy[0], picture)
     say(f"\nCross-attention of the last decoder layer for {sources[0]!r}: {picture}")
     say("(reversal shows as the anti-diagonal: output digit i looks at input digit n - i)")

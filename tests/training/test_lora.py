@@ -14,10 +14,10 @@ from helpers import RECIPES, TINY_MODEL, set_options, tiny_config
 from scratchformer import build_model
 from scratchformer.cli import main
 from scratchformer.config import Recipe, TrainConfig
-from scratchformer.io import MODEL_FILE
 from scratchformer.run import load_run, merge
 from scratchformer.training.averaging import exponential_average
 from scratchformer.training.lora import apply_lora, is_adapted, merge_lora
+from scratchformer.training.rundir import MODEL_FILE
 from scratchformer.training.trainer import Trainer, build_optimizer
 
 ALL_TARGETS = ["qkv_proj", "q_proj", "kv_proj", "out_proj", "w1", "w2", "w3"]

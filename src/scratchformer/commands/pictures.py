@@ -6,12 +6,11 @@ import argparse
 from pathlib import Path
 
 from ..config import Recipe
+from ..device import default_device
 from ..errors import UsageError
 from ..io import atomic_write_text
-from ..run import CONFIG_FILE, load_run
 from ..tasks import TASKS
-from ..training.distributed import default_device
-from ..training.trainer import METRICS_FILE
+from ..training.rundir import CONFIG_FILE, METRICS_FILE, load_run
 from ..viz import (
     attention_grid,
     attention_page,

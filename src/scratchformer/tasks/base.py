@@ -16,7 +16,6 @@ import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
@@ -115,19 +114,6 @@ class Task(ABC):
         return Tokenizer.train(
             data.tokenizer, texts, data.vocab_size, specials, lowercase=data.lowercase
         )
-
-    def save(self, run_dir: Path) -> None:
-        """Write the tokenizers: with the recipe and the weights, all inference needs."""
-        for name, tokenizer in self.tokenizers.items():
-            tokenizer.save(run_dir / f"{name}.json")
-
-    def load(self, run_dir: Path) -> None:
-        """Read back what :meth:`save` wrote."""
-        self.tokenizers = {
-            path.stem: Tokenizer.load(path) for path in sorted(run_dir.glob("tokenizer*.json"))
-        }
-        if not self.tokenizers:
-            raise FileNotFoundError(f"{run_dir} holds no tokenizer*.json")
 
     def tokenizer(self, name: str = "tokenizer") -> Tokenizer:
         """A tokenizer learnt by :meth:`prepare` or read by :meth:`load`."""

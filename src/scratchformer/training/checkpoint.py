@@ -12,12 +12,14 @@ What this module keeps in a run directory::
         rng.pt                      capture_rng()
         state.json                  the trainer state of this step, with "step"
 
-A checkpoint directory is filled under a hidden temp name, each file and then the directory
-fsynced, and renamed into place whole; the pointer is then replaced atomically. So a crash
+A checkpoint directory is built whole (:func:`scratchformer.io.atomic_write_dir`: filled
+under a hidden temp name, each file and then the directory fsynced, renamed into place); the
+pointer is then replaced atomically. So a crash
 at any moment leaves the old state or the new one, plus at most some temp entries that the
 next save removes. The ``.pt`` files hold tensors, numbers and containers only, and are
-read with :func:`scratchformer.io.safe_torch_load`: a checkpoint can never run code. One
-process writes a run directory (see :mod:`scratchformer.training.rundir`). The last few
+read with :func:`scratchformer.io.safe_torch_load`: a checkpoint can never run code. The
+file names are :mod:`scratchformer.training.rundir`'s, and one process writes a run
+directory (its lock). The last few
 checkpoints are kept: should the latest not load (a disk that lied, a file damaged since),
 resuming falls back to the one before.
 """
@@ -42,24 +44,28 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
 from ..io import (
-    MODEL_FILE,
+    atomic_write_dir,
     atomic_write_json,
-    fsync,
     load_tensors,
     remove_temps,
     safe_torch_load,
     temp_path,
+    write_text,
+    write_torch,
     write_weights,
 )
+from .rundir import (
+    AVERAGE_FILE,
+    CHECKPOINT_FILES,
+    CHECKPOINTS,
+    MODEL_FILE,
+    OPTIMIZER_FILE,
+    RNG_FILE,
+    SCHEDULER_FILE,
+    STATE_FILE,
+    TRAINER_STATE,
+)
 
-TRAINER_STATE = "trainer_state.json"
-CHECKPOINTS = "checkpoints"
-OPTIMIZER_FILE = "optimizer.pt"
-SCHEDULER_FILE = "scheduler.pt"
-RNG_FILE = "rng.pt"
-STATE_FILE = "state.json"
-AVERAGE_FILE = "average.safetensors"
-CHECKPOINT_FILES = (MODEL_FILE, OPTIMIZER_FILE, SCHEDULER_FILE, RNG_FILE, STATE_FILE)
 STEP_DIR = re.compile(r"step-(\d+)")
 
 
@@ -128,12 +134,6 @@ def _discard(path: Path) -> None:
     shutil.rmtree(temp, ignore_errors=True)
 
 
-def _write_synced(path: Path, write: Callable[[Path], None]) -> None:
-    """Write a file of a checkpoint being built (in its temp directory) and fsync it."""
-    write(path)
-    fsync(path)
-
-
 def save_checkpoint(
     run_dir: str | Path,
     *,
@@ -169,32 +169,20 @@ def save_checkpoint(
     remove_temps(checkpoints, "step-*")
     remove_temps(run_dir, TRAINER_STATE)
 
-    path = checkpoints / f"step-{step:08d}"
-    temp = temp_path(path)
-    temp.mkdir()
-    try:
-        _write_synced(temp / MODEL_FILE, lambda p: write_weights(p, model))
+    def fill(directory: Path) -> None:
+        write_weights(directory / MODEL_FILE, model)
         if average is not None:
-            _write_synced(temp / AVERAGE_FILE, lambda p: write_weights(p, average))
-        _write_synced(temp / OPTIMIZER_FILE, lambda p: torch.save(optimizer.state_dict(), p))
-        _write_synced(temp / SCHEDULER_FILE, lambda p: torch.save(scheduler.state_dict(), p))
-        _write_synced(temp / RNG_FILE, lambda p: torch.save(capture_rng(), p))
-        _write_synced(temp / STATE_FILE, lambda p: p.write_text(state_text, encoding="utf-8"))
-        fsync(temp)
-    except BaseException:
-        shutil.rmtree(temp, ignore_errors=True)
-        raise
-    replaced = None
-    if path.exists():  # the same step saved again: set the old copy aside until replaced
-        replaced = temp_path(path)
-        os.rename(path, replaced)
-    os.rename(temp, path)
-    fsync(checkpoints)
+            write_weights(directory / AVERAGE_FILE, average)
+        write_torch(directory / OPTIMIZER_FILE, optimizer.state_dict())
+        write_torch(directory / SCHEDULER_FILE, scheduler.state_dict())
+        write_torch(directory / RNG_FILE, capture_rng())
+        write_text(directory / STATE_FILE, state_text)
+
+    path = checkpoints / f"step-{step:08d}"
+    atomic_write_dir(path, fill)  # the same step saved again replaces it
     atomic_write_json(
         run_dir / TRAINER_STATE, {**saved, "checkpoint": f"{CHECKPOINTS}/{path.name}"}
     )
-    if replaced is not None:
-        shutil.rmtree(replaced, ignore_errors=True)
 
     steps = _step_dirs(checkpoints)
     newest = steps.index(path)

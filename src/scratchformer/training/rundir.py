@@ -1,58 +1,112 @@
-"""Run directories: what one holds, what may be written over, who may write it, and which
-format it is in.
+"""The run directory: the name of every file in it, its one writer, its metrics log, its
+lock, and opening a trained one (:func:`load_run`).
+
+What a run directory holds::
+
+    run.json                    its format and the scratchformer version that last wrote it
+    config.json                 the recipe, its model section completed by the data
+    tokenizer*.json             the task's tokenizers (``tokenizer-src``, ``tokenizer-tgt``)
+    model.safetensors           the best weights by the task's metric
+    metrics.jsonl               the training log, one JSON record a line
+    tensorboard/                the same log for TensorBoard, when asked for
+    trainer_state.json          the latest checkpoint's path, its step and trainer state
+    checkpoints/step-00001000/  a checkpoint (see :mod:`scratchformer.training.checkpoint`)
+    attention.png               the demo's picture
 
 - Training starts only in a new or empty directory; ``resume`` continues only a run that
   has a checkpoint; ``overwrite`` replaces only a run directory (one with ``run.json``, a
   recipe as ``config.json`` or a checkpoint), deleting the files of a run
   (:data:`RUN_FILES`) and refusing if anything else is there. A refusal leaves the
   directory as it was.
-- One process writes a run directory: :func:`claim` holds an exclusive ``flock`` on
+- One process writes a run directory: :func:`claim` holds an exclusive lock on
   ``DIR/.lock`` (which names the writer's pid) for a whole training run, so that a second
   writer fails at once with "DIR is in use by process N". The lock ends with the process,
-  however it ends; the next writer removes the temp files of one that was killed. Without
-  ``fcntl`` (Windows) there is no lock.
+  however it ends; the next writer removes the temp files of one that was killed.
 - ``run.json`` records the directory's format and the scratchformer version that last wrote
   it; a run of a newer format is refused, not misread.
+
+This module sits in ``training`` because opening a run needs every layer below (tasks,
+models, quantization, LoRA, Hugging Face checkpoints); the modules below it never name a
+run's files: a task's tokenizers are written and read here.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import json
-import os
 import shutil
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
-from ..io import MODEL_FILE, atomic_write_json, listing, remove_temps
+from torch import nn
+
+from ..config import QUANTIZATIONS, Recipe
+from ..data.tokenizer import Tokenizer
+from ..inference import quantize
+from ..io import (
+    LockHeld,
+    append_text,
+    atomic_write_json,
+    atomic_write_text,
+    hold_lock,
+    listing,
+    load_model,
+    load_weights,
+    read_metadata,
+    remove_temps,
+    save_weights,
+)
+from ..models import build_model
+from ..tasks import Task, build_task
 from ..version import __version__
-from .checkpoint import CHECKPOINTS, TRAINER_STATE
-from .trainer import METRICS_FILE
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - Windows
-    fcntl = None  # type: ignore[assignment]
+from .initialisation import run_model
+from .lora import is_adapted, merge_lora
 
 CONFIG_FILE = "config.json"
 RUN_FILE = "run.json"
 LOCK_FILE = ".lock"
+MODEL_FILE = "model.safetensors"
+"""The weights in a run directory (the best ones) and in each of its checkpoints."""
+TOKENIZER_FILES = "tokenizer*.json"
+"""The task's tokenizers, each named ``{its name}.json`` (its names begin ``tokenizer``)."""
+METRICS_FILE = "metrics.jsonl"
+"""The run directory's log, one JSON record per line, appended as training goes."""
+TENSORBOARD_DIR = "tensorboard"
+TRAINER_STATE = "trainer_state.json"
+CHECKPOINTS = "checkpoints"
+OPTIMIZER_FILE = "optimizer.pt"
+SCHEDULER_FILE = "scheduler.pt"
+RNG_FILE = "rng.pt"
+STATE_FILE = "state.json"
+AVERAGE_FILE = "average.safetensors"
+CHECKPOINT_FILES = (MODEL_FILE, OPTIMIZER_FILE, SCHEDULER_FILE, RNG_FILE, STATE_FILE)
+"""What every complete checkpoint directory holds (``average.safetensors`` too, with a
+moving average of the weights)."""
+ATTENTION_PICTURE = "attention.png"
+"""The demo's picture of cross-attention."""
 FORMAT = 1
 """The run-directory format this version writes, and the newest one it reads."""
 RUN_FILES = (
     CONFIG_FILE,
     RUN_FILE,
-    "tokenizer*.json",
+    TOKENIZER_FILES,
     MODEL_FILE,
     TRAINER_STATE,
     CHECKPOINTS,
     METRICS_FILE,
-    "tensorboard",
-    "attention.png",  # the demo's picture
+    TENSORBOARD_DIR,
+    ATTENTION_PICTURE,
     ".*.tmp-*",  # what a killed writer left (see scratchformer.io)
 )
 """What a run directory may hold (names or globs): ``--overwrite`` deletes these only."""
+QUANTIZATION_KEY = "quantization"
+"""The entry of a quantized run's ``model.safetensors`` header that names its quantization."""
+
+
+# What is there, and whether it may be written --------------------------------------------
 
 
 def contents(run_dir: Path) -> list[str]:
@@ -82,6 +136,13 @@ def _holds_recipe(path: Path) -> bool:
     except (OSError, ValueError):
         return False
     return isinstance(config, dict) and "task" in config
+
+
+def check_empty(run_dir: Path) -> None:
+    """A directory to write a new run into (not a training run's) must be new or empty."""
+    present = contents(run_dir)
+    if present:
+        raise ValueError(f"{run_dir} is not empty ({listing(present)}); choose another --out")
 
 
 def check_target(run_dir: Path, *, resume: bool, overwrite: bool) -> None:
@@ -143,36 +204,13 @@ def claim(run_dir: Path, *, resume: bool, overwrite: bool) -> Iterator[None]:
 
 @contextmanager
 def locked(run_dir: Path) -> Iterator[None]:
-    """Hold ``run_dir``'s lock; ``ValueError`` naming the holder's pid if it is taken.
-
-    The lock file is deleted on release. A writer that opened it just before then holds a
-    lock on a deleted file, so it checks that the file it locked is still the one at the
-    path, and otherwise tries again."""
-    if fcntl is None:  # pragma: no cover - Windows
-        yield
-        return
-    path = run_dir / LOCK_FILE
-    while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
-            os.close(fd)
-            raise ValueError(f"{run_dir} is in use by process {holder}") from None
-        try:
-            if os.stat(path).st_ino == os.fstat(fd).st_ino:
-                break
-        except FileNotFoundError:
-            pass
-        os.close(fd)
+    """Hold ``run_dir``'s lock (:func:`scratchformer.io.hold_lock` on ``DIR/.lock``);
+    ``ValueError`` naming the holder's pid if it is taken."""
     try:
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        yield
-    finally:
-        path.unlink(missing_ok=True)
-        os.close(fd)
+        with hold_lock(run_dir / LOCK_FILE):
+            yield
+    except LockHeld as held:
+        raise ValueError(f"{run_dir} is in use by process {held.holder}") from None
 
 
 def write_run_info(run_dir: Path) -> None:
@@ -196,3 +234,125 @@ def check_format(run_dir: Path) -> None:
             f"{run_dir} was written by scratchformer {version} in run format {written}; "
             f"scratchformer {__version__} reads formats up to {FORMAT}: upgrade scratchformer"
         )
+
+
+# Writing a run ---------------------------------------------------------------------------
+
+
+def write_run(
+    run_dir: Path,
+    recipe: Recipe,
+    tokenizers: dict[str, Tokenizer],
+    model: nn.Module | None = None,
+    metadata: dict[str, str] | None = None,
+) -> None:
+    """Write a run directory (created if need be): its format, the ``tokenizers`` (by name),
+    the weights of ``model`` when there is one (a run about to train has none yet), with
+    ``metadata`` in their header, and the recipe, last."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_run_info(run_dir)
+    for name, tokenizer in tokenizers.items():
+        tokenizer.save(run_dir / f"{name}.json")
+    if model is not None:
+        write_model(run_dir, model, metadata)
+    atomic_write_text(run_dir / CONFIG_FILE, recipe.to_json())
+
+
+def write_model(run_dir: Path, model: nn.Module, metadata: dict[str, str] | None = None) -> None:
+    """Replace the run's weights by ``model``'s, atomically."""
+    save_weights(run_dir / MODEL_FILE, model, metadata)
+
+
+def append_metrics(run_dir: Path, record: dict[str, Any]) -> None:
+    """Append one record to the run's ``metrics.jsonl``."""
+    append_text(run_dir / METRICS_FILE, json.dumps(record) + "\n")
+
+
+def trim_metrics(run_dir: Path, step: int) -> None:
+    """Make ``metrics.jsonl`` ready for a run resumed at ``step``: drop the records of later
+    steps (logged after that checkpoint; the resumed run logs them again) and a torn last
+    line (its writer killed or out of disk mid-record, with a warning), so that no new
+    record is glued to one. A line that is not a record is left for ``plot`` to report."""
+    path = run_dir / METRICS_FILE
+    if not path.is_file():
+        return
+    *lines, torn = path.read_text(encoding="utf-8").split("\n")
+    if torn:
+        warnings.warn(f"{path}: dropped a torn last line ({torn[:40]!r}...)", stacklevel=2)
+    kept = [line for line in lines if (_logged_step(line) or 0) <= step]
+    if torn or len(kept) < len(lines):
+        atomic_write_text(path, "".join(line + "\n" for line in kept))
+
+
+def _logged_step(line: str) -> int | None:
+    try:
+        return int(json.loads(line)["step"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+# Opening a run ---------------------------------------------------------------------------
+
+
+def read_tokenizers(run_dir: Path) -> dict[str, Tokenizer]:
+    """The tokenizers that :func:`write_run` wrote, by name."""
+    tokenizers = {path.stem: Tokenizer.load(path) for path in sorted(run_dir.glob(TOKENIZER_FILES))}
+    if not tokenizers:
+        raise FileNotFoundError(f"{run_dir} holds no {TOKENIZER_FILES}")
+    return tokenizers
+
+
+def open_task(run_dir: Path, overrides: list[str] | None = None) -> tuple[Task, Recipe]:
+    """The task of a started run, with its tokenizers, and its recipe (plus overrides)."""
+    check_format(run_dir)
+    recipe = Recipe.load(run_dir / CONFIG_FILE, overrides or [])
+    task = build_task(recipe)
+    task.tokenizers = read_tokenizers(run_dir)
+    return task, recipe
+
+
+def load_run(
+    run_dir: Path, need_head: bool = True, quantization: str | None = None
+) -> tuple[Task, nn.Module]:
+    """The task and the best trained model (in eval mode) of a run directory: a LoRA run's
+    base (``model.init_from``, or the initial weights of ``train.seed``) with its adapters;
+    a quantized run's (:func:`~scratchformer.run.quantize_run`) quantized. ``quantization``
+    (one of ``QUANTIZATIONS``) quantizes the model once loaded, a LoRA run's with its
+    adapters merged first. With ``need_head``, a model without the task's head (an
+    imported encoder) is an error."""
+    if not (run_dir / MODEL_FILE).exists():
+        raise FileNotFoundError(f"{run_dir} holds no trained model ({MODEL_FILE}); train it first")
+    task, recipe = open_task(run_dir)
+    if need_head and recipe.model.head != task.head:
+        raise ValueError(
+            f"{run_dir} holds a model without the {task.head} head of a {task.name} run "
+            "(an imported checkpoint?); fine-tune it first"
+        )
+    saved = saved_quantization(run_dir)
+
+    def build() -> nn.Module:
+        model = build_model(recipe.model)
+        return model if saved is None else quantize(model, saved)
+
+    if recipe.train.lora_rank is None:
+        model = load_model(build, run_dir / MODEL_FILE)
+    else:
+        model = run_model(recipe, pretrained=True)
+        load_weights(run_dir / MODEL_FILE, model)
+    if quantization is not None:
+        if is_adapted(model):
+            merge_lora(model)  # the adapters' update is part of the weights to quantize
+        quantize(model, quantization)
+    return task, model.eval()
+
+
+def saved_quantization(run_dir: Path) -> str | None:
+    """The quantization of the run's weights (``None``: float)."""
+    path = run_dir / MODEL_FILE
+    saved = read_metadata(path).get(QUANTIZATION_KEY)
+    if saved is not None and saved not in QUANTIZATIONS:
+        raise ValueError(
+            f"{path} holds weights of quantization {saved!r}, which this version cannot read "
+            f"(it reads {', '.join(QUANTIZATIONS)})"
+        )
+    return saved

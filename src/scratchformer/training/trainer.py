@@ -6,7 +6,6 @@ or SIGINT, and a progress bar."""
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import re
 import signal
@@ -20,17 +19,16 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from ..device import bf16_autocast, uses_bf16
 from ..errors import Interrupted, TrainingError
-from ..io import MODEL_FILE, atomic_write_text, save_weights
 from ..tasks.base import Task
 from .averaging import exponential_average
 from .checkpoint import load_checkpoint, save_checkpoint
-from .distributed import Distributed, bf16_autocast, uses_bf16
+from .distributed import Distributed
 from .interrupt import StopSignals
+from .rundir import TENSORBOARD_DIR, append_metrics, trim_metrics, write_model
 from .schedule import build_schedule
 
-METRICS_FILE = "metrics.jsonl"
-"""The run directory's log, one JSON record per line, appended as training goes."""
 FUSED_ADAMW_DEVICES = ("cpu", "cuda")
 """Where torch has a fused AdamW kernel that the trainer uses."""
 
@@ -93,28 +91,6 @@ def build_optimizer(model: nn.Module, config: Any) -> torch.optim.AdamW:
         eps=config.adam_eps,
         fused=all(p.device.type in FUSED_ADAMW_DEVICES for _, p in named),
     )
-
-
-def trim_metrics(path: Path, step: int) -> None:
-    """Make ``metrics.jsonl`` ready for a run resumed at ``step``: drop the records of later
-    steps (logged after that checkpoint; the resumed run logs them again) and a torn last
-    line (its writer killed or out of disk mid-record, with a warning), so that no new
-    record is glued to one. A line that is not a record is left for ``plot`` to report."""
-    if not path.is_file():
-        return
-    *lines, torn = path.read_text(encoding="utf-8").split("\n")
-    if torn:
-        warnings.warn(f"{path}: dropped a torn last line ({torn[:40]!r}...)", stacklevel=2)
-    kept = [line for line in lines if (_logged_step(line) or 0) <= step]
-    if torn or len(kept) < len(lines):
-        atomic_write_text(path, "".join(line + "\n" for line in kept))
-
-
-def _logged_step(line: str) -> int | None:
-    try:
-        return int(json.loads(line)["step"])
-    except (ValueError, KeyError, TypeError):
-        return None
 
 
 class Trainer:
@@ -182,7 +158,7 @@ class Trainer:
                 average=self.average,
             )
             if self.dist.is_main:
-                trim_metrics(self.run_dir / METRICS_FILE, self.state["step"])
+                trim_metrics(self.run_dir, self.state["step"])
         else:
             torch.manual_seed(config.seed + self.dist.rank)
         network = self.dist.wrap(self.model)
@@ -341,7 +317,7 @@ class Trainer:
             bar,
         )
         if improved and self.dist.is_main:
-            save_weights(self.run_dir / MODEL_FILE, self.evaluated_model)
+            write_model(self.run_dir, self.evaluated_model)
         self._checkpoint()
         return {"step": step, **metrics}
 
@@ -371,8 +347,7 @@ class Trainer:
         """Append to ``metrics.jsonl`` (and TensorBoard), on rank 0."""
         if not self.dist.is_main:
             return
-        with open(self.run_dir / METRICS_FILE, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+        append_metrics(self.run_dir, record)
         if writer is not None:
             for key, value in record.items():
                 if key not in ("step", "split"):
@@ -393,4 +368,4 @@ class Trainer:
                 stacklevel=2,
             )
             return None
-        return SummaryWriter(str(self.run_dir / "tensorboard"))
+        return SummaryWriter(str(self.run_dir / TENSORBOARD_DIR))
