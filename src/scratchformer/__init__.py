@@ -2,33 +2,43 @@
 
 ``DecoderLM`` and ``Transformer`` are the old names of :class:`DecoderModel` and
 :class:`Seq2SeqModel`, kept as aliases.
+
+The names below are imported when first used (PEP 562), so that importing the package, or
+its command line, loads no torch until a command needs it.
 """
 
-from .config import ModelConfig
-from .interop import from_pretrained, save_pretrained
-from .models import (
-    DecoderLM,
-    DecoderModel,
-    EncoderModel,
-    ModelOutput,
-    Seq2SeqModel,
-    Transformer,
-    build_model,
-    count_parameters,
-)
-from .version import __version__
+from __future__ import annotations
 
-__all__ = [
-    "DecoderLM",
-    "DecoderModel",
-    "EncoderModel",
-    "ModelConfig",
-    "ModelOutput",
-    "Seq2SeqModel",
-    "Transformer",
-    "__version__",
-    "build_model",
-    "count_parameters",
-    "from_pretrained",
-    "save_pretrained",
-]
+import importlib
+from typing import Any
+
+from .version import __version__ as __version__
+
+EXPORTS = {
+    "DecoderLM": "models",
+    "DecoderModel": "models",
+    "EncoderModel": "models",
+    "ModelConfig": "config",
+    "ModelOutput": "models",
+    "Seq2SeqModel": "models",
+    "Transformer": "models",
+    "build_model": "models",
+    "count_parameters": "models",
+    "from_pretrained": "interop",
+    "save_pretrained": "interop",
+}
+"""Each name the package exports, and the subpackage or module that defines it."""
+
+__all__ = sorted([*EXPORTS, "__version__"])
+
+
+def __getattr__(name: str) -> Any:
+    if name not in EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{EXPORTS[name]}", __name__), name)
+    globals()[name] = value  # found directly from now on
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *EXPORTS})
