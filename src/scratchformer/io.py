@@ -158,7 +158,7 @@ def atomic_write_dir(path: Path, fill: Callable[[Path], None]) -> None:
 def append_text(path: Path, text: str) -> None:
     """Append ``text`` to ``path`` (created if need be) and flush it: for a log, whose
     reader skips a torn last line."""
-    with path.open("a", encoding="utf-8") as file:
+    with open(path, "a", encoding="utf-8") as file:
         file.write(text)
 
 

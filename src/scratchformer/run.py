@@ -1,6 +1,7 @@
-"""Run directories: training one from a recipe (:func:`train`, the one entry point of the
-command line, the demo and Python programs), starting one from a Hugging Face checkpoint,
-opening a trained one, and exporting it."""
+"""What is done with run directories: training one from a recipe (:func:`train`, the one
+entry point of the command line, the demo and Python programs), starting one from a Hugging
+Face checkpoint, merging or quantizing one into another, and exporting one. The directory
+itself -- its files, its writer, :func:`load_run` -- is :mod:`scratchformer.training.rundir`'s."""
 
 from __future__ import annotations
 

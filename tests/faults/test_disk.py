@@ -13,8 +13,6 @@ from typing import Any
 import pytest
 
 import scratchformer.io
-import scratchformer.training.checkpoint
-import scratchformer.training.trainer
 from faults.harness import INJECTED, SURVIVED, assert_recovered, go_on_here, leftovers, train_here
 
 
@@ -29,8 +27,7 @@ def fsyncs_failing_at(monkeypatch: pytest.MonkeyPatch, full_at: int | None) -> l
             raise OSError(errno.ENOSPC, "No space left on device")
         real(path)
 
-    for module in (scratchformer.io, scratchformer.training.checkpoint):
-        monkeypatch.setattr(module, "fsync", fsync)
+    monkeypatch.setattr(scratchformer.io, "fsync", fsync)
     return calls
 
 
@@ -74,7 +71,7 @@ class HalfWritten:
 def test_a_full_disk_tears_the_last_line_of_the_log(tmp_path: Path, monkeypatch, reference) -> None:
     run_dir = tmp_path / "run"
     with monkeypatch.context() as patch:
-        patch.setattr(scratchformer.training.trainer, "open", HalfWritten, raising=False)
+        patch.setattr(scratchformer.io, "open", HalfWritten, raising=False)
         with pytest.raises(OSError, match="No space left on device"):
             train_here(run_dir)
     INJECTED["full disk (metrics.jsonl line torn)"] += 1
