@@ -287,9 +287,9 @@ def _check_empty(run_dir: Path) -> None:
 
 
 def import_hf(hf_dir: Path, run_dir: Path) -> Recipe:
-    """A run directory from a Hugging Face checkpoint (BERT, GPT-2, Llama, Qwen2, Mistral):
-    the recipe (its model
-    section describes the architecture), the tokenizer and the weights, so that later
+    """A run directory from a Hugging Face checkpoint (of a family in
+    :data:`~.interop.families.FAMILIES`): the recipe (its model section describes the
+    architecture), the tokenizer and the weights, so that later
     commands start from it. Returns the recipe."""
     _check_empty(run_dir)
     if not (hf_dir / TOKENIZER_FILE).is_file():
@@ -321,9 +321,9 @@ def import_hf(hf_dir: Path, run_dir: Path) -> Recipe:
 
 def export_hf(run_dir: Path, hf_dir: Path) -> None:
     """A Hugging Face checkpoint directory of a run's model and tokenizer (for models that
-    BERT, GPT-2 or the Llama family can express); a LoRA run's with its adapters merged.
-    ``hf_dir`` may not be a run directory (its config.json would be replaced by the
-    checkpoint's)."""
+    a family of :data:`~.interop.families.FAMILIES` expresses); a LoRA run's with its
+    adapters merged. ``hf_dir`` may not be a run directory (its config.json would be
+    replaced by the checkpoint's)."""
     if is_run(hf_dir):
         raise ValueError(f"{hf_dir} is a run directory: write the checkpoint elsewhere")
     if saved_quantization(run_dir / MODEL_FILE) is not None:

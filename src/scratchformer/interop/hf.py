@@ -1,4 +1,4 @@
-"""Hugging Face BERT / GPT-2 / Llama-family checkpoints in and out.
+"""Hugging Face checkpoints (of the families in :data:`~.families.FAMILIES`) in and out.
 
 :func:`from_pretrained` reads a checkpoint directory (``config.json``, the weights in
 ``model.safetensors``, in the shards that ``model.safetensors.index.json`` lists, or in
@@ -26,8 +26,9 @@ from torch import Tensor
 from ..data.tokenizer import SPECIAL_TOKENS, Tokenizer
 from ..io import atomic_write, atomic_write_json, listing, load_tensors, safe_torch_load
 from ..models import DecoderModel, EncoderModel, build_model
+from .families import family_of
 from .hf_config import hf_config, model_config
-from .hf_weights import NAMINGS, check, checkpoint_tensors, from_hf, headed_names, to_hf
+from .hf_weights import check, from_hf, to_hf
 
 CONFIG_FILE = "config.json"
 SAFETENSORS_FILE = "model.safetensors"
@@ -57,14 +58,14 @@ def from_pretrained(path: str | Path) -> tuple[Model, Tokenizer | None]:
         config = model_config(hf)
     except ValueError as error:
         raise ValueError(f"{directory / CONFIG_FILE}: {error}") from None
-    naming = NAMINGS[hf["model_type"]]
+    family = family_of(hf)
     origin, tensors = read_weights(directory)
-    tensors = checkpoint_tensors(tensors, hf["model_type"])
+    tensors = family.base_names(tensors)
     if config.tie_output:
         tensors.pop("lm_head.weight", None)  # a copy of the tied token embedding
     if config.pooler and not any(name.startswith("pooler.") for name in tensors):
         config = dataclasses.replace(config, pooler=False)  # saved without its pooler
-    table = naming.table(config)
+    table = family.table(config)
     with torch.device("meta"):  # sizes checked before anything is allocated
         check(tensors, to_hf(build_model(config).state_dict(), table), origin)
     model: Model = build_model(config)  # type: ignore[assignment]
@@ -85,13 +86,14 @@ def save_pretrained(model: Model, path: str | Path, tokenizer: Tokenizer | None 
     naming the fields that differ, before anything is written."""
     config = model.config
     hf = hf_config(config, tokenizer)
-    table = NAMINGS[hf["model_type"]].table(config)
+    family = family_of(hf)
+    table = family.table(config)
     tensors = {
         name: tensor.detach().clone(memory_format=torch.contiguous_format)
         for name, tensor in to_hf(model.state_dict(), table).items()
     }
     if config.head is not None:
-        tensors = headed_names(tensors, hf["model_type"], config.head)
+        tensors = family.headed_names(tensors, config.head)
     directory = Path(path)
     directory.mkdir(parents=True, exist_ok=True)
     atomic_write(
