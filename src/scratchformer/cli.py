@@ -310,6 +310,20 @@ COMMANDS = (
         ".from_pretrained(HF_DIR) loads the result. HF_DIR may not be a run directory.",
     ),
     Command(
+        "export-peft",
+        "hf:export_adapter",
+        "write a LoRA run's adapters for Hugging Face PEFT",
+        (
+            arg("run", help="run directory of a LoRA run (train.lora_rank set)"),
+            arg("--out", required=True, help="adapter directory to write"),
+        ),
+        description="--out receives adapter_config.json and adapter_model.safetensors, which "
+        "peft.PeftModel.from_pretrained(base, OUT) loads onto base, the Hugging Face model of "
+        "the run's model.init_from. A task head is not part of that model and is left out, as "
+        "are adapters of maps the checkpoint stores transposed (GPT-2's Conv1D: refused). A "
+        "run without LoRA adapters or without model.init_from is refused.",
+    ),
+    Command(
         "attention",
         "pictures:attention",
         "draw what a trained model attends to in a text",

@@ -21,6 +21,7 @@ from .data.tokenizer import recognise_roles
 from .errors import Interrupted
 from .inference import quantize
 from .interop.hf import TOKENIZER_FILE, from_pretrained, save_pretrained
+from .interop.peft import save_adapter
 from .io import (
     MODEL_FILE,
     atomic_write_text,
@@ -335,6 +336,21 @@ def export_hf(run_dir: Path, hf_dir: Path) -> None:
     if is_adapted(model):
         merge_lora(model)
     save_pretrained(model, hf_dir, task.tokenizers.get("tokenizer"))  # type: ignore[arg-type]
+
+
+def export_peft(run_dir: Path, out_dir: Path) -> None:
+    """A PEFT adapter directory of a LoRA run's adapters (:func:`~.interop.peft.save_adapter`),
+    for ``peft`` to load onto the Hugging Face checkpoint the run started from
+    (``model.init_from``); other runs are refused."""
+    task, model = load_run(run_dir, need_head=False)
+    if not is_adapted(model):
+        raise ValueError(f"{run_dir} is not a LoRA run (train.lora_rank is unset): no adapters")
+    if task.recipe.model.init_from is None:
+        raise ValueError(
+            f"{run_dir} adapts no Hugging Face checkpoint (model.init_from is unset), so PEFT "
+            "has no base to load its adapters onto: export-hf writes the merged model"
+        )
+    save_adapter(model, out_dir)
 
 
 def checkpoint_dir(name: str) -> Path:
