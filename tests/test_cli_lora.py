@@ -1,5 +1,6 @@
 """``scratchformer merge``: a LoRA run's adapters folded into an ordinary run that eval
-scores as the adapted run; a taken --out or a run without adapters is a user error."""
+scores as the adapted run; a taken --out or a run without adapters is a user error, as is
+``export-peft`` of a run that started from no checkpoint."""
 
 from __future__ import annotations
 
@@ -32,3 +33,8 @@ def test_merge_gives_a_run_that_evaluates_as_the_lora_run(tmp_path: Path, capsys
     assert main(["merge", str(tmp_path / "full"), "--out", str(tmp_path / "again")]) == 2
     assert "is not a LoRA run" in capsys.readouterr().err
     assert not (tmp_path / "again").exists()
+    # adapters of a model trained from its seed's weights: no checkpoint for PEFT to adapt
+    assert main(["export-peft", str(tmp_path / "lora"), "--out", str(tmp_path / "peft")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "model.init_from is unset" in err
+    assert not (tmp_path / "peft").exists()

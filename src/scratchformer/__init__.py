@@ -1,8 +1,5 @@
 """scratchformer: a Transformer toolkit written from scratch in PyTorch.
 
-``DecoderLM`` and ``Transformer`` are the old names of :class:`DecoderModel` and
-:class:`Seq2SeqModel`, kept as aliases.
-
 The names below are imported when first used (PEP 562), so that importing the package, or
 its command line, loads no torch until a command needs it.
 """
@@ -15,17 +12,15 @@ from typing import Any
 from .version import __version__ as __version__
 
 EXPORTS = {
-    "DecoderLM": "models",
     "DecoderModel": "models",
     "EncoderModel": "models",
     "ModelConfig": "config",
     "ModelOutput": "models",
     "Seq2SeqModel": "models",
-    "Transformer": "models",
     "build_model": "models",
     "count_parameters": "models",
-    "from_pretrained": "interop",
-    "save_pretrained": "interop",
+    "from_pretrained": "interop.hf",
+    "save_pretrained": "interop.hf",
 }
 """Each name the package exports, and the subpackage or module that defines it."""
 

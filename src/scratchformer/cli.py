@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 
 from .config import ATTENTION_KINDS, DEVICES, PRECISIONS, QUANTIZATIONS
 from .errors import Interrupted, TrainingError
+from .interop.families import FAMILIES, family_names
 from .version import __version__
 
 
@@ -290,25 +291,37 @@ COMMANDS = (
     Command(
         "import-hf",
         "hf:import_checkpoint",
-        "make a run directory from a Hugging Face checkpoint (BERT, GPT-2, Llama, Qwen2, Mistral)",
+        f"make a run directory from a Hugging Face checkpoint ({family_names()})",
         (arg("hf_dir", help="Hugging Face checkpoint directory"), OUT_RUN),
         description="HF_DIR holds config.json, model.safetensors (or the shards of "
         "model.safetensors.index.json, or pytorch_model.bin) and tokenizer.json. A causal LM "
-        "(GPT-2, Llama, Qwen2, Mistral) becomes a language-model run, ready for generate; a "
-        "BertForQuestionAnswering a qa run, ready for answer; another BERT-family encoder a "
-        "classification run awaiting a fine-tune.",
+        f"({family_names('decoder')}) becomes a language-model run, ready for generate; a "
+        "BertForQuestionAnswering a qa run, ready for answer; another encoder "
+        f"({family_names('encoder')}) a classification run awaiting a fine-tune.",
     ),
     Command(
         "export-hf",
         "hf:export_checkpoint",
-        "write a run's model as a Hugging Face checkpoint (BERT, GPT-2, Llama, Qwen2, Mistral)",
+        f"write a run's model as a Hugging Face checkpoint ({family_names()})",
         (RUN, arg("--out", required=True, help="Hugging Face checkpoint directory to write")),
-        description="For encoders configured like BERT (post-LN, learned positions, "
-        "embedding LayerNorm, segments; no head, or the span head of question answering) and "
-        "decoders like GPT-2 (pre-LN, learned positions, final LayerNorm, tied LM head) or "
-        "the Llama family (RMSNorm, SwiGLU, rotary positions, no biases); others fail naming "
-        "what differs. transformers.AutoModel(ForCausalLM).from_pretrained(HF_DIR) loads the "
-        "result. HF_DIR may not be a run directory.",
+        description="The model is written as the first family it fits: "
+        + ", ".join(f"{family.name} ({family.summary})" for family in FAMILIES.values())
+        + ". Others fail naming what differs. transformers.AutoModel(ForCausalLM)"
+        ".from_pretrained(HF_DIR) loads the result. HF_DIR may not be a run directory.",
+    ),
+    Command(
+        "export-peft",
+        "hf:export_adapter",
+        "write a LoRA run's adapters for Hugging Face PEFT",
+        (
+            arg("run", help="run directory of a LoRA run (train.lora_rank set)"),
+            arg("--out", required=True, help="adapter directory to write"),
+        ),
+        description="--out receives adapter_config.json and adapter_model.safetensors, which "
+        "peft.PeftModel.from_pretrained(base, OUT) loads onto base, the Hugging Face model of "
+        "the run's model.init_from. A task head is not part of that model and is left out, as "
+        "are adapters of maps the checkpoint stores transposed (GPT-2's Conv1D: refused). A "
+        "run without LoRA adapters or without model.init_from is refused.",
     ),
     Command(
         "attention",

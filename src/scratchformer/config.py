@@ -74,10 +74,6 @@ class ConfigBase:
     def from_json(cls: type[C], text: str) -> C:
         return cls.from_dict(json.loads(text))
 
-    @classmethod
-    def load(cls: type[C], path: str | Path) -> C:
-        return cls.from_json(read_text(path))
-
 
 def read_text(path: str | Path) -> str:
     """A recipe or config file's text: UTF-8, a leading byte-order mark allowed (as some

@@ -18,6 +18,7 @@ from .config import DataConfig, Recipe, TrainConfig
 from .data.tokenizer import recognise_roles
 from .errors import Interrupted
 from .interop.hf import TOKENIZER_FILE, from_pretrained, save_pretrained
+from .interop.peft import save_adapter
 from .tasks import Task, build_task
 from .training.checkpoint import STEP_DIR, latest_checkpoint
 from .training.distributed import setup
@@ -189,9 +190,9 @@ def _save_run(
 
 
 def import_hf(hf_dir: Path, run_dir: Path) -> Recipe:
-    """A run directory from a Hugging Face checkpoint (BERT, GPT-2, Llama, Qwen2, Mistral):
-    the recipe (its model
-    section describes the architecture), the tokenizer and the weights, so that later
+    """A run directory from a Hugging Face checkpoint (of a family in
+    :data:`~.interop.families.FAMILIES`): the recipe (its model section describes the
+    architecture), the tokenizer and the weights, so that later
     commands start from it. Returns the recipe."""
     check_empty(run_dir)
     if not (hf_dir / TOKENIZER_FILE).is_file():
@@ -219,9 +220,9 @@ def import_hf(hf_dir: Path, run_dir: Path) -> Recipe:
 
 def export_hf(run_dir: Path, hf_dir: Path) -> None:
     """A Hugging Face checkpoint directory of a run's model and tokenizer (for models that
-    BERT, GPT-2 or the Llama family can express); a LoRA run's with its adapters merged.
-    ``hf_dir`` may not be a run directory (its config.json would be replaced by the
-    checkpoint's)."""
+    a family of :data:`~.interop.families.FAMILIES` expresses); a LoRA run's with its
+    adapters merged. ``hf_dir`` may not be a run directory (its config.json would be
+    replaced by the checkpoint's)."""
     if is_run(hf_dir):
         raise ValueError(f"{hf_dir} is a run directory: write the checkpoint elsewhere")
     if saved_quantization(run_dir) is not None:
@@ -233,3 +234,18 @@ def export_hf(run_dir: Path, hf_dir: Path) -> None:
     if is_adapted(model):
         merge_lora(model)
     save_pretrained(model, hf_dir, task.tokenizers.get("tokenizer"))  # type: ignore[arg-type]
+
+
+def export_peft(run_dir: Path, out_dir: Path) -> None:
+    """A PEFT adapter directory of a LoRA run's adapters (:func:`~.interop.peft.save_adapter`),
+    for ``peft`` to load onto the Hugging Face checkpoint the run started from
+    (``model.init_from``); other runs are refused."""
+    task, model = load_run(run_dir, need_head=False)
+    if not is_adapted(model):
+        raise ValueError(f"{run_dir} is not a LoRA run (train.lora_rank is unset): no adapters")
+    if task.recipe.model.init_from is None:
+        raise ValueError(
+            f"{run_dir} adapts no Hugging Face checkpoint (model.init_from is unset), so PEFT "
+            "has no base to load its adapters onto: export-hf writes the merged model"
+        )
+    save_adapter(model, out_dir)

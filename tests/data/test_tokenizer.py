@@ -233,26 +233,6 @@ def _run(script: str, **env: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_tokenizers_work_in_workers_forked_when_fork_safe() -> None:
-    # Outside fork_safe() a child that encodes a batch deadlocks under =true.
-    result = _run(
-        """
-        import multiprocessing, os
-        from scratchformer.data.tokenizer import Tokenizer, fork_safe
-        tok = Tokenizer.train("bpe", ["to be or not to be"] * 50, 300, ["pad"])
-        lines = ["that is the question"] * 2000
-        expected = tok.encode_batch(lines)
-        with fork_safe(), multiprocessing.get_context("fork").Pool(2) as pool:
-            results = pool.map(tok.encode_batch, [lines, lines])
-        assert results == [expected, expected]
-        assert os.environ["TOKENIZERS_PARALLELISM"] == "true"
-        """,
-        TOKENIZERS_PARALLELISM="true",
-    )
-    assert result.returncode == 0, result.stderr
-    assert "huggingface/tokenizers" not in result.stdout + result.stderr
-
-
 def test_importing_the_package_changes_no_environment_of_forked_children() -> None:
     result = _run(
         """

@@ -10,7 +10,7 @@ from safetensors.torch import load_file
 
 from helpers import RECIPES, TINY_SIZES, set_options
 from scratchformer.cli import main
-from scratchformer.interop import from_pretrained
+from scratchformer.interop.hf import from_pretrained
 
 
 def test_recipes_name_the_packaged_minilm() -> None:

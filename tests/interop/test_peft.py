@@ -1,5 +1,6 @@
-"""LoRA adapters out in PEFT's layout: ``peft`` loads them onto the Hugging Face base model
-and computes our adapted model's hidden states."""
+"""LoRA adapters out in PEFT's layout (``save_adapter``, ``scratchformer export-peft``):
+``peft`` loads them onto the Hugging Face base model and computes our adapted model's
+hidden states."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers import RECIPES, set_options
 from scratchformer import from_pretrained
+from scratchformer.cli import main
 from scratchformer.config import TrainConfig
 from scratchformer.interop.peft import ADAPTER_CONFIG_FILE, save_adapter
+from scratchformer.run import load_run
 from scratchformer.training.lora import apply_lora
 
 peft = pytest.importorskip("peft")
@@ -48,3 +52,47 @@ def test_peft_loads_the_adapters_of_a_bert_onto_its_checkpoint(
     real = mask.bool()
     assert (ours[real] - theirs[real]).abs().max() < 1e-4
     assert (unadapted[real] - theirs[real]).abs().max() > 1e-2  # the adapters count
+
+
+def test_export_peft_writes_a_lora_runs_adapters_that_peft_loads(
+    tiny_bert: Path, tmp_path: Path, capsys
+) -> None:
+    data = tmp_path / "data.tsv"
+    data.write_text("text\tlabel\n" + "a fine film\tpos\nawful\tneg\n" * 8)
+    options = [
+        f"model.init_from='{tiny_bert}'",
+        "data.dataset=none",
+        f"data.train='{data}'",
+        f"data.val='{data}'",
+        "data.text_columns=['text']",
+        "data.label_column='label'",
+        "train.max_steps=4",
+        "train.eval_every=4",
+        "train.batch_size=4",
+        "train.lr=0.05",  # for the adapters to move away from B = 0 in a few steps
+        "train.lora_rank=2",
+        "train.lora_targets=['qkv_proj', 'w1']",
+    ]
+    run_dir, out = tmp_path / "run", tmp_path / "adapter"
+    args = ["--quiet", "train", str(RECIPES / "sst2-minilm.toml"), "--out", str(run_dir)]
+    assert main([*args, *set_options(options)]) == 0
+    assert main(["export-peft", str(run_dir), "--out", str(out)]) == 0
+
+    base = transformers.BertModel.from_pretrained(tiny_bert)
+    adapted = peft.PeftModel.from_pretrained(base, out).eval()
+    _, model = load_run(run_dir)
+    ids = torch.randint(1000, 2000, (2, 9), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        theirs = adapted(input_ids=ids).last_hidden_state
+        ours = model(ids).last_hidden_state
+        with adapted.disable_adapter():
+            unadapted = base(input_ids=ids).last_hidden_state
+    assert (ours - theirs).abs().max() < 1e-4
+    assert (unadapted - theirs).abs().max() > 1e-3  # the trained adapters count
+
+    capsys.readouterr()
+    assert main(["merge", str(run_dir), "--out", str(tmp_path / "merged")]) == 0
+    assert main(["export-peft", str(tmp_path / "merged"), "--out", str(tmp_path / "none")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is not a LoRA run" in err
+    assert not (tmp_path / "none").exists()

@@ -2,6 +2,7 @@ import torch
 
 from helpers import tiny_config
 from scratchformer import DecoderModel, ModelConfig
+from scratchformer.nn import LayerNorm
 
 
 def config(**overrides) -> ModelConfig:
@@ -20,12 +21,15 @@ def test_lm_logits_and_weights() -> None:
 def test_tied_head_shares_the_embedding() -> None:
     model = DecoderModel(config())
     assert model.lm_head.weight is model.embedding.tokens.weight
-    assert DecoderModel(config(tie_output=False)).lm_head.weight is not None
+    untied = DecoderModel(config(tie_output=False))
+    assert untied.lm_head.weight is not untied.embedding.tokens.weight
+    assert untied.lm_head.weight.shape == untied.embedding.tokens.weight.shape
 
 
 def test_gpt2_style_pre_ln_with_learned_positions() -> None:
     model = DecoderModel(config(norm_first=True, positional="learned", activation="gelu_tanh"))
-    assert model.decoder.norm is not None
+    assert isinstance(model.decoder.norm, LayerNorm)  # the final norm of pre-LN stacks
+    assert DecoderModel(config(norm_first=False)).decoder.norm is None
     assert model(torch.randint(0, 30, (1, 4))).logits.shape == (1, 4, 30)
 
 

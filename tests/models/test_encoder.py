@@ -59,7 +59,8 @@ def test_rotary_encoder_matches_hugging_face_roformer() -> None:
     within each head (the same reordering of both leaves every score unchanged)."""
     from transformers import RoFormerConfig, RoFormerModel
 
-    from scratchformer.interop.hf_weights import bert_table, from_hf
+    from scratchformer.interop.hf import from_hf
+    from scratchformer.interop.hf_weights import bert_table
 
     rotary = config(
         dropout=0.0,

@@ -1,12 +1,11 @@
-"""Each model class is named after its ``arch``; the old names are the same classes."""
+"""Each model class is named after its ``arch``."""
 
 from __future__ import annotations
 
 import pytest
 
-import scratchformer
 from helpers import tiny_config
-from scratchformer import DecoderModel, EncoderModel, Seq2SeqModel, build_model, models
+from scratchformer import DecoderModel, EncoderModel, Seq2SeqModel, build_model
 
 CLASSES = {"encoder": EncoderModel, "decoder": DecoderModel, "seq2seq": Seq2SeqModel}
 
@@ -23,8 +22,3 @@ def test_a_model_class_refuses_another_arch_and_says_its_name(arch: str) -> None
     other = "decoder" if arch == "encoder" else "encoder"
     with pytest.raises(ValueError, match=f"{CLASSES[arch].__name__} needs arch='{arch}'"):
         CLASSES[arch](tiny_config(arch=other))
-
-
-def test_the_old_names_are_the_classes() -> None:
-    assert scratchformer.DecoderLM is models.DecoderLM is DecoderModel
-    assert scratchformer.Transformer is models.Transformer is Seq2SeqModel

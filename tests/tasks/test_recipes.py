@@ -6,14 +6,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
 
 from scratchformer.config import TASKS, Recipe
+from scratchformer.nn import Dropout, MultiHeadAttention
 from scratchformer.run import start_run
 from scratchformer.training.trainer import build_optimizer
 
 RECIPES = sorted((Path(__file__).resolve().parents[2] / "recipes").glob("*.toml"))
 SMALL = ["train.batch_size=8", "train.max_tokens=none", "train.weight_decay=0"]
+NO_DROPOUT = ["model.dropout=0", "model.attention_dropout=0", "train.lora_dropout=0"]
+"""Dropout off: a clean descent on one batch."""
 
 
 def test_there_is_a_recipe_per_task_kind() -> None:
@@ -25,12 +27,13 @@ def test_there_is_a_recipe_per_task_kind() -> None:
 def test_recipe_trains_on_a_fixed_batch(path: Path, data_dir: Path, tmp_path: Path) -> None:
     given = Recipe.load(path)
     full_fine_tune = given.model.init_from is not None and given.train.lora_rank is None
-    recipe = Recipe.load(path, [*SMALL, f"train.lr={1e-4 if full_fine_tune else 1e-3}"])
+    lr = f"train.lr={1e-4 if full_fine_tune else 1e-3}"
+    recipe = Recipe.load(path, [*SMALL, *NO_DROPOUT, lr])
     task, model = start_run(recipe, tmp_path)
     model.train()
-    for module in model.modules():  # dropout off: a clean descent on one batch
-        if isinstance(module, torch.nn.Dropout):
-            module.p = 0.0
+    rates = [m.p for m in model.modules() if isinstance(m, Dropout)]
+    rates += [m.dropout for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    assert rates and not any(rates)
     optimizer = build_optimizer(model, recipe.train)
     batch = task.global_batch(0, 1)
     losses = []

@@ -14,8 +14,6 @@ import torch
 from numpy.typing import ArrayLike, DTypeLike
 from torch import Tensor
 
-from ..io import atomic_write_bytes, remove_temps
-
 
 def pad_batch(
     sequences: Sequence[Sequence[int]], pad_id: int, *, left: bool = False
@@ -115,9 +113,9 @@ def token_dtype(vocab_size: int) -> np.dtype:
 class TokenStream:
     """One long 1-D array of token ids (a corpus, documents joined), in memory or mapped.
 
-    ``write`` saves ids as a raw ``.bin`` file (as nanoGPT does) and ``open`` maps one
-    without reading it, so a corpus larger than memory works. The file has no header: the
-    reader must know the dtype (use :func:`token_dtype` of the tokenizer's vocab size).
+    ``open`` maps a raw ``.bin`` file of ids (as nanoGPT writes them) without reading it,
+    so a corpus larger than memory works. The file has no header: the reader must know the
+    dtype (use :func:`token_dtype` of the tokenizer's vocab size).
     """
 
     def __init__(self, ids: ArrayLike) -> None:
@@ -130,22 +128,8 @@ class TokenStream:
         return len(self.ids)
 
     @classmethod
-    def write(cls, ids: ArrayLike, path: str | Path, dtype: DTypeLike) -> TokenStream:
-        """Write ``ids`` to ``path`` atomically (see :func:`scratchformer.io.atomic_write`:
-        a failed write leaves no temp file, and what a killed one left of ``path`` is
-        removed first); return it mapped."""
-        path, dtype = Path(path), np.dtype(dtype)
-        ids = np.asarray(ids)
-        info = np.iinfo(dtype)
-        if ids.size and (ids.min() < info.min or ids.max() > info.max):
-            raise ValueError(f"token ids {ids.min()}..{ids.max()} do not fit in {dtype}")
-        remove_temps(path.parent, path.name)
-        atomic_write_bytes(path, ids.astype(dtype).tobytes())
-        return cls.open(path, dtype)
-
-    @classmethod
     def open(cls, path: str | Path, dtype: DTypeLike) -> TokenStream:
-        """Memory-map a ``.bin`` file written by :meth:`write` (read-only)."""
+        """Memory-map a ``.bin`` file of ids (read-only)."""
         path, dtype = Path(path), np.dtype(dtype)
         if not path.is_file():
             raise FileNotFoundError(f"token file not found: {path}")

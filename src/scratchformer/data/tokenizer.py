@@ -12,10 +12,8 @@ text, never as the bos token.
 
 from __future__ import annotations
 
-import os
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from tokenizers import Tokenizer as _Backend
@@ -48,8 +46,6 @@ RECOGNISED = {
 ours, then BERT's and GPT-2's."""
 
 _PREFIX = "##"  # WordPiece's mark of a sub-word that continues a word
-
-_PARALLELISM = "TOKENIZERS_PARALLELISM"
 
 
 _VISIBLE_SPACE = str.maketrans({" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"})
@@ -433,28 +429,3 @@ def _train_wordpiece(
     backend.decoder = decoders.WordPiece(prefix=_PREFIX, cleanup=False)
     backend.add_special_tokens(specials)
     return backend
-
-
-# Fork safety ------------------------------------------------------------------------------
-
-
-@contextmanager
-def fork_safe() -> Iterator[None]:
-    """Tokenizers encode serially within the block, so that processes forked in it
-    (DataLoader workers, ``fork`` pools) can encode.
-
-    The library encodes batches on a thread pool that a forked child does not inherit:
-    once the parent has encoded in parallel, a child deadlocks under
-    ``TOKENIZERS_PARALLELISM=true`` and prints a warning with the variable unset. The block
-    sets it to ``false`` (the library reads it at each call, the parent too encodes
-    serially meanwhile); the previous value comes back on leaving. Nothing is set on import.
-    """
-    saved = os.environ.get(_PARALLELISM)
-    os.environ[_PARALLELISM] = "false"
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop(_PARALLELISM, None)
-        else:
-            os.environ[_PARALLELISM] = saved

@@ -1,4 +1,4 @@
-"""Hugging Face BERT / GPT-2 / Llama-family checkpoints in and out.
+"""Hugging Face checkpoints (of the families in :data:`~.families.FAMILIES`) in and out.
 
 :func:`from_pretrained` reads a checkpoint directory (``config.json``, the weights in
 ``model.safetensors``, in the shards that ``model.safetensors.index.json`` lists, or in
@@ -15,6 +15,7 @@ import dataclasses
 import json
 import pickle
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +27,9 @@ from torch import Tensor
 from ..data.tokenizer import SPECIAL_TOKENS, Tokenizer
 from ..io import atomic_write_json, listing, load_tensors, safe_torch_load, save_tensors
 from ..models import DecoderModel, EncoderModel, build_model
+from .families import family_of
 from .hf_config import hf_config, model_config
-from .hf_weights import NAMINGS, check, checkpoint_tensors, from_hf, headed_names, to_hf
+from .hf_weights import Table
 
 CONFIG_FILE = "config.json"
 SAFETENSORS_FILE = "model.safetensors"
@@ -57,14 +59,14 @@ def from_pretrained(path: str | Path) -> tuple[Model, Tokenizer | None]:
         config = model_config(hf)
     except ValueError as error:
         raise ValueError(f"{directory / CONFIG_FILE}: {error}") from None
-    naming = NAMINGS[hf["model_type"]]
+    family = family_of(hf)
     origin, tensors = read_weights(directory)
-    tensors = checkpoint_tensors(tensors, hf["model_type"])
+    tensors = family.base_names(tensors)
     if config.tie_output:
         tensors.pop("lm_head.weight", None)  # a copy of the tied token embedding
     if config.pooler and not any(name.startswith("pooler.") for name in tensors):
         config = dataclasses.replace(config, pooler=False)  # saved without its pooler
-    table = naming.table(config)
+    table = family.table(config)
     with torch.device("meta"):  # sizes checked before anything is allocated
         check(tensors, to_hf(build_model(config).state_dict(), table), origin)
     model: Model = build_model(config)  # type: ignore[assignment]
@@ -85,13 +87,14 @@ def save_pretrained(model: Model, path: str | Path, tokenizer: Tokenizer | None 
     naming the fields that differ, before anything is written."""
     config = model.config
     hf = hf_config(config, tokenizer)
-    table = NAMINGS[hf["model_type"]].table(config)
+    family = family_of(hf)
+    table = family.table(config)
     tensors = {
         name: tensor.detach().clone(memory_format=torch.contiguous_format)
         for name, tensor in to_hf(model.state_dict(), table).items()
     }
     if config.head is not None:
-        tensors = headed_names(tensors, hf["model_type"], config.head)
+        tensors = family.headed_names(tensors, config.head)
     directory = Path(path)
     directory.mkdir(parents=True, exist_ok=True)
     save_tensors(directory / SAFETENSORS_FILE, tensors, {"format": "pt"})
@@ -212,3 +215,37 @@ def declared_roles(directory: Path) -> dict[str, str] | None:
             if isinstance(token, str):
                 roles[role] = token
     return roles or None
+
+
+def from_hf(tensors: Mapping[str, Tensor], table: Table) -> dict[str, Tensor]:
+    """Our tensors from a checkpoint's (which :func:`check` found complete)."""
+    return {
+        ours: torch.cat([tensors[n].T if source.transposed else tensors[n] for n in source.names])
+        for ours, source in table.items()
+    }
+
+
+def to_hf(state: Mapping[str, Tensor], table: Table) -> dict[str, Tensor]:
+    """A checkpoint's tensors from ours (views: clone before saving)."""
+    tensors = {}
+    for ours, source in table.items():
+        for name, part in zip(source.names, source.split(state[ours]), strict=True):
+            tensors[name] = part.T if source.transposed else part
+    return tensors
+
+
+def check(found: Mapping[str, Tensor], expected: Mapping[str, Tensor], origin: str) -> None:
+    """``ValueError`` naming every missing, unexpected or misshapen tensor of ``found``."""
+    missing = sorted(expected.keys() - found.keys())
+    unexpected = sorted(found.keys() - expected.keys())
+    problems = [
+        f"{name} is {tuple(found[name].shape)}, the config needs {tuple(expected[name].shape)}"
+        for name in sorted(expected.keys() & found.keys())
+        if found[name].shape != expected[name].shape
+    ]
+    if missing:
+        problems.append(f"missing: {listing(missing)}")
+    if unexpected:
+        problems.append(f"unexpected: {listing(unexpected)}")
+    if problems:
+        raise ValueError(f"{origin} does not fit its config.json: {'; '.join(problems)}")

@@ -10,15 +10,13 @@ checkpoint must have.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-from torch import Tensor
+if TYPE_CHECKING:
+    from torch import Tensor
 
 from ..config import ModelConfig
-from ..io import listing
 
 
 @dataclass(frozen=True)
@@ -41,7 +39,7 @@ class Source:
 Table = dict[str, Source]
 
 
-def _linear(ours: str, theirs: str, transposed: bool = False) -> Table:
+def linear(ours: str, theirs: str, transposed: bool = False) -> Table:
     """A linear map or a LayerNorm: weight and bias."""
     return {
         f"{ours}.weight": Source((f"{theirs}.weight",), transposed),
@@ -53,7 +51,7 @@ def bert_table(config: ModelConfig) -> Table:
     table = {
         "embedding.tokens.weight": Source(("embeddings.word_embeddings.weight",)),
         "embedding.positions.weight": Source(("embeddings.position_embeddings.weight",)),
-        **_linear("embedding.norm", "embeddings.LayerNorm"),
+        **linear("embedding.norm", "embeddings.LayerNorm"),
     }
     if config.type_vocab_size:
         table["embedding.segments.weight"] = Source(("embeddings.token_type_embeddings.weight",))
@@ -63,22 +61,15 @@ def bert_table(config: ModelConfig) -> Table:
         table |= {
             f"{ours}.self_attn.qkv_proj.weight": Source(tuple(f"{n}.weight" for n in qkv)),
             f"{ours}.self_attn.qkv_proj.bias": Source(tuple(f"{n}.bias" for n in qkv)),
-            **_linear(f"{ours}.self_attn.out_proj", f"{theirs}.attention.output.dense"),
-            **_linear(f"{ours}.self_attn_norm", f"{theirs}.attention.output.LayerNorm"),
-            **_linear(f"{ours}.feed_forward.w1", f"{theirs}.intermediate.dense"),
-            **_linear(f"{ours}.feed_forward.w2", f"{theirs}.output.dense"),
-            **_linear(f"{ours}.feed_forward_norm", f"{theirs}.output.LayerNorm"),
+            **linear(f"{ours}.self_attn.out_proj", f"{theirs}.attention.output.dense"),
+            **linear(f"{ours}.self_attn_norm", f"{theirs}.attention.output.LayerNorm"),
+            **linear(f"{ours}.feed_forward.w1", f"{theirs}.intermediate.dense"),
+            **linear(f"{ours}.feed_forward.w2", f"{theirs}.output.dense"),
+            **linear(f"{ours}.feed_forward_norm", f"{theirs}.output.LayerNorm"),
         }
     if config.pooler:
-        table |= _linear("pooler.dense", "pooler.dense")
-    if config.head is not None:
-        table |= HEAD_TABLES[config.head]
+        table |= linear("pooler.dense", "pooler.dense")
     return table
-
-
-HEAD_TABLES = {"span": _linear("head.proj", "qa_outputs")}
-"""Our heads' tensors in a BERT with a task head (``BertForQuestionAnswering``); there, the
-other tensors carry the family's prefix (``bert.``)."""
 
 
 def gpt2_table(config: ModelConfig) -> Table:
@@ -86,17 +77,17 @@ def gpt2_table(config: ModelConfig) -> Table:
     table = {
         "embedding.tokens.weight": Source(("wte.weight",)),
         "embedding.positions.weight": Source(("wpe.weight",)),
-        **_linear("decoder.norm", "ln_f"),
+        **linear("decoder.norm", "ln_f"),
     }
     for i in range(config.n_layers):
         ours, theirs = f"decoder.layers.{i}", f"h.{i}"
         table |= {
-            **_linear(f"{ours}.self_attn_norm", f"{theirs}.ln_1"),
-            **_linear(f"{ours}.self_attn.qkv_proj", f"{theirs}.attn.c_attn", transposed=True),
-            **_linear(f"{ours}.self_attn.out_proj", f"{theirs}.attn.c_proj", transposed=True),
-            **_linear(f"{ours}.feed_forward_norm", f"{theirs}.ln_2"),
-            **_linear(f"{ours}.feed_forward.w1", f"{theirs}.mlp.c_fc", transposed=True),
-            **_linear(f"{ours}.feed_forward.w2", f"{theirs}.mlp.c_proj", transposed=True),
+            **linear(f"{ours}.self_attn_norm", f"{theirs}.ln_1"),
+            **linear(f"{ours}.self_attn.qkv_proj", f"{theirs}.attn.c_attn", transposed=True),
+            **linear(f"{ours}.self_attn.out_proj", f"{theirs}.attn.c_proj", transposed=True),
+            **linear(f"{ours}.feed_forward_norm", f"{theirs}.ln_2"),
+            **linear(f"{ours}.feed_forward.w1", f"{theirs}.mlp.c_fc", transposed=True),
+            **linear(f"{ours}.feed_forward.w2", f"{theirs}.mlp.c_proj", transposed=True),
         }
     return table
 
@@ -132,85 +123,3 @@ def llama_table(config: ModelConfig) -> Table:
             bias = Source(tuple(f"{n}.bias" for n in qkv), rows=rows)
             table[f"{ours}.self_attn.qkv_proj.bias"] = bias
     return table
-
-
-@dataclass(frozen=True)
-class Naming:
-    """A family's tensor names: its table, the prefix of models with a task head
-    (``bert.``, ``transformer.``), and the entries we drop: buffers, tied copies and
-    pre-training heads."""
-
-    table: Callable[[ModelConfig], Table]
-    prefix: str
-    ignored: re.Pattern[str]
-
-
-LLAMA = Naming(llama_table, "", re.compile(r"model\.(layers\.\d+\.self_attn\.)?rotary_emb\..*"))
-"""Our full names are the causal LM's; older checkpoints kept the rotary frequencies."""
-
-NAMINGS = {
-    "bert": Naming(bert_table, "bert.", re.compile(r"embeddings\.position_ids|cls\..*")),
-    "gpt2": Naming(
-        gpt2_table, "transformer.", re.compile(r"lm_head\.weight|h\.\d+\.attn\.(masked_)?bias")
-    ),
-    "llama": LLAMA,
-    "qwen2": LLAMA,
-    "mistral": LLAMA,
-}
-
-
-def checkpoint_tensors(tensors: Mapping[str, Tensor], model_type: str) -> dict[str, Tensor]:
-    """A checkpoint's tensors under the base model's names: prefix stripped, the ``gamma``
-    and ``beta`` of old BERT LayerNorms renamed ``weight`` and ``bias``, ignored ones
-    dropped."""
-    naming = NAMINGS[model_type]
-    kept = {}
-    for name, tensor in tensors.items():
-        name = name.removeprefix(naming.prefix)
-        name = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", name)
-        name = re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", name)
-        if not naming.ignored.fullmatch(name):
-            kept[name] = tensor
-    return kept
-
-
-def headed_names(tensors: Mapping[str, Tensor], model_type: str, head: str) -> dict[str, Tensor]:
-    """A model-with-head checkpoint's tensors from :func:`to_hf`'s: all but the head's
-    under the family's prefix, as ``transformers`` saves them."""
-    prefix = NAMINGS[model_type].prefix
-    own = {source for entry in HEAD_TABLES[head].values() for source in entry.names}
-    return {name if name in own else prefix + name: t for name, t in tensors.items()}
-
-
-def from_hf(tensors: Mapping[str, Tensor], table: Table) -> dict[str, Tensor]:
-    """Our tensors from a checkpoint's (which :func:`check` found complete)."""
-    return {
-        ours: torch.cat([tensors[n].T if source.transposed else tensors[n] for n in source.names])
-        for ours, source in table.items()
-    }
-
-
-def to_hf(state: Mapping[str, Tensor], table: Table) -> dict[str, Tensor]:
-    """A checkpoint's tensors from ours (views: clone before saving)."""
-    tensors = {}
-    for ours, source in table.items():
-        for name, part in zip(source.names, source.split(state[ours]), strict=True):
-            tensors[name] = part.T if source.transposed else part
-    return tensors
-
-
-def check(found: Mapping[str, Tensor], expected: Mapping[str, Tensor], origin: str) -> None:
-    """``ValueError`` naming every missing, unexpected or misshapen tensor of ``found``."""
-    missing = sorted(expected.keys() - found.keys())
-    unexpected = sorted(found.keys() - expected.keys())
-    problems = [
-        f"{name} is {tuple(found[name].shape)}, the config needs {tuple(expected[name].shape)}"
-        for name in sorted(expected.keys() & found.keys())
-        if found[name].shape != expected[name].shape
-    ]
-    if missing:
-        problems.append(f"missing: {listing(missing)}")
-    if unexpected:
-        problems.append(f"unexpected: {listing(unexpected)}")
-    if problems:
-        raise ValueError(f"{origin} does not fit its config.json: {'; '.join(problems)}")

@@ -12,14 +12,14 @@ nor are adapters of maps that the checkpoint stores transposed (GPT-2's ``Conv1D
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from torch import Tensor, nn
 
 from ..io import atomic_write_json, save_tensors
 from ..nn import LoRALinear
-from .hf_config import hf_config
-from .hf_weights import NAMINGS
+from .families import family_for
 
 ADAPTER_CONFIG_FILE = "adapter_config.json"
 ADAPTER_FILE = "adapter_model.safetensors"
@@ -32,8 +32,8 @@ def save_adapter(model: nn.Module, path: str | Path) -> None:
     :func:`~scratchformer.training.lora.apply_lora`) as a PEFT adapter directory. A model
     no Hugging Face family expresses, or an adapted map that the family's checkpoint does
     not hold as a plain linear map, raises ``ValueError`` before anything is written."""
-    config = model.config
-    table = NAMINGS[hf_config(config)["model_type"]].table(config)  # type: ignore[arg-type]
+    base = dataclasses.replace(model.config, head=None)  # type: ignore[arg-type]
+    table = family_for(base).table(base)
     tensors: dict[str, Tensor] = {}
     targets: set[str] = set()
     settings: set[tuple[int, float, float]] = set()

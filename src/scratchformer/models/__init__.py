@@ -1,8 +1,7 @@
 """The three architectures and their heads.
 
 Each model class is named after its ``arch``: :class:`EncoderModel`, :class:`DecoderModel`,
-:class:`Seq2SeqModel`. ``DecoderLM`` and ``Transformer`` are their old names, kept as
-aliases so that code written against them still runs.
+:class:`Seq2SeqModel`.
 """
 
 from __future__ import annotations
@@ -22,11 +21,6 @@ MODELS: dict[str, type[nn.Module]] = {
     "seq2seq": Seq2SeqModel,
 }
 
-DecoderLM = DecoderModel
-"""The old name of :class:`DecoderModel`."""
-Transformer = Seq2SeqModel
-"""The old name of :class:`Seq2SeqModel`."""
-
 
 def build_model(config: ModelConfig) -> nn.Module:
     """The model that ``config.arch`` names, freshly initialised."""
@@ -36,7 +30,6 @@ def build_model(config: ModelConfig) -> nn.Module:
 __all__ = [
     "MODELS",
     "Decoder",
-    "DecoderLM",
     "DecoderModel",
     "Encoder",
     "EncoderModel",
@@ -46,7 +39,6 @@ __all__ = [
     "Seq2SeqModel",
     "SequenceHead",
     "TokenClassificationHead",
-    "Transformer",
     "build_model",
     "count_parameters",
     "pool",

@@ -44,15 +44,20 @@ class Batch:
     inputs: dict[str, Tensor]
     targets: Tensor
     tokens: int
+    examples: Sequence[Any] = ()
+    """The encoded examples of its rows, when a task's metrics need more than the targets
+    (an evaluation batch of an :class:`ExampleTask`)."""
 
     def to(self, device: torch.device) -> Batch:
         inputs = {k: v.to(device, non_blocking=True) for k, v in self.inputs.items()}
-        return Batch(inputs, self.targets.to(device, non_blocking=True), self.tokens)
+        targets = self.targets.to(device, non_blocking=True)
+        return Batch(inputs, targets, self.tokens, self.examples)
 
     def doubled(self) -> Batch:
         """The rows twice over (``[rows; rows]``), for two forward passes in one."""
         inputs = {k: torch.cat([v, v]) for k, v in self.inputs.items()}
-        return Batch(inputs, torch.cat([self.targets, self.targets]), 2 * self.tokens)
+        targets = torch.cat([self.targets, self.targets])
+        return Batch(inputs, targets, 2 * self.tokens, [*self.examples, *self.examples])
 
     def slice(self, part: int, parts: int) -> Batch:
         """Slice ``part`` of ``parts`` contiguous shares of the rows."""
@@ -61,7 +66,7 @@ class Batch:
         inputs = {k: v[start:stop] for k, v in self.inputs.items()}
         targets = self.targets[start:stop]
         share = self.tokens * (stop - start) // max(rows, 1)
-        return Batch(inputs, targets, share)
+        return Batch(inputs, targets, share, self.examples[start:stop])
 
 
 class Task(ABC):
@@ -227,15 +232,17 @@ class Task(ABC):
                 if max_batches is not None and i >= max_batches:
                     break
                 batch = batch.to(device) if device is not None else batch
-                self.accumulate(totals, self.logits(model, batch).float(), batch.targets)
+                self.accumulate(totals, self.logits(model, batch).float(), batch)
         finally:
             model.train(was_training)
         if not totals:
             raise ValueError(f"no examples to evaluate in split {split!r}")
         return self.summarize(totals)
 
-    def accumulate(self, totals: dict[str, Any], logits: Tensor, targets: Tensor) -> None:
-        """Add a batch to ``totals``: sums of cross-entropy, counted targets, correct ones."""
+    def accumulate(self, totals: dict[str, Any], logits: Tensor, batch: Batch) -> None:
+        """Add a batch and the model's ``logits`` of it to ``totals``: sums of
+        cross-entropy, counted targets, correct ones."""
+        targets = batch.targets
         counted = targets != IGNORE_INDEX
         loss = F.cross_entropy(
             logits.flatten(0, -2), targets.flatten(), reduction="sum", ignore_index=IGNORE_INDEX
@@ -411,7 +418,8 @@ class ExampleTask(Task):
     def eval_batches(self, split: str, path: str | None = None) -> Iterator[Batch]:
         examples = self.examples(split, path)
         for indices in self.batches(examples, 0, 1, shuffle=False):
-            yield self.collate([examples[i] for i in indices])
+            chosen = [examples[i] for i in indices]
+            yield dataclasses.replace(self.collate(chosen), examples=chosen)
 
     @torch.no_grad()
     def forward_in_order(

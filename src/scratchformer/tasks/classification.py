@@ -113,7 +113,8 @@ class ClassificationTask(CrossEncoderTask):
         """``label<TAB>probability`` for each line."""
         return [f"{label}\t{probability:.4f}" for label, probability in self.predict(model, lines)]
 
-    def accumulate(self, totals: dict[str, Any], logits: Tensor, targets: Tensor) -> None:
+    def accumulate(self, totals: dict[str, Any], logits: Tensor, batch: Batch) -> None:
+        targets = batch.targets
         loss = F.cross_entropy(logits, targets, reduction="sum")
         predicted = logits.argmax(-1)
         add(
@@ -149,8 +150,9 @@ class RegressionTask(CrossEncoderTask, ValueTask):
     def loss(self, model: nn.Module, batch: Batch) -> Tensor:
         return F.mse_loss(self.logits(model, batch).squeeze(-1).float(), batch.targets)
 
-    def accumulate(self, totals: dict[str, Any], logits: Tensor, targets: Tensor) -> None:
-        super().accumulate(totals, logits, targets)
+    def accumulate(self, totals: dict[str, Any], logits: Tensor, batch: Batch) -> None:
+        targets = batch.targets
+        super().accumulate(totals, logits, batch)
         add(totals, loss_sum=F.mse_loss(logits.squeeze(-1), targets, reduction="sum").item())
 
     def summarize(self, totals: dict[str, Any]) -> dict[str, float]:

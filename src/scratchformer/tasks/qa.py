@@ -6,7 +6,6 @@ of the context; scored by SQuAD's exact match and token F1."""
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +30,15 @@ class Encoded:
 
     window: Window
     question: int
+
+
+@dataclass(frozen=True)
+class Labelled(Encoded):
+    """A window of a question with reference answers: the question, and how many windows
+    it has (its answer is scored once all have been seen)."""
+
+    source: Question
+    windows: int
 
 
 @dataclass(frozen=True)
@@ -103,15 +111,13 @@ class QuestionAnsweringTask(ExampleTask):
             answer=answer,
         )
 
-    def encode(self, raw: Sequence[Question]) -> list[Encoded]:
+    def encode(self, raw: Sequence[Question]) -> list[Labelled]:
         """Every window of every question; the targets are those of the first answer."""
-        return [
-            Encoded(window, i)
-            for i, q in enumerate(raw)
-            for window in self.windows(
-                q.question, q.context, (q.answers[0].start, q.answers[0].end)
-            )
-        ]
+        encoded = []
+        for i, q in enumerate(raw):
+            windows = self.windows(q.question, q.context, (q.answers[0].start, q.answers[0].end))
+            encoded += [Labelled(window, i, q, len(windows)) for window in windows]
+        return encoded
 
     def length(self, example: Encoded) -> int:
         return len(example.window.ids)
@@ -137,49 +143,25 @@ class QuestionAnsweringTask(ExampleTask):
             self.train_config.label_smoothing,
         )
 
-    @torch.no_grad()
-    def evaluate(
-        self,
-        model: nn.Module,
-        split: str = "val",
-        path: str | None = None,
-        max_batches: int | None = None,
-        device: torch.device | None = None,
-    ) -> dict[str, float]:
+    def accumulate(self, totals: dict[str, Any], logits: Tensor, batch: Batch) -> None:
+        """Sums of the windows' loss and of those whose start and end are both right, and
+        each window with its logits, for :meth:`summarize` to answer its question."""
+        mask = batch.inputs["attention_mask"]
+        loss = span_loss(logits, mask, batch.targets, reduction="sum")
+        correct = (masked(logits, mask).argmax(1) == batch.targets).all(-1)
+        add(totals, loss_sum=loss.item(), windows=len(batch.targets), correct=correct.sum().item())
+        totals.setdefault("seen", []).extend(zip(batch.examples, logits.cpu(), strict=True))
+
+    def summarize(self, totals: dict[str, Any]) -> dict[str, float]:
         """Loss, start / end accuracy, and the exact match and F1 of the decoded answers of
-        the questions whose windows all fall in the batches evaluated (``max_batches``)."""
-        was_training = model.training
-        model.eval()
-        examples = self.examples(split, path)
-        totals: dict[str, Any] = {}
-        seen: list[tuple[Encoded, Tensor]] = []
-        try:
-            for i, indices in enumerate(self.batches(examples, 0, 1, shuffle=False)):
-                if max_batches is not None and i >= max_batches:
-                    break
-                batch = self.collate([examples[j] for j in indices])
-                batch = batch.to(device) if device is not None else batch
-                logits = self.logits(model, batch).float()
-                mask = batch.inputs["attention_mask"]
-                loss = span_loss(logits, mask, batch.targets, reduction="sum")
-                correct = (masked(logits, mask).argmax(1) == batch.targets).all(-1)
-                add(
-                    totals, loss_sum=loss.item(), windows=len(indices), correct=correct.sum().item()
-                )
-                seen += [(examples[j], row) for j, row in zip(indices, logits.cpu(), strict=True)]
-        finally:
-            model.train(was_training)
-        if not seen:
-            raise ValueError(f"no examples to evaluate in split {split!r}")
-        questions = self.read(split, path)
-        windows = Counter(example.question for example in examples)
+        the questions whose windows were all evaluated (all but some with ``max_batches``)."""
+        seen: list[tuple[Labelled, Tensor]] = totals["seen"]
         by_question = group_by_question(seen)
-        answered = [i for i, found in by_question.items() if len(found) == windows[i]]
-        predicted = [
-            questions[i].context[slice(*best_answer(by_question[i], self.data.max_answer_len).span)]
-            for i in answered
-        ]
-        references = [[a.text for a in questions[i].answers] for i in answered]
+        asked = {example.question: example for example, _ in seen}
+        answered = [i for i, found in by_question.items() if len(found) == asked[i].windows]
+        spans = {i: best_answer(by_question[i], self.data.max_answer_len).span for i in answered}
+        predicted = [asked[i].source.context[slice(*span)] for i, span in spans.items()]
+        references = [[a.text for a in asked[i].source.answers] for i in answered]
         count = totals["windows"]
         return {
             "loss": totals["loss_sum"] / count,

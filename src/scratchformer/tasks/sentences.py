@@ -16,7 +16,7 @@ from ..config import Recipe
 from ..data.readers import LabeledText, read_tsv
 from ..data.registry import sst2_examples, stsb_examples
 from ..metrics import correlations
-from .base import ExampleTask, add, warn_cut
+from .base import Batch, ExampleTask, add, warn_cut
 
 SPECIALS = ("pad", "unk", "cls", "sep")
 READERS = {"sst2": sst2_examples, "stsb": stsb_examples}
@@ -146,7 +146,8 @@ class ValueTask(SentenceTask):
         """The predicted value of each line, to four decimals."""
         return [f"{value:.4f}" for value in self.predict(model, lines)]
 
-    def accumulate(self, totals: dict[str, Any], logits: Tensor, targets: Tensor) -> None:
+    def accumulate(self, totals: dict[str, Any], logits: Tensor, batch: Batch) -> None:
+        targets = batch.targets
         add(totals, targets=len(targets))
         totals.setdefault("predictions", []).extend(logits.squeeze(-1).tolist())
         totals.setdefault("gold", []).extend(targets.tolist())

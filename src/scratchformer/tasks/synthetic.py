@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from ..nn.loss import IGNORE_INDEX
-from .base import add
+from .base import Batch, add
 from .translation import TranslationTask
 
 OPERATIONS = {"copy": lambda s: s, "reverse": lambda s: s[::-1]}
@@ -59,10 +59,11 @@ class SyntheticTask(TranslationTask):
         seen = {source for source, _ in self.read("train")}
         return [pair for pair in pairs if pair[0] not in seen]  # held out: unseen in training
 
-    def accumulate(self, totals: dict[str, Any], logits: Tensor, targets: Tensor) -> None:
+    def accumulate(self, totals: dict[str, Any], logits: Tensor, batch: Batch) -> None:
+        targets = batch.targets
         """Token sums, plus sequences whose every target is predicted: under teacher forcing
         that is exactly when greedy decoding reproduces the target."""
-        super().accumulate(totals, logits, targets)
+        super().accumulate(totals, logits, batch)
         right = (logits.argmax(-1) == targets) | (targets == IGNORE_INDEX)
         add(totals, sequences=targets.shape[0], exact=torch.all(right, dim=-1).sum().item())
 

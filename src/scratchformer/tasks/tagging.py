@@ -149,8 +149,9 @@ class TaggingTask(ExampleTask):
         targets, _ = pad_batch([targets for _, targets in examples], IGNORE_INDEX)
         return Batch({"input_ids": ids, "attention_mask": mask}, targets, int(mask.sum()))
 
-    def accumulate(self, totals: dict[str, Any], logits: Tensor, targets: Tensor) -> None:
-        super().accumulate(totals, logits, targets)
+    def accumulate(self, totals: dict[str, Any], logits: Tensor, batch: Batch) -> None:
+        targets = batch.targets
+        super().accumulate(totals, logits, batch)
         names = self.labels()
         gold = [[names[i] for i in row[row != IGNORE_INDEX].tolist()] for row in targets]
         totals.setdefault("gold", []).extend(gold)

@@ -1,0 +1,311 @@
+"""The Hugging Face model families we read and write, one :class:`Family` each, and their
+registry, :data:`FAMILIES`.
+
+A family is data: how its ``config.json`` maps onto our :class:`ModelConfig` (read one way
+to import and the other way to export: which of our fields come from which keys, with the
+defaults Hugging Face assumes when a key is absent; which of our fields the family fixes;
+the settings we run only at their default), how its tensors are named (a table, the prefix
+of models with a task head, the entries we drop), and the task heads it has. Whatever
+differs between families is one of these values, never a test of which family it is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..config import ModelConfig
+from .hf_weights import Table, bert_table, gpt2_table, linear, llama_table
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+
+@dataclass(frozen=True)
+class Head:
+    """A task head of ours that a family's checkpoints have too."""
+
+    architecture: str
+    """The class ``config.json`` names for a model with this head."""
+    table: Table
+    """The head's tensors: ours -> the checkpoint's (outside the family's prefix)."""
+
+
+@dataclass(frozen=True)
+class Family:
+    """How a Hugging Face model family maps onto our configuration and tensors."""
+
+    name: str
+    """As people write it (``GPT-2``), for messages."""
+    model_type: str
+    architecture: str
+    """The class ``config.json`` names for an exported model without a task head."""
+    summary: str
+    """What our model must be to be exported as this family, in words."""
+    fields: dict[str, tuple[str, Any]]
+    """Our field -> (Hugging Face key, its default in Hugging Face)."""
+    fixed: dict[str, Any]
+    """Our fields (or properties) and the only value the family has."""
+    hf_fixed: dict[str, Any]
+    """Hugging Face keys and the only value we run (their default there)."""
+    base_table: Callable[[ModelConfig], Table]
+    """Our tensors of the base model (no task head) -> the checkpoint's."""
+    prefix: str
+    """What the base model's tensor names carry in a model with a task head."""
+    ignored: re.Pattern[str]
+    """Checkpoint entries that are none of our tensors: buffers, tied copies, pre-training
+    heads."""
+    at_least: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Our fields and the least value the family has."""
+    heads: dict[str, Head] = dataclasses.field(default_factory=dict)
+    """Our heads that the family's checkpoints have, by name."""
+    pooler: bool = False
+    """Whether a model without a task head has a pooler (BERT's)."""
+    imported: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Our training settings the family has no key for, set so on import (any value
+    exports)."""
+    exported: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Hugging Face keys written on export besides :attr:`fields`, and our field each
+    takes its value from."""
+    rotary: bool = False
+    """Whether the rotary settings are read and written (``rope_theta``, ``rope_scaling``)."""
+
+    def table(self, config: ModelConfig) -> Table:
+        """Our tensors -> the checkpoint's, the head's included."""
+        table = self.base_table(config)
+        if config.head is not None:
+            table |= self.heads[config.head].table
+        return table
+
+    def head_of(self, architectures: list[str]) -> str | None:
+        """Our head of a checkpoint whose ``config.json`` names ``architectures``."""
+        heads = {head.architecture: name for name, head in self.heads.items()}
+        found = [heads[name] for name in architectures if name in heads]
+        return found[0] if found else None
+
+    def base_names(self, tensors: Mapping[str, Tensor]) -> dict[str, Tensor]:
+        """A checkpoint's tensors under the base model's names: prefix stripped, the
+        ``gamma`` and ``beta`` of old BERT LayerNorms renamed ``weight`` and ``bias``,
+        ignored ones dropped."""
+        kept = {}
+        for name, tensor in tensors.items():
+            name = name.removeprefix(self.prefix)
+            name = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", name)
+            name = re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", name)
+            if not self.ignored.fullmatch(name):
+                kept[name] = tensor
+        return kept
+
+    def headed_names(self, tensors: Mapping[str, Tensor], head: str) -> dict[str, Tensor]:
+        """A model-with-head checkpoint's tensors from the table's names: all but the
+        head's under the family's prefix, as ``transformers`` saves them."""
+        own = {name for source in self.heads[head].table.values() for name in source.names}
+        return {name if name in own else self.prefix + name: t for name, t in tensors.items()}
+
+    def differences(self, config: ModelConfig) -> list[str]:
+        """Our fields that differ from what the family needs, each with what it needs."""
+        differ = [
+            f"{name}={getattr(config, name)!r} (needs {value!r})"
+            for name, value in self.fixed.items()
+            if getattr(config, name) != value
+        ]
+        differ += [
+            f"{name}={getattr(config, name)!r} (needs >= {least})"
+            for name, least in self.at_least.items()
+            if getattr(config, name) < least
+        ]
+        if config.head is not None and config.head not in self.heads:
+            differ.append(f"head={config.head!r} (needs {' or '.join(['none', *self.heads])})")
+        return differ
+
+
+LAYER_NORM_LAYERS = {"norm": "layer", "gated": False, "n_kv_heads": None, "use_qkv_bias": True}
+"""The layers of BERT and GPT-2: LayerNorm, the paper's feed-forward, one key/value head per
+query head, biases everywhere."""
+
+BERT = Family(
+    name="BERT",
+    model_type="bert",
+    architecture="BertModel",
+    summary="an encoder: post-LN, learned positions, embedding LayerNorm, segments; no head "
+    "or the span head of question answering",
+    fields={
+        "vocab_size": ("vocab_size", 30522),
+        "d_model": ("hidden_size", 768),
+        "n_layers": ("num_hidden_layers", 12),
+        "n_heads": ("num_attention_heads", 12),
+        "d_ff": ("intermediate_size", 3072),
+        "activation": ("hidden_act", "gelu"),
+        "dropout": ("hidden_dropout_prob", 0.1),
+        "attention_dropout": ("attention_probs_dropout_prob", 0.1),
+        "max_len": ("max_position_embeddings", 512),
+        "type_vocab_size": ("type_vocab_size", 2),
+        "layer_norm_eps": ("layer_norm_eps", 1e-12),
+    },
+    fixed={
+        "arch": "encoder",
+        "norm_first": False,
+        "use_final_norm": False,
+        "positional": "learned",
+        "scale_embedding": False,
+        "embedding_norm": True,
+        "bias": True,
+        **LAYER_NORM_LAYERS,
+    },
+    hf_fixed={
+        "position_embedding_type": "absolute",
+        "is_decoder": False,
+        "add_cross_attention": False,
+    },
+    base_table=bert_table,
+    prefix="bert.",
+    ignored=re.compile(r"embeddings\.position_ids|cls\..*"),
+    at_least={"type_vocab_size": 1},  # BERT always has segment embeddings
+    heads={"span": Head("BertForQuestionAnswering", linear("head.proj", "qa_outputs"))},
+    pooler=True,
+)
+
+GPT2 = Family(
+    name="GPT-2",
+    model_type="gpt2",
+    architecture="GPT2LMHeadModel",
+    summary="a decoder: pre-LN, learned positions, final LayerNorm, tied LM head",
+    fields={
+        "vocab_size": ("vocab_size", 50257),
+        "d_model": ("n_embd", 768),
+        "n_layers": ("n_layer", 12),
+        "n_heads": ("n_head", 12),
+        "d_ff": ("n_inner", None),  # None: 4 * n_embd
+        "activation": ("activation_function", "gelu_new"),
+        "dropout": ("resid_pdrop", 0.1),
+        "attention_dropout": ("attn_pdrop", 0.1),
+        "max_len": ("n_positions", 1024),
+        "layer_norm_eps": ("layer_norm_epsilon", 1e-5),
+    },
+    fixed={
+        "arch": "decoder",
+        "norm_first": True,
+        "use_final_norm": True,
+        "positional": "learned",
+        "scale_embedding": False,
+        "embedding_norm": False,
+        "bias": True,
+        "tie_output": True,
+        "type_vocab_size": 0,
+        "sliding_window": None,
+        **LAYER_NORM_LAYERS,
+    },
+    hf_fixed={
+        "scale_attn_weights": True,
+        "scale_attn_by_inverse_layer_idx": False,
+        "tie_word_embeddings": True,
+        "add_cross_attention": False,
+    },
+    base_table=gpt2_table,
+    prefix="transformer.",
+    ignored=re.compile(r"lm_head\.weight|h\.\d+\.attn\.(masked_)?bias"),
+    exported={"embd_pdrop": "dropout"},
+)
+
+LLAMA = Family(
+    name="Llama",
+    model_type="llama",
+    architecture="LlamaForCausalLM",
+    summary="a decoder: RMSNorm, SwiGLU, rotary positions, no biases",
+    fields={
+        "vocab_size": ("vocab_size", 32000),
+        "d_model": ("hidden_size", 4096),
+        "n_layers": ("num_hidden_layers", 32),
+        "n_heads": ("num_attention_heads", 32),
+        "kv_heads": ("num_key_value_heads", None),  # None: num_attention_heads
+        "d_ff": ("intermediate_size", 11008),
+        "activation": ("hidden_act", "silu"),
+        "attention_dropout": ("attention_dropout", 0.0),
+        "max_len": ("max_position_embeddings", 2048),
+        "layer_norm_eps": ("rms_norm_eps", 1e-6),
+        "tie_output": ("tie_word_embeddings", False),
+    },
+    fixed={
+        "arch": "decoder",
+        "norm_first": True,
+        "use_final_norm": True,
+        "norm": "rms",
+        "gated": True,
+        "positional": "rotary",
+        "scale_embedding": False,
+        "embedding_norm": False,
+        "bias": False,
+        "use_qkv_bias": False,
+        "type_vocab_size": 0,
+        "sliding_window": None,
+    },
+    hf_fixed={"attention_bias": False, "mlp_bias": False},
+    base_table=llama_table,
+    prefix="",  # our full names are the causal LM's
+    ignored=re.compile(r"model\.(layers\.\d+\.self_attn\.)?rotary_emb\..*"),  # old frequencies
+    imported={"dropout": 0.0},
+    rotary=True,
+)
+
+QWEN2 = dataclasses.replace(
+    LLAMA,
+    name="Qwen2",
+    model_type="qwen2",
+    architecture="Qwen2ForCausalLM",
+    summary="Llama's, with biases in the query, key and value projections",
+    fixed=LLAMA.fixed | {"use_qkv_bias": True},
+    hf_fixed={"use_sliding_window": False},
+)
+
+MISTRAL = dataclasses.replace(
+    LLAMA,
+    name="Mistral",
+    model_type="mistral",
+    architecture="MistralForCausalLM",
+    summary="Llama's, with a sliding window",
+    fields=LLAMA.fields
+    | {"kv_heads": ("num_key_value_heads", 8), "sliding_window": ("sliding_window", 4096)},
+    fixed={name: value for name, value in LLAMA.fixed.items() if name != "sliding_window"},
+    hf_fixed={},
+)
+
+FAMILIES = {family.model_type: family for family in (BERT, GPT2, LLAMA, QWEN2, MISTRAL)}
+"""Every family by its ``model_type``; a model is exported as the first that fits it."""
+
+
+def family_names(arch: str | None = None) -> str:
+    """The families' names (of those whose models have ``arch``, if given), for messages."""
+    return ", ".join(f.name for f in FAMILIES.values() if arch in (None, f.fixed["arch"]))
+
+
+def family_of(hf: dict[str, Any]) -> Family:
+    """The family a ``config.json`` names in ``model_type``."""
+    model_type = hf.get("model_type")
+    if model_type not in FAMILIES:
+        raise ValueError(
+            f"model_type={model_type!r} is not supported; supported: {', '.join(FAMILIES)}"
+        )
+    return FAMILIES[model_type]
+
+
+def family_for(config: ModelConfig) -> Family:
+    """The first family our model can be exported as; ``ValueError`` naming every field
+    that differs from what the nearest family needs."""
+    families = [family for family in FAMILIES.values() if family.fixed["arch"] == config.arch]
+    if not families:
+        kinds = {family.fixed["arch"]: None for family in FAMILIES.values()}
+        exported = " and ".join(f"{arch} ({family_names(arch)})" for arch in kinds)
+        raise ValueError(
+            f"arch={config.arch!r} has no Hugging Face counterpart here: only {exported} "
+            "models can be exported"
+        )
+    differences = [family.differences(config) for family in families]
+    nearest = min(range(len(families)), key=lambda i: len(differences[i]))
+    if differences[nearest]:
+        raise ValueError(
+            f"cannot export as {families[nearest].model_type}: {', '.join(differences[nearest])}"
+        )
+    return families[nearest]
