@@ -136,23 +136,26 @@ class TransposedLinear:
 
 Shape = tuple[int, int, bool]
 """``(out_features, in_features, has bias)`` of a linear map."""
-TIMED_PASSES = 5
+TIMED_PASSES = 3
 """Passes through the weights each way that :func:`transposed_is_faster` times."""
 
 
 def transposed_is_faster(linears: Sequence[nn.Module], rows: int) -> bool:
     """Whether this CPU multiplies ``rows`` rows by all of ``linears`` faster as
-    ``(weight @ x.T).T`` than by ``torch.nn.functional.linear``, timed on weights of their
-    shapes and dtype, at the current number of threads and autocast setting: which is
+    ``(weight @ x.T).T`` than by ``torch.nn.functional.linear``, timed on one weight of each
+    of their shapes, in their dtype, at the current number of threads and autocast setting
+    (the layers of a model repeat a few shapes, so this is a few matrices): which is
     faster depends on the instruction set and the shapes (``python benchmarks/linear.py``
     shows the whole range of rows). Measured once a process for each such setting."""
-    shapes = tuple(
-        (m.weight.shape[0], m.weight.shape[1], getattr(m, "bias", None) is not None)
-        for m in linears
+    shapes = sorted(
+        {
+            (m.weight.shape[0], m.weight.shape[1], getattr(m, "bias", None) is not None)
+            for m in linears
+        }
     )
     autocast = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None
     dtype = linears[0].weight.dtype
-    return _transposed_is_faster(shapes, dtype, rows, torch.get_num_threads(), autocast)
+    return _transposed_is_faster(tuple(shapes), dtype, rows, torch.get_num_threads(), autocast)
 
 
 @cache
@@ -214,18 +217,21 @@ def linear_kernels(model: nn.Module, rows: int) -> list[Kernel]:
 def installed(kernels: Sequence[Kernel]) -> Iterator[None]:
     """Each ``(module, name, kernel)`` set as the module's instance attribute ``name`` for
     the duration, shadowing the method of that name; then the attributes as they were (an
-    outer installation's kernel, or none, which gives the method back)."""
-    before = [module.__dict__.get(name) for module, name, _ in kernels]
+    outer installation's kernel, or none, which gives the method back). The attributes are
+    written to the instance's ``__dict__`` directly: a method's name is never a parameter,
+    buffer or submodule, which ``nn.Module.__setattr__`` would check for at every call of a
+    ``CompiledModel``."""
+    before = [vars(module).get(name) for module, name, _ in kernels]
     for module, name, kernel in kernels:
-        setattr(module, name, kernel)
+        vars(module)[name] = kernel
     try:
         yield
     finally:
         for (module, name, _), kernel in zip(kernels, before, strict=True):
             if kernel is None:
-                delattr(module, name)
+                del vars(module)[name]
             else:
-                setattr(module, name, kernel)
+                vars(module)[name] = kernel
 
 
 def decoding_kernels(model: nn.Module, rows: int) -> AbstractContextManager[None]:
