@@ -6,10 +6,10 @@ maps one decoding step multiplies, 55 MB of fp32 weights, so they come from memo
 decoding), with and without bias, for 1 to 64 rows, fp32 on the CPU.
 
 Why: decoding a batch multiplies every weight by one row a sequence. Where PyTorch's CPU
-GEMM runs the transposed product faster, ``scratchformer.nn.linear`` takes it: for the
-numbers of rows that ``nn.linear.TRANSPOSED_ROWS`` gives for the CPU's instruction set
-(``torch.backends.cpu.get_cpu_capability()``). This shows the row counts where that pays on
-the machine at hand, the figures to choose its entry by.
+GEMM runs the transposed product faster, a decoding loop takes it
+(``scratchformer.inference.kernels``): for its own number of rows a step, when
+``transposed_is_faster`` times it faster for the model's weights. This shows the whole range
+of row counts on the machine at hand, and where the transposed product pays.
 
 How: both candidates in one process, interleaved after a warm-up (``timing.interleaved``);
 the median of each is reported with its ratio, and the rate at which the transposed product
@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from generate import D_FF, D_MODEL, N_LAYERS, VOCAB
-from scratchformer.nn.linear import transposed_linear
+from scratchformer.inference.kernels import transposed_linear
 from timing import Step, interleaved, repeats_and_threads
 
 ROWS = range(1, 65)

@@ -8,12 +8,10 @@ from transformers.models.llama.modeling_llama import LlamaAttention, LlamaRotary
 from transformers.models.qwen2.modeling_qwen2 import Qwen2Attention
 
 from scratchformer.nn import (
-    FEW_QUERIES,
     MultiHeadAttention,
     RotaryEmbedding,
     causal_mask,
     combine_masks,
-    few_query_attention,
     padding_mask,
     scaled_dot_product_attention,
 )
@@ -230,67 +228,6 @@ def test_causal_attention_never_reads_later_positions_also_when_training(
     after, _ = attention(changed, is_causal=True)
     torch.testing.assert_close(after[:, :-1], before[:, :-1], atol=1e-6, rtol=0)
     assert not torch.allclose(after[:, -1], before[:, -1])
-
-
-@pytest.mark.parametrize("q_len", [1, 3])
-@pytest.mark.parametrize("masked", ["none", "padding", "padding+causal", "a row with no key"])
-def test_few_query_attention_equals_the_reference(q_len: int, masked: str) -> None:
-    q, k, v = torch.randn(3, 4, q_len, 8), torch.randn(3, 4, 6, 8), torch.randn(3, 4, 6, 8)
-    mask = {
-        "none": None,
-        "padding": padding_mask(lengths_mask([6, 4, 1], 6)),
-        "padding+causal": combine_masks(
-            padding_mask(lengths_mask([6, 4, 1], 6)), causal_mask(q_len, 6)
-        ),
-        "a row with no key": padding_mask(lengths_mask([6, 0, 2], 6)),
-    }[masked]
-    reference, _ = scaled_dot_product_attention(q, k, v, mask)
-    torch.testing.assert_close(few_query_attention(q, k, v, mask), reference, atol=1e-6, rtol=0)
-
-
-def test_a_compiled_decoding_step_attends_by_few_query_attention_not_the_fused_kernel() -> None:
-    """Under ``torch.compile`` on the CPU without gradients, up to FEW_QUERIES queries take
-    the sums of products (which Inductor fuses), more take PyTorch's fused kernel, as do
-    all with gradients (training); the outputs are the eager ones."""
-    attention = MultiHeadAttention(32, 4).eval()
-    graphs: list[torch.fx.GraphModule] = []
-
-    def recording(graph: torch.fx.GraphModule, _: list) -> torch.fx.GraphModule:
-        graphs.append(graph)
-        return graph
-
-    k, v = torch.randn(2, 2, 4, 9, 8).unbind(0)
-    for q_len, grad in ((1, False), (FEW_QUERIES, False), (FEW_QUERIES + 1, False), (1, True)):
-        q = torch.randn(2, 4, q_len, 8)
-        compiled = torch.compile(attention.attend, backend=recording, dynamic=False)
-        with torch.set_grad_enabled(grad):
-            out, _ = compiled(q, k, v, is_causal=True)
-        expected, _ = attention.attend(q, k, v, is_causal=True)
-        torch.testing.assert_close(out, expected, atol=1e-6, rtol=0)
-        fused = "scaled_dot_product_attention" in graphs[-1].code
-        assert fused == (q_len > FEW_QUERIES or grad)
-
-
-@pytest.mark.parametrize("q_len", [1, 2])
-def test_query_rows_that_share_a_source_equal_rows_with_a_copy_each(q_len: int) -> None:
-    """Beam search's cross-attention: 3 consecutive rows of queries (the beams of a
-    sentence) share each of 2 sources; as if each row had its own copy, with the weights."""
-    attention = MultiHeadAttention(32, 4, cross=True).eval()
-    x, source = torch.randn(6, q_len, 32), torch.randn(2, 5, 32)
-    mask = padding_mask(lengths_mask([5, 3], 5))
-    shared = attention(x, source, mask=mask, need_weights=True)
-    copied = attention(
-        x, source.repeat_interleave(3, 0), mask=mask.repeat_interleave(3, 0), need_weights=True
-    )
-    for ours, expected in zip(shared, copied, strict=True):
-        torch.testing.assert_close(ours, expected, atol=1e-6, rtol=0)
-    fused, _ = attention(x, source, mask=mask)
-    torch.testing.assert_close(fused, copied[0], atol=1e-6, rtol=0)
-    q, k, v = attention.project(x, source)
-    with pytest.raises(ValueError, match="4 rows of queries do not share 3 of keys"):
-        attention.attend(q[:4], k.repeat(2, 1, 1, 1)[:3], v.repeat(2, 1, 1, 1)[:3])
-    with pytest.raises(ValueError, match=r"rows that share keys take a key mask"):
-        attention.attend(q, k, v, is_causal=True)
 
 
 def test_wrong_use_is_a_clear_error() -> None:

@@ -1,6 +1,7 @@
-"""Decoding: key/value caches, generation, beam search, int8 weights (``quantize``), and
-compiled decoding (``CompiledModel``, or ``CompiledLM`` by its older name, imported on first
-use: it brings in torch's compiler, which the other commands need not load)."""
+"""Decoding: key/value caches, generation, beam search, the kernels they install
+(``kernels``), int8 weights (``quantize``), and compiled decoding (``CompiledModel``, or
+``CompiledLM`` by its older name, imported on first use: it brings in torch's compiler,
+which the other commands need not load)."""
 
 from typing import Any
 

@@ -24,6 +24,7 @@ from torch import Tensor, nn
 
 from .cache import DecoderCache
 from .generate import decoding_device
+from .kernels import decoding_kernels
 
 EXTRA_LENGTH = 50  # default max_len: source length + this
 
@@ -113,20 +114,21 @@ def greedy_decode(
     done = [False] * len(limits)
     tokens = torch.full((len(limits), 1), bos_id, device=memory.device)
     prefix = tokens  # the whole target so far: the decoder's input when there is no cache
-    for step in range(1, max(limits) + 1):
-        fed = tokens if cache is not None else prefix
-        logits = model.decode(fed, memory, src_mask, cache=cache)[0][:, -1]
-        tokens = logits.argmax(dim=-1, keepdim=True)
-        if cache is None:
-            prefix = torch.cat([prefix, tokens], dim=1)
-        for row, token in enumerate(tokens[:, 0].tolist()):
-            if done[row]:
-                continue
-            if token != eos_id:
-                outputs[row].append(token)
-            done[row] = token == eos_id or step == limits[row]
-        if all(done):
-            break
+    with decoding_kernels(model, len(limits)):
+        for step in range(1, max(limits) + 1):
+            fed = tokens if cache is not None else prefix
+            logits = model.decode(fed, memory, src_mask, cache=cache)[0][:, -1]
+            tokens = logits.argmax(dim=-1, keepdim=True)
+            if cache is None:
+                prefix = torch.cat([prefix, tokens], dim=1)
+            for row, token in enumerate(tokens[:, 0].tolist()):
+                if done[row]:
+                    continue
+                if token != eos_id:
+                    outputs[row].append(token)
+                done[row] = token == eos_id or step == limits[row]
+            if all(done):
+                break
     return outputs
 
 
@@ -161,8 +163,9 @@ def beam_search(
     decoder batch from start to end (a done sentence's are fed BOS): a beam never moves to
     another sentence's rows, so the encoder output and the cross-attention cache, the same
     in all rows of a sentence, are never reordered. They are kept once per sentence, not
-    per beam: cross-attention lets the beams of a sentence share them (see
-    :meth:`~scratchformer.nn.MultiHeadAttention.attend`), reading them once a step.
+    per beam: the search installs the decoding kernels, whose cross-attention lets the beams
+    of a sentence share them (:class:`~.kernels.DecodingAttention`), reading them once a
+    step.
     """
     if not 1 <= n_best <= beam_size:
         raise ValueError(f"n_best={n_best} must be between 1 and beam_size={beam_size}")
@@ -176,41 +179,46 @@ def beam_search(
     scores = torch.full((len(limits), k), float("-inf"), device=memory.device)
     scores[:, 0] = 0.0  # all beams start as BOS: keep one, or each hypothesis comes k times
     tokens = torch.full((rows, 1), bos_id, device=memory.device)
-    for step in range(1, max(limits) + 1):
-        if cache is None:  # every beam's whole prefix, recomputed
-            tokens = torch.tensor([[bos_id, *beam] for beam in history], device=memory.device)
-        logits = model.decode(tokens, memory, src_mask, cache=cache)[0][:, -1]
-        total = logits.log_softmax(dim=-1, dtype=torch.float32).add_(scores.view(-1, 1))
-        vocab = total.shape[-1]
-        top, index = total.view(len(limits), k * vocab).topk(min(2 * k, k * vocab), dim=1)
-        top_log_probs, top_index = top.tolist(), index.tolist()
-        # (row, token, log_prob) of the next beams; a done sentence's rows stay as they are
-        keep = [(row, bos_id, float("-inf")) for row in range(rows)]
-        still_active = []
-        for i in active:
-            beams: list[tuple[int, int, float]] = []
-            for rank, (log_prob, j) in enumerate(zip(top_log_probs[i], top_index[i], strict=True)):
-                if log_prob == float("-inf") or len(beams) == k:
-                    break
-                row, token = i * k + j // vocab, j % vocab
-                if token != eos_id:
-                    beams.append((row, token, log_prob))
-                elif rank < k:
-                    finished[i].add(history[row], log_prob, step)
-            if step == limits[i]:
-                for row, token, log_prob in beams:
-                    finished[i].add([*history[row], token], log_prob, step)
-            elif beams and not finished[i].is_done(beams[0][2], step, limits[i], early_stopping):
-                # fewer than k live beams (early steps, tiny vocabularies): fill with dead ones
-                dead = [(beams[0][0], bos_id, float("-inf"))] * (k - len(beams))
-                keep[i * k : (i + 1) * k] = beams + dead
-                still_active.append(i)
-        if not still_active:
-            break
-        if cache is not None:
-            cache.reorder(torch.tensor([row for row, _, _ in keep], device=memory.device))
-        history = [[*history[row], token] for row, token, _ in keep]
-        tokens = torch.tensor([[token] for _, token, _ in keep], device=memory.device)
-        scores = torch.tensor([s for _, _, s in keep], device=memory.device).view(-1, k)
-        active = still_active
+    with decoding_kernels(model, rows):
+        for step in range(1, max(limits) + 1):
+            if cache is None:  # every beam's whole prefix, recomputed
+                tokens = torch.tensor([[bos_id, *beam] for beam in history], device=memory.device)
+            logits = model.decode(tokens, memory, src_mask, cache=cache)[0][:, -1]
+            total = logits.log_softmax(dim=-1, dtype=torch.float32).add_(scores.view(-1, 1))
+            vocab = total.shape[-1]
+            top, index = total.view(len(limits), k * vocab).topk(min(2 * k, k * vocab), dim=1)
+            top_log_probs, top_index = top.tolist(), index.tolist()
+            # (row, token, log_prob) of the next beams; a done sentence's rows stay as they are
+            keep = [(row, bos_id, float("-inf")) for row in range(rows)]
+            still_active = []
+            for i in active:
+                beams: list[tuple[int, int, float]] = []
+                for rank, (log_prob, j) in enumerate(
+                    zip(top_log_probs[i], top_index[i], strict=True)
+                ):
+                    if log_prob == float("-inf") or len(beams) == k:
+                        break
+                    row, token = i * k + j // vocab, j % vocab
+                    if token != eos_id:
+                        beams.append((row, token, log_prob))
+                    elif rank < k:
+                        finished[i].add(history[row], log_prob, step)
+                if step == limits[i]:
+                    for row, token, log_prob in beams:
+                        finished[i].add([*history[row], token], log_prob, step)
+                elif beams and not finished[i].is_done(
+                    beams[0][2], step, limits[i], early_stopping
+                ):
+                    # fewer than k live beams (early steps, tiny vocabularies): fill with dead ones
+                    dead = [(beams[0][0], bos_id, float("-inf"))] * (k - len(beams))
+                    keep[i * k : (i + 1) * k] = beams + dead
+                    still_active.append(i)
+            if not still_active:
+                break
+            if cache is not None:
+                cache.reorder(torch.tensor([row for row, _, _ in keep], device=memory.device))
+            history = [[*history[row], token] for row, token, _ in keep]
+            tokens = torch.tensor([[token] for _, token, _ in keep], device=memory.device)
+            scores = torch.tensor([s for _, _, s in keep], device=memory.device).view(-1, k)
+            active = still_active
     return [f.hypotheses[:n_best] for f in finished]

@@ -22,8 +22,10 @@ steps, and the step that fills the KV cache to its end. A batch of another size 
 again once (Dynamo then makes the batch size dynamic too).
 
 Compiled for the CPU, attention of a few queries a row (every decoding step) takes
-:func:`~scratchformer.nn.few_query_attention`, which Inductor fuses, in place of PyTorch's
-flash kernel (see :data:`~scratchformer.nn.FEW_QUERIES`).
+:func:`~.kernels.few_query_attention`, which Inductor fuses, in place of PyTorch's flash
+kernel (see :data:`~.kernels.FEW_QUERIES`): each call installs the attention kernels on the
+model's modules (:func:`~.kernels.attention_kernels`) and removes them on return, so the
+model called eagerly computes as before.
 
 Before every call Dynamo checks its guards, the conditions under which the compiled code
 holds. Most of them watch the model's modules: their hooks, attributes and parameters.
@@ -50,6 +52,7 @@ from torch._inductor.cpp_builder import get_cpp_compiler
 
 from ..models.base import ModelOutput
 from .generate import decoding_device
+from .kernels import FEW_QUERIES, attention_kernels, installed
 
 MODE = "max-autotune-no-cudagraphs"
 """Autotuned kernels; CUDA graphs left out, since a decode step's KV cache changes size."""
@@ -89,12 +92,14 @@ class CompiledModel(nn.Module):
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
-        if decoding_device(model).type == "cpu":  # (which refuses a model in training mode)
+        cpu = decoding_device(model).type == "cpu"  # (which refuses a model in training mode)
+        if cpu:
             try:  # now, rather than deep inside the first call
                 get_cpp_compiler()
             except RuntimeError as error:
                 raise ValueError(f"compiling for the CPU needs a C++ compiler: {error}") from None
         self.model = model
+        self.kernels = attention_kernels(model, FEW_QUERIES if cpu else 0)
         options = {**list_mode_options(MODE), "guard_filter_fn": SKIP_MODULE_GUARDS}
         self.compiled = {
             name: torch.compile(getattr(model, name), options=options, isolate_recompiles=True)
@@ -142,7 +147,7 @@ class CompiledModel(nn.Module):
             raise RuntimeError("a CompiledModel is for inference: call it under torch.no_grad()")
         if self.model.training:  # (no guard watches the mode)
             raise RuntimeError("the model was put in training mode after compiling")
-        with inductor_config.patch(QUIET_FROZEN):
+        with inductor_config.patch(QUIET_FROZEN), installed(self.kernels):
             return self.compiled[method](*args, **kwargs)
 
 

@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from ..data.batching import pad_batch
 from .cache import DecoderCache
+from .kernels import decoding_kernels
 
 
 def scale_temperature(logits: Tensor, temperature: float) -> Tensor:
@@ -161,6 +162,8 @@ def stream(
     fit in ``model.config.max_len``, else ValueError (prompts are never silently cut).
     ``use_cache=False`` recomputes the whole sequence every step (for tests and benchmarks).
     ``model`` may be a :class:`~.compiled.CompiledModel`: the same tokens, faster steps.
+    Until the stream ends (or is closed), the model's modules carry the decoding kernels
+    (:func:`~.kernels.decoding_kernels`).
     """
     device = decoding_device(model)
     choose = Sampling(temperature, top_k, top_p, repetition_penalty, no_repeat_ngram_size, greedy)
@@ -188,29 +191,30 @@ def stream(
     new: list[list[int]] = [[] for _ in prompts]
     done = [False] * len(prompts)
     fed, fed_positions = ids, positions  # the whole prompt batch first
-    for _ in range(max_new_tokens):
-        logits = model(fed, mask, cache=cache, positions=fed_positions).logits[:, -1].float()
-        step: list[int | None] = []
-        for row, token in enumerate(choose(logits, ids, mask, generator).tolist()):
-            if done[row] or token == eos_id:
-                done[row] = True
-                step.append(None)
-                continue
-            new[row].append(token)
-            step.append(token)
-            done[row] = stop is not None and stop(new[row])
-        yield step
-        if all(done):
-            return
-        tokens = torch.tensor([[pad_id if t is None else t] for t in step], device=device)
-        ids = torch.cat([ids, tokens], dim=1)
-        mask = torch.cat([mask, torch.ones_like(tokens, dtype=torch.bool)], dim=1)
-        new_positions = positions[:, -1:] + 1
-        positions = torch.cat([positions, new_positions], dim=1)
-        if cache is None:
-            fed, fed_positions = ids, positions
-        else:
-            fed, fed_positions = tokens, new_positions
+    with decoding_kernels(model, len(prompts)):
+        for _ in range(max_new_tokens):
+            logits = model(fed, mask, cache=cache, positions=fed_positions).logits[:, -1].float()
+            step: list[int | None] = []
+            for row, token in enumerate(choose(logits, ids, mask, generator).tolist()):
+                if done[row] or token == eos_id:
+                    done[row] = True
+                    step.append(None)
+                    continue
+                new[row].append(token)
+                step.append(token)
+                done[row] = stop is not None and stop(new[row])
+            yield step
+            if all(done):
+                return
+            tokens = torch.tensor([[pad_id if t is None else t] for t in step], device=device)
+            ids = torch.cat([ids, tokens], dim=1)
+            mask = torch.cat([mask, torch.ones_like(tokens, dtype=torch.bool)], dim=1)
+            new_positions = positions[:, -1:] + 1
+            positions = torch.cat([positions, new_positions], dim=1)
+            if cache is None:
+                fed, fed_positions = ids, positions
+            else:
+                fed, fed_positions = tokens, new_positions
 
 
 def generate(model: nn.Module, prompts: Sequence[Sequence[int]], **options: Any) -> list[list[int]]:

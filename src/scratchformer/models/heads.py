@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..nn import Dropout, Linear, linear, linear_cross_entropy
+from ..nn import Dropout, Linear, linear_cross_entropy
 
 
 def pool(hidden: Tensor, attention_mask: Tensor | None, how: str = "mean") -> Tensor:
@@ -109,7 +109,7 @@ class LMHead(nn.Module):
         nn.init.normal_(self.weight, std=d_model**-0.5)
 
     def forward(self, hidden: Tensor) -> Tensor:
-        return linear(hidden, self.weight)
+        return F.linear(hidden, self.weight)
 
     def loss(self, hidden: Tensor, labels: Tensor, label_smoothing: float = 0.0) -> Tensor:
         """Mean cross-entropy of the logits against ``labels`` (-100: not counted), computed

@@ -61,9 +61,10 @@ class Seq2SeqModel(nn.Module):
     ) -> tuple[Tensor, Tensor, list[Tensor], list[Tensor]]:
         """Logits ``(batch, tgt_len, tgt_vocab)``, the decoder's hidden states, and its self-
         and cross-attention weights. With a ``cache``, ``tgt_ids`` are the new tokens only
-        (and ``tgt_mask``, if given, covers all target tokens so far). ``memory`` (and
-        ``src_mask``) may have fewer rows than ``tgt_ids``: each row then serves as many
-        consecutive target rows (beam search's beams of a sentence)."""
+        (and ``tgt_mask``, if given, covers all target tokens so far). While the decoding
+        kernels are installed (``scratchformer.inference.kernels``, as beam search does),
+        ``memory`` (and ``src_mask``) may have fewer rows than ``tgt_ids``: each row then
+        serves as many consecutive target rows (beam search's beams of a sentence)."""
         hidden, self_weights, cross_weights = self._decoder_states(
             tgt_ids, memory, src_mask, tgt_mask, need_weights, cache
         )

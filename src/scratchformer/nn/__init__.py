@@ -1,11 +1,6 @@
 """Building blocks of the Transformer, each written out."""
 
-from .attention import (
-    FEW_QUERIES,
-    MultiHeadAttention,
-    few_query_attention,
-    scaled_dot_product_attention,
-)
+from .attention import MultiHeadAttention, scaled_dot_product_attention
 from .dropout import Dropout, dropout
 from .embedding import (
     Embedding,
@@ -16,7 +11,7 @@ from .embedding import (
 )
 from .feedforward import FeedForward
 from .layers import DecoderLayer, EncoderLayer
-from .linear import Linear, linear
+from .linear import Linear
 from .lora import LoRALinear
 from .loss import linear_cross_entropy
 from .masks import causal_mask, combine_masks, padding_mask
@@ -25,7 +20,6 @@ from .quantized import QuantizedLinear
 from .rotary import RotaryEmbedding, Rotation
 
 __all__ = [
-    "FEW_QUERIES",
     "DecoderLayer",
     "Dropout",
     "Embedding",
@@ -45,9 +39,7 @@ __all__ = [
     "causal_mask",
     "combine_masks",
     "dropout",
-    "few_query_attention",
     "layer_norm",
-    "linear",
     "linear_cross_entropy",
     "padding_mask",
     "rms_norm",

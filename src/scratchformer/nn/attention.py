@@ -6,7 +6,6 @@ import math
 from collections.abc import Callable
 from typing import Protocol
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -58,37 +57,13 @@ def scaled_dot_product_attention(
     return dropout(weights, dropout_p) @ v, weights
 
 
-def few_query_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:
-    """:func:`scaled_dot_product_attention`'s output, from sums of elementwise products in
-    place of matrix products: for a few queries a row, ``torch.compile`` fuses each sum into
-    one kernel that reads the keys (or values) once (see :data:`FEW_QUERIES`)."""
-    scores = (q.unsqueeze(-2) * k.unsqueeze(-3)).sum(dim=-1) / math.sqrt(q.shape[-1])
-    weights = masked_softmax(scores, mask)
-    return (weights.unsqueeze(-1) * v.unsqueeze(-3)).sum(dim=-2)
-
-
-FEW_QUERIES = 8
-"""Up to this many queries a row (a decoding step: one token, or the beams of a sentence in
-cross-attention), attention on the CPU under ``torch.compile`` without gradients (inference,
-as a ``CompiledModel`` runs) is :func:`few_query_attention`, which Inductor fuses into a few
-kernels: PyTorch's CPU flash kernel, which splits its work by blocks of queries, took
-1.2-6.2x longer there for one query a row (docs/performance.md)."""
-
-
-def fold_rows(x: Tensor, rows: int) -> Tensor:
-    """``(batch * rows, heads, len, d)`` -> ``(batch, heads, rows * len, d)``: the queries
-    of ``rows`` consecutive rows side by side, as the queries of one row."""
-    batch, heads, length, d = x.shape
-    x = x.view(batch // rows, rows, heads, length, d).transpose(1, 2)
-    return x.reshape(batch // rows, heads, rows * length, d)
-
-
-def unfold_rows(x: Tensor, rows: int) -> Tensor:
-    """The inverse of :func:`fold_rows`: ``(batch, heads, rows * len, d)`` ->
-    ``(batch * rows, heads, len, d)``."""
-    batch, heads, length, d = x.shape
-    x = x.view(batch, heads, rows, length // rows, d).transpose(1, 2)
-    return x.reshape(batch * rows, heads, length // rows, d)
+def expand_kv_heads(k: Tensor, v: Tensor, n_heads: int) -> tuple[Tensor, Tensor]:
+    """Keys and values of fewer heads than ``n_heads`` queries (grouped-query attention),
+    each head repeated for its group of consecutive query heads."""
+    groups = n_heads // k.shape[1]
+    if groups == 1:
+        return k, v
+    return k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
 
 
 class MultiHeadAttention(nn.Module):
@@ -227,38 +202,22 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
         """Attention of all heads: written out when weights are wanted or when dropping
-        attention weights on the CPU; :func:`few_query_attention` for a few queries a row
-        when decoding on the CPU under ``torch.compile``, without gradients
-        (:data:`FEW_QUERIES`); else fused. Shared key/value
-        heads are repeated for their group of query heads. With fewer rows of keys than of
-        queries, each row of keys serves as many consecutive rows of queries (beam search's
-        cross-attention: a sentence's beams share its encoder output), which attend as the
-        queries of one row (:func:`fold_rows`), so the keys and values are read once."""
-        rows = q.shape[0] // k.shape[0]
-        if rows * k.shape[0] != q.shape[0]:
-            raise ValueError(f"{q.shape[0]} rows of queries do not share {k.shape[0]} of keys")
-        if rows > 1:
-            if is_causal or (mask is not None and mask.dim() == 4 and mask.shape[-2] > 1):
-                raise ValueError("rows that share keys take a key mask (batch, 1, 1, k_len)")
-            out, weights = self.attend(fold_rows(q, rows), k, v, mask, False, need_weights)
-            return unfold_rows(out, rows), None if weights is None else unfold_rows(weights, rows)
-        groups = q.shape[1] // k.shape[1]
-        if groups > 1:
-            k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+        attention weights on the CPU, else PyTorch's fused kernel. Shared key/value heads are
+        repeated for their group of query heads (:func:`expand_kv_heads`).
+
+        This is the core. Decoding may give an instance an ``attend`` of its own, an
+        instance attribute that shadows this method while it is installed (query rows that
+        share keys, fused sums for a few queries: ``scratchformer.inference.kernels``)."""
+        k, v = expand_kv_heads(k, v, q.shape[1])
         dropout_p = self.dropout if self.training else 0.0
         q_len, k_len = q.shape[-2], k.shape[-2]
-        cpu = q.device.type == "cpu"
-        written_out = need_weights or (dropout_p > 0 and cpu)
-        decoding = cpu and torch.compiler.is_compiling() and not torch.is_grad_enabled()
-        few_queries = decoding and q_len <= FEW_QUERIES
+        written_out = need_weights or (dropout_p > 0 and q.device.type == "cpu")
         is_causal = is_causal and q_len > 1  # one query, the last position, sees every key
-        if is_causal and (written_out or few_queries or mask is not None or q_len != k_len):
+        if is_causal and (written_out or mask is not None or q_len != k_len):
             mask = combine_masks(mask, causal_mask(q_len, k_len, device=q.device))
             is_causal = False
         if written_out:
             return scaled_dot_product_attention(q, k, v, mask, dropout_p)
-        if few_queries:
-            return few_query_attention(q, k, v, mask), None
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal
         )

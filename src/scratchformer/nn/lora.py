@@ -19,10 +19,11 @@ import math
 from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .dropout import Dropout
-from .linear import Linear, linear
+from .linear import Linear
 
 
 class LoRALinear(Linear):
@@ -75,8 +76,8 @@ class LoRALinear(Linear):
         return torch.cat([b @ a for a, b in self.adapters()]) * self.scale
 
     def forward(self, x: Tensor) -> Tensor:
-        h = linear(self.lora_dropout(x), self.lora_A).split(self.rank, dim=-1)
-        update = [linear(h_part, b) for h_part, (_, b) in zip(h, self.adapters(), strict=True)]
+        h = F.linear(self.lora_dropout(x), self.lora_A).split(self.rank, dim=-1)
+        update = [F.linear(h_part, b) for h_part, (_, b) in zip(h, self.adapters(), strict=True)]
         return super().forward(x) + torch.cat(update, dim=-1) * self.scale
 
     @torch.no_grad()

@@ -1,0 +1,240 @@
+"""Decoding kernels: attention and linear maps in the forms that decoding runs faster.
+
+The building blocks compute the readable way: ``MultiHeadAttention.attend`` writes
+attention out or calls PyTorch's fused kernel, ``Linear`` is ``torch.nn.Linear``. Decoding
+installs kernels on a model's modules while it runs (:func:`installed`): each an instance
+attribute that shadows a method (``attend``, ``forward``), so that removing it gives the
+method back, and a model outside a decoding loop computes as it was written.
+
+- :class:`DecodingAttention` (every decoding loop): query rows that share keys (beam
+  search: the beams of a sentence share its encoder output) attend as the queries of one
+  row (:func:`fold_rows`), so the keys and values are read once; and, installed by a
+  ``CompiledModel`` on the CPU, up to :data:`FEW_QUERIES` queries a row attend by
+  :func:`few_query_attention`, which Inductor fuses.
+- :class:`TransposedLinear` (every decoding loop on the CPU): the loop's number of rows a
+  step multiplied as ``(weight @ x.T).T``, if this CPU runs that orientation faster for the
+  model's weights, as :func:`transposed_is_faster` measures.
+
+The kernels compute the same formulas as the core; only the order of additions may differ.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from functools import cache
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..models import LMHead
+from ..nn import MultiHeadAttention, causal_mask, combine_masks
+from ..nn.attention import expand_kv_heads, masked_softmax
+
+FEW_QUERIES = 8
+"""Up to this many queries a row (a decoding step: one token, or the beams of a sentence in
+cross-attention), a compiled model's attention on the CPU is :func:`few_query_attention`:
+PyTorch's CPU flash kernel splits its work by blocks of queries, and one query a row is its
+worst case (docs/performance.md, "Beam search")."""
+
+Kernel = tuple[nn.Module, str, Callable[..., object]]
+"""``(module, name, kernel)``: ``kernel`` installed as the module's attribute ``name``."""
+
+
+def few_query_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:
+    """:func:`~scratchformer.nn.scaled_dot_product_attention`'s output, from sums of
+    elementwise products in place of matrix products: for a few queries a row,
+    ``torch.compile`` fuses each sum into one kernel that reads the keys (or values) once."""
+    scores = (q.unsqueeze(-2) * k.unsqueeze(-3)).sum(dim=-1) / math.sqrt(q.shape[-1])
+    weights = masked_softmax(scores, mask)
+    return (weights.unsqueeze(-1) * v.unsqueeze(-3)).sum(dim=-2)
+
+
+def fold_rows(x: Tensor, rows: int) -> Tensor:
+    """``(batch * rows, heads, len, d)`` -> ``(batch, heads, rows * len, d)``: the queries
+    of ``rows`` consecutive rows side by side, as the queries of one row."""
+    batch, heads, length, d = x.shape
+    x = x.view(batch // rows, rows, heads, length, d).transpose(1, 2)
+    return x.reshape(batch // rows, heads, rows * length, d)
+
+
+def unfold_rows(x: Tensor, rows: int) -> Tensor:
+    """The inverse of :func:`fold_rows`: ``(batch, heads, rows * len, d)`` ->
+    ``(batch * rows, heads, len, d)``."""
+    batch, heads, length, d = x.shape
+    x = x.view(batch, heads, rows, length // rows, d).transpose(1, 2)
+    return x.reshape(batch * rows, heads, length // rows, d)
+
+
+class DecodingAttention:
+    """An ``attend`` for a :class:`~scratchformer.nn.MultiHeadAttention` while decoding:
+    the same arguments and results as the core method, which it calls for what it does not
+    do itself.
+
+    With fewer rows of keys than of queries, each row of keys serves as many consecutive
+    rows of queries, which attend as the queries of one row (:func:`fold_rows`). Up to
+    ``few_queries`` queries a row, without weights or gradients, attend by
+    :func:`few_query_attention`."""
+
+    def __init__(self, attention: MultiHeadAttention, few_queries: int = 0) -> None:
+        self.attention = attention
+        self.few_queries = few_queries
+
+    def __call__(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor | None = None,
+        is_causal: bool = False,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        rows = q.shape[0] // k.shape[0]
+        if rows * k.shape[0] != q.shape[0]:
+            raise ValueError(f"{q.shape[0]} rows of queries do not share {k.shape[0]} of keys")
+        if rows > 1:
+            if is_causal or (mask is not None and mask.dim() == 4 and mask.shape[-2] > 1):
+                raise ValueError("rows that share keys take a key mask (batch, 1, 1, k_len)")
+            out, weights = self(fold_rows(q, rows), k, v, mask, False, need_weights)
+            return unfold_rows(out, rows), None if weights is None else unfold_rows(weights, rows)
+        q_len = q.shape[-2]
+        if need_weights or torch.is_grad_enabled() or q_len > self.few_queries:
+            return MultiHeadAttention.attend(self.attention, q, k, v, mask, is_causal, need_weights)
+        k, v = expand_kv_heads(k, v, q.shape[1])
+        if is_causal:
+            mask = combine_masks(mask, causal_mask(q_len, k.shape[-2], device=q.device))
+        return few_query_attention(q, k, v, mask), None
+
+
+def transposed_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``torch.nn.functional.linear`` taken as ``(weight @ x.T).T``, contiguous."""
+    rows = x.shape[:-1].numel()
+    columns = x.reshape(rows, x.shape[-1]).T
+    out = weight @ columns if bias is None else torch.addmm(bias[:, None], weight, columns)
+    return out.T.contiguous().view(*x.shape[:-1], weight.shape[0])
+
+
+class TransposedLinear:
+    """A ``forward`` for a linear map (``torch.nn.Linear`` or an ``LMHead``) that
+    multiplies ``rows`` rows by :func:`transposed_linear`, any other number by
+    ``torch.nn.functional.linear``."""
+
+    def __init__(self, linear: nn.Module, rows: int) -> None:
+        self.linear = linear
+        self.rows = rows
+
+    def __call__(self, x: Tensor) -> Tensor:
+        weight, bias = self.linear.weight, getattr(self.linear, "bias", None)
+        if x.shape[:-1].numel() == self.rows:
+            return transposed_linear(x, weight, bias)
+        return F.linear(x, weight, bias)
+
+
+Shape = tuple[int, int, bool]
+"""``(out_features, in_features, has bias)`` of a linear map."""
+TIMED_PASSES = 3
+"""Passes through the weights each way that :func:`transposed_is_faster` times."""
+
+
+def transposed_is_faster(linears: Sequence[nn.Module], rows: int) -> bool:
+    """Whether this CPU multiplies ``rows`` rows by all of ``linears`` faster as
+    ``(weight @ x.T).T`` than by ``torch.nn.functional.linear``, timed on one weight of each
+    of their shapes, in their dtype, at the current number of threads and autocast setting
+    (the layers of a model repeat a few shapes, so this is a few matrices): which is
+    faster depends on the instruction set and the shapes (``python benchmarks/linear.py``
+    shows the whole range of rows). Measured once a process for each such setting."""
+    shapes = sorted(
+        {
+            (m.weight.shape[0], m.weight.shape[1], getattr(m, "bias", None) is not None)
+            for m in linears
+        }
+    )
+    autocast = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None
+    dtype = linears[0].weight.dtype
+    return _transposed_is_faster(tuple(shapes), dtype, rows, torch.get_num_threads(), autocast)
+
+
+@cache
+def _transposed_is_faster(
+    shapes: tuple[Shape, ...],
+    dtype: torch.dtype,
+    rows: int,
+    threads: int,
+    autocast: torch.dtype | None,
+) -> bool:
+    """:func:`transposed_is_faster` of random weights of ``shapes`` (drawn from a generator
+    of their own: the global random state stays as it was): the median time of
+    :data:`TIMED_PASSES` passes through all of them each way, the two ways taken in turn
+    after one pass each. It runs under the caller's ``threads`` and ``autocast``, which key
+    the cache."""
+    generator = torch.Generator().manual_seed(0)
+
+    def draw(*size: int) -> Tensor:
+        return torch.randn(*size, dtype=dtype, generator=generator)
+
+    weights = [draw(out, in_) for out, in_, _ in shapes]
+    biases = [draw(out) if bias else None for out, _, bias in shapes]
+    inputs = [draw(rows, in_) for _, in_, _ in shapes]
+
+    def seconds(product: Callable[[Tensor, Tensor, Tensor | None], Tensor]) -> float:
+        start = time.perf_counter()
+        for x, weight, bias in zip(inputs, weights, biases, strict=True):
+            product(x, weight, bias)
+        return time.perf_counter() - start
+
+    with torch.no_grad():
+        times = [(seconds(F.linear), seconds(transposed_linear)) for _ in range(TIMED_PASSES + 1)]
+    plain, transposed = zip(*times[1:], strict=True)
+    return statistics.median(transposed) < statistics.median(plain)
+
+
+def attention_kernels(model: nn.Module, few_queries: int = 0) -> list[Kernel]:
+    """A :class:`DecodingAttention` for every ``MultiHeadAttention`` of ``model``."""
+    return [
+        (module, "attend", DecodingAttention(module, few_queries))
+        for module in model.modules()
+        if isinstance(module, MultiHeadAttention)
+    ]
+
+
+def linear_kernels(model: nn.Module, rows: int) -> list[Kernel]:
+    """A :class:`TransposedLinear` of ``rows`` for every plain linear map of ``model``
+    (``torch.nn.Linear``, ``LMHead``: not a subclass that adds to the product), if the
+    model is on the CPU and :func:`transposed_is_faster` for them; else none."""
+    linears = [module for module in model.modules() if type(module) in (nn.Linear, LMHead)]
+    if not linears or linears[0].weight.device.type != "cpu":
+        return []
+    if not transposed_is_faster(linears, rows):
+        return []
+    return [(module, "forward", TransposedLinear(module, rows)) for module in linears]
+
+
+@contextmanager
+def installed(kernels: Sequence[Kernel]) -> Iterator[None]:
+    """Each ``(module, name, kernel)`` set as the module's instance attribute ``name`` for
+    the duration, shadowing the method of that name; then the attributes as they were (an
+    outer installation's kernel, or none, which gives the method back). The attributes are
+    written to the instance's ``__dict__`` directly: a method's name is never a parameter,
+    buffer or submodule, which ``nn.Module.__setattr__`` would check for at every call of a
+    ``CompiledModel``."""
+    before = [vars(module).get(name) for module, name, _ in kernels]
+    for module, name, kernel in kernels:
+        vars(module)[name] = kernel
+    try:
+        yield
+    finally:
+        for (module, name, _), kernel in zip(kernels, before, strict=True):
+            if kernel is None:
+                del vars(module)[name]
+            else:
+                vars(module)[name] = kernel
+
+
+def decoding_kernels(model: nn.Module, rows: int) -> AbstractContextManager[None]:
+    """The kernels of a decoding loop that multiplies ``rows`` rows a step, installed on
+    ``model`` for the duration: :func:`attention_kernels` and :func:`linear_kernels`."""
+    return installed(attention_kernels(model) + linear_kernels(model, rows))

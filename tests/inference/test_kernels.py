@@ -1,0 +1,245 @@
+"""Decoding kernels: equal to the core they stand in for, and installed only while decoding."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from helpers import PROMPTS, tiny_lm
+from scratchformer.inference import generate
+from scratchformer.inference import kernels as kernels_module
+from scratchformer.inference.kernels import (
+    FEW_QUERIES,
+    DecodingAttention,
+    TransposedLinear,
+    attention_kernels,
+    decoding_kernels,
+    few_query_attention,
+    installed,
+    linear_kernels,
+    transposed_is_faster,
+)
+from scratchformer.models import LMHead
+from scratchformer.nn import (
+    Linear,
+    MultiHeadAttention,
+    causal_mask,
+    combine_masks,
+    padding_mask,
+    scaled_dot_product_attention,
+)
+from torch_reference import lengths_mask
+
+
+def recorded_graphs() -> tuple[list[torch.fx.GraphModule], object]:
+    """A list and a ``torch.compile`` backend that appends each graph to it and runs it."""
+    graphs: list[torch.fx.GraphModule] = []
+
+    def recording(graph: torch.fx.GraphModule, _: list) -> torch.fx.GraphModule:
+        graphs.append(graph)
+        return graph
+
+    return graphs, recording
+
+
+@pytest.mark.parametrize("q_len", [1, 3])
+@pytest.mark.parametrize("masked", ["none", "padding", "padding+causal", "a row with no key"])
+def test_few_query_attention_equals_the_reference(q_len: int, masked: str) -> None:
+    q, k, v = torch.randn(3, 4, q_len, 8), torch.randn(3, 4, 6, 8), torch.randn(3, 4, 6, 8)
+    mask = {
+        "none": None,
+        "padding": padding_mask(lengths_mask([6, 4, 1], 6)),
+        "padding+causal": combine_masks(
+            padding_mask(lengths_mask([6, 4, 1], 6)), causal_mask(q_len, 6)
+        ),
+        "a row with no key": padding_mask(lengths_mask([6, 0, 2], 6)),
+    }[masked]
+    reference, _ = scaled_dot_product_attention(q, k, v, mask)
+    torch.testing.assert_close(few_query_attention(q, k, v, mask), reference, atol=1e-6, rtol=0)
+
+
+def test_a_compiled_decoding_step_attends_by_few_query_attention_not_the_fused_kernel() -> None:
+    """With the kernel installed, under ``torch.compile`` without gradients, up to
+    FEW_QUERIES queries take the sums of products (which Inductor fuses), more take
+    PyTorch's fused kernel, as do all with gradients (training); the outputs are the eager
+    ones."""
+    attention = MultiHeadAttention(32, 4).eval()
+    graphs, recording = recorded_graphs()
+    k, v = torch.randn(2, 2, 4, 9, 8).unbind(0)
+    with installed(attention_kernels(attention, FEW_QUERIES)):
+        for q_len, grad in ((1, False), (FEW_QUERIES, False), (FEW_QUERIES + 1, False), (1, True)):
+            q = torch.randn(2, 4, q_len, 8)
+            compiled = torch.compile(attention.attend, backend=recording, dynamic=False)
+            with torch.set_grad_enabled(grad):
+                out, _ = compiled(q, k, v, is_causal=True)
+            expected, _ = attention.attend(q, k, v, is_causal=True)
+            torch.testing.assert_close(out, expected, atol=1e-6, rtol=0)
+            fused = "scaled_dot_product_attention" in graphs[-1].code
+            assert fused == (q_len > FEW_QUERIES or grad)
+
+
+def test_without_the_kernels_a_compiled_step_takes_the_core_fused_kernel() -> None:
+    """The core ``attend`` is what runs unless a kernel is installed: one query a row,
+    compiled, without gradients, goes to PyTorch's fused kernel; and a model that decoded
+    carries no kernel afterwards."""
+    attention = MultiHeadAttention(32, 4, n_kv_heads=2).eval()
+    assert "attend" not in vars(attention)
+    graphs, recording = recorded_graphs()
+    q, k, v = torch.randn(2, 4, 1, 8), torch.randn(2, 2, 9, 8), torch.randn(2, 2, 9, 8)
+    with torch.no_grad():
+        torch.compile(attention.attend, backend=recording, dynamic=False)(q, k, v)
+    assert "scaled_dot_product_attention" in graphs[-1].code
+    model = tiny_lm()
+    generate(model, PROMPTS, max_new_tokens=2, greedy=True)
+    assert not any({"attend", "forward"} & vars(m).keys() for m in model.modules())
+
+
+def test_installing_and_removing_restores_the_core_path() -> None:
+    """Installed, ``attend`` and ``forward`` are the kernels; an inner installation gives
+    the outer one back, the outer none gives the methods back."""
+    attention = MultiHeadAttention(16, 2, cross=True).eval()
+    proj = attention.q_proj
+    outer = [*attention_kernels(attention), (proj, "forward", TransposedLinear(proj, 3))]
+    with installed(outer):
+        assert isinstance(attention.attend, DecodingAttention)
+        assert attention.attend.few_queries == 0 and proj.forward is outer[1][2]
+        with installed(attention_kernels(attention, FEW_QUERIES)):
+            assert attention.attend.few_queries == FEW_QUERIES
+        with decoding_kernels(attention, 3):
+            assert attention.attend is not outer[0][2]
+        assert attention.attend is outer[0][2]
+    assert attention.attend.__func__ is MultiHeadAttention.attend
+    assert proj.forward.__func__ is nn.Linear.forward
+    assert not {"attend", "forward"} & (vars(attention).keys() | vars(proj).keys())
+
+
+@pytest.mark.parametrize("q_len", [1, 2])
+def test_query_rows_that_share_a_source_equal_rows_with_a_copy_each(q_len: int) -> None:
+    """Beam search's cross-attention: 3 consecutive rows of queries (the beams of a
+    sentence) share each of 2 sources; as if each row had its own copy, with the weights."""
+    attention = MultiHeadAttention(32, 4, cross=True).eval()
+    x, source = torch.randn(6, q_len, 32), torch.randn(2, 5, 32)
+    mask = padding_mask(lengths_mask([5, 3], 5))
+    with installed(attention_kernels(attention)):
+        shared = attention(x, source, mask=mask, need_weights=True)
+        copied = attention(
+            x, source.repeat_interleave(3, 0), mask=mask.repeat_interleave(3, 0), need_weights=True
+        )
+        for ours, expected in zip(shared, copied, strict=True):
+            torch.testing.assert_close(ours, expected, atol=1e-6, rtol=0)
+        fused, _ = attention(x, source, mask=mask)
+        torch.testing.assert_close(fused, copied[0], atol=1e-6, rtol=0)
+        q, k, v = attention.project(x, source)
+        with pytest.raises(ValueError, match="4 rows of queries do not share 3 of keys"):
+            attention.attend(q[:4], k.repeat(2, 1, 1, 1)[:3], v.repeat(2, 1, 1, 1)[:3])
+        with pytest.raises(ValueError, match=r"rows that share keys take a key mask"):
+            attention.attend(q, k, v, is_causal=True)
+
+
+@pytest.mark.parametrize("shape", [(1, 48), (2, 48), (8, 1, 48), (4, 8, 48), (33, 48), (3, 40, 48)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_transposed_linear_matches_torch_linear_values_and_gradients(
+    shape: tuple[int, ...], bias: bool
+) -> None:
+    theirs = nn.Linear(48, 80, bias=bias)
+    ours = Linear(48, 80, bias=bias)
+    ours.load_state_dict(theirs.state_dict())
+    ours.forward = TransposedLinear(ours, rows=torch.Size(shape[:-1]).numel())
+    x = torch.randn(shape, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_()
+    out, expected = ours(x), theirs(x_ref)
+    assert out.shape == expected.shape and out.is_contiguous()
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    grad = torch.randn(expected.shape)
+    out.backward(grad)
+    expected.backward(grad)
+    torch.testing.assert_close(x.grad, x_ref.grad, atol=1e-5, rtol=1e-5)
+    for mine, reference in zip(ours.parameters(), theirs.parameters(), strict=True):
+        torch.testing.assert_close(mine.grad, reference.grad, atol=1e-4, rtol=1e-5)
+
+
+@pytest.mark.parametrize("rows", [2, 8, 13])
+def test_the_loops_rows_take_the_transposed_product(
+    rows: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kernel's number of rows goes through ``weight @ x.T`` (addmm with the weight
+    first), any other through ``torch.nn.functional.linear``."""
+    calls: list[str] = []
+    addmm, functional_linear = torch.addmm, F.linear
+
+    def spy_addmm(*args: torch.Tensor) -> torch.Tensor:
+        calls.append("addmm")
+        return addmm(*args)
+
+    def spy_linear(*args: torch.Tensor | None) -> torch.Tensor:
+        calls.append("linear")
+        return functional_linear(*args)
+
+    monkeypatch.setattr(torch, "addmm", spy_addmm)
+    monkeypatch.setattr(F, "linear", spy_linear)
+    kernel = TransposedLinear(Linear(8, 16), rows)
+    for fed in (1, 2, 8, 12, 13, 32, 33):
+        calls.clear()
+        kernel(torch.randn(fed, 8))
+        assert calls == ["addmm" if fed == rows else "linear"], fed
+
+
+@pytest.mark.parametrize("faster", [True, False])
+def test_linear_kernels_follow_the_measurement(
+    faster: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every plain linear map and the LM head get the kernel when the measurement says the
+    transposed product is faster, none otherwise; a subclass (LoRA) never does."""
+    measured: list[int] = []
+
+    def measurement(*key: object) -> bool:
+        measured.append(key[2])
+        return faster
+
+    monkeypatch.setattr(kernels_module, "_transposed_is_faster", measurement)
+    model = tiny_lm()
+    installed_on = {id(module) for module, name, _ in linear_kernels(model, 5)}
+    plain = [m for m in model.modules() if type(m) in (nn.Linear, LMHead)]
+    assert measured == [5] and any(isinstance(m, LMHead) for m in plain)
+    assert installed_on == ({id(m) for m in plain} if faster else set())
+
+
+def test_the_measurement_is_taken_once_for_its_setting() -> None:
+    """Timed on weights of the model's shapes: the same answer for the same setting, taken
+    from the first measurement."""
+    model = tiny_lm()
+    linears = [m for m in model.modules() if type(m) in (nn.Linear, LMHead)]
+    first = transposed_is_faster(linears, 3)
+    hits = kernels_module._transposed_is_faster.cache_info().hits
+    assert transposed_is_faster(linears, 3) == first
+    assert kernels_module._transposed_is_faster.cache_info().hits == hits + 1
+
+
+def test_the_measurement_leaves_the_global_random_state() -> None:
+    state = torch.get_rng_state()
+    kernels_module._transposed_is_faster.__wrapped__(((16, 8, True),), torch.float32, 2, 1, None)
+    assert torch.equal(torch.get_rng_state(), state)
+
+
+def test_generation_gives_the_same_tokens_with_the_transposed_product_or_without(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Whatever the measurement says, generation finds the same tokens."""
+    model = tiny_lm()
+    tokens = []
+    for faster in (False, True):
+        monkeypatch.setattr(kernels_module, "_transposed_is_faster", lambda *_, f=faster: f)
+        tokens.append(generate(model, PROMPTS, max_new_tokens=6, greedy=True))
+    assert tokens[0] == tokens[1]
+
+
+def test_transposed_linear_traces_with_symbolic_sizes() -> None:
+    """``torch.compile`` with dynamic shapes traces the row count as a symbol; the choice
+    of route must still trace (dynamo only: the backend does not matter here)."""
+    linear = Linear(48, 80)
+    compiled = torch.compile(TransposedLinear(linear, 4), dynamic=True, backend="eager")
+    for rows in (4, 40):
+        x = torch.randn(rows, 48)
+        torch.testing.assert_close(compiled(x), F.linear(x, linear.weight, linear.bias))
