@@ -1,9 +1,10 @@
 """Dataclass configurations: validated on construction, JSON and TOML round trip.
 
 Every invalid value raises ``ValueError`` naming the field, e.g.
-``d_model=300 is not divisible by n_heads=8``. The names a field may take live here, so
-that this module imports nothing from the package; the modules that implement them
-(feed-forward activations, schedules, tokenizers, ...) use or check these tuples.
+``d_model=300 is not divisible by n_heads=8``. The names a field may take live here (and,
+for the parts of a model, in the torch-free :mod:`scratchformer.registry`, where their
+implementations register), so that this module imports no torch; the modules that
+implement them (schedules, tokenizers, ...) use or check these tuples.
 """
 
 from __future__ import annotations
@@ -22,13 +23,9 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-ARCHITECTURES = ("encoder", "decoder", "seq2seq")
-POSITIONALS = ("sinusoidal", "learned", "rotary")
-HEADS = ("classification", "regression", "similarity", "token_classification", "span")
+from .registry import ACTIVATIONS, ARCHITECTURES, HEADS, NORMS, POSITIONALS, ROPE_SCALINGS
+
 POOLINGS = ("mean", "first")
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
-NORMS = ("layer", "rms")
-ROPE_SCALINGS = ("linear", "llama3")
 TOKENIZERS = ("char", "bpe", "wordpiece")
 SCHEDULES = ("noam", "cosine", "constant", "inverse_sqrt")
 LORA_TARGETS = ("qkv_proj", "q_proj", "kv_proj", "out_proj", "w1", "w2", "w3")
@@ -321,6 +318,11 @@ class ModelConfig(ConfigBase):
     @property
     def use_qkv_bias(self) -> bool:
         return self.bias if self.qkv_bias is None else self.qkv_bias
+
+    @property
+    def feed_forward(self) -> str:
+        """The kind of feed-forward network: ``gated`` or ``plain``."""
+        return "gated" if self.gated else "plain"
 
     @property
     def decoder_layers(self) -> int:

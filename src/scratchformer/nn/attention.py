@@ -44,16 +44,24 @@ def masked_softmax(scores: Tensor, mask: Tensor | None) -> Tensor:
 
 
 def scaled_dot_product_attention(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropout_p: float = 0.0
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    bias: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """``softmax(q k^T / sqrt(d_k)) v``, written out; returns ``(output, weights)``.
+    """``softmax(q k^T / sqrt(d_k) + bias) v``, written out; returns ``(output, weights)``.
 
     ``q``: ``(..., q_len, d_k)``, ``k``: ``(..., k_len, d_k)``, ``v``: ``(..., k_len, d_v)``;
-    ``mask`` (True = may attend) broadcasts to ``(..., q_len, k_len)``. A query with nothing
-    to attend to gets all-zero weights and a zero output, never NaN. The weights returned
-    are those before dropout, so each row sums to one (or zero).
+    ``mask`` (True = may attend) and the additive score ``bias`` (a positional scheme's,
+    e.g. ALiBi) broadcast to ``(..., q_len, k_len)``. A query with nothing to attend to
+    gets all-zero weights and a zero output, never NaN. The weights returned are those
+    before dropout, so each row sums to one (or zero).
     """
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if bias is not None:
+        scores = scores + bias
     weights = masked_softmax(scores, mask)
     return dropout(weights, dropout_p) @ v, weights
 
@@ -73,6 +81,14 @@ cross-attention), attention on the CPU under ``torch.compile`` without gradients
 as a ``CompiledModel`` runs) is :func:`few_query_attention`, which Inductor fuses into a few
 kernels: PyTorch's CPU flash kernel, which splits its work by blocks of queries, took
 1.2-6.2x longer there for one query a row (docs/performance.md)."""
+
+
+def score_mask(bias: Tensor, mask: Tensor | None, dtype: torch.dtype) -> Tensor:
+    """The float ``attn_mask`` of PyTorch's fused attention that adds ``bias`` to the scores
+    and excludes the keys ``mask`` forbids (-inf); its CPU kernel gives a query whose
+    every key is -inf a zero output, as a boolean mask does."""
+    bias = bias.to(dtype)
+    return bias if mask is None else bias.masked_fill(~mask, float("-inf"))
 
 
 def fold_rows(x: Tensor, rows: int) -> Tensor:
@@ -149,16 +165,18 @@ class MultiHeadAttention(nn.Module):
         cache: SelfAttentionCache | CrossAttentionCache | None = None,
         packing: Packing | None = None,
         rotation: Rotation | None = None,
+        bias: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """``x``: ``(batch, q_len, d_model)``; ``source``: the encoder output for
         cross-attention. ``is_causal`` adds a causal mask to ``mask`` (aligned to the last
         keys when a cache makes keys outnumber queries). With ``packing``, ``x`` and the
         output are the packed real tokens ``(tokens, d_model)`` of a padded batch. A
         ``rotation`` (rotary embeddings) turns the new queries and keys of self-attention by
-        their positions. Returns the output and, if ``need_weights``, the per-head weights
+        their positions; ``bias`` ``(batch or 1, heads, q_len, k_len)`` is added to the
+        scores (ALiBi). Returns the output and, if ``need_weights``, the per-head weights
         ``(batch, heads, q_len, k_len)``."""
         q, k, v = self.project(x, source, cache, packing, rotation)
-        out, weights = self.attend(q, k, v, mask, is_causal, need_weights)
+        out, weights = self.attend(q, k, v, mask, is_causal, need_weights, bias)
         out = self.merge_heads(out)
         return self.out_proj(out if packing is None else packing.pack(out)), weights
 
@@ -225,11 +243,13 @@ class MultiHeadAttention(nn.Module):
         mask: Tensor | None = None,
         is_causal: bool = False,
         need_weights: bool = False,
+        bias: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
-        """Attention of all heads: written out when weights are wanted or when dropping
-        attention weights on the CPU; :func:`few_query_attention` for a few queries a row
-        when decoding on the CPU under ``torch.compile``, without gradients
-        (:data:`FEW_QUERIES`); else fused. Shared key/value
+        """Attention of all heads, ``bias`` added to the scores: written out when weights
+        are wanted or when dropping attention weights on the CPU; :func:`few_query_attention`
+        for a few queries a row when decoding on the CPU under ``torch.compile``, without
+        gradients and without a bias (:data:`FEW_QUERIES`); else fused, the bias and the
+        mask then one float mask (:func:`score_mask`). Shared key/value
         heads are repeated for their group of query heads. With fewer rows of keys than of
         queries, each row of keys serves as many consecutive rows of queries (beam search's
         cross-attention: a sentence's beams share its encoder output), which attend as the
@@ -240,6 +260,8 @@ class MultiHeadAttention(nn.Module):
         if rows > 1:
             if is_causal or (mask is not None and mask.dim() == 4 and mask.shape[-2] > 1):
                 raise ValueError("rows that share keys take a key mask (batch, 1, 1, k_len)")
+            if bias is not None:
+                raise ValueError("rows that share keys take no score bias")
             out, weights = self.attend(fold_rows(q, rows), k, v, mask, False, need_weights)
             return unfold_rows(out, rows), None if weights is None else unfold_rows(weights, rows)
         groups = q.shape[1] // k.shape[1]
@@ -250,16 +272,18 @@ class MultiHeadAttention(nn.Module):
         cpu = q.device.type == "cpu"
         written_out = need_weights or (dropout_p > 0 and cpu)
         decoding = cpu and torch.compiler.is_compiling() and not torch.is_grad_enabled()
-        few_queries = decoding and q_len <= FEW_QUERIES
+        few_queries = decoding and q_len <= FEW_QUERIES and bias is None
         is_causal = is_causal and q_len > 1  # one query, the last position, sees every key
-        if is_causal and (written_out or few_queries or mask is not None or q_len != k_len):
+        masked = mask is not None or bias is not None
+        if is_causal and (written_out or few_queries or masked or q_len != k_len):
             mask = combine_masks(mask, causal_mask(q_len, k_len, device=q.device))
             is_causal = False
         if written_out:
-            return scaled_dot_product_attention(q, k, v, mask, dropout_p)
+            return scaled_dot_product_attention(q, k, v, mask, dropout_p, bias)
         if few_queries:
             return few_query_attention(q, k, v, mask), None
+        attn_mask = mask if bias is None else score_mask(bias, mask, q.dtype)
         out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal
+            q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal
         )
         return out, None
