@@ -2,6 +2,7 @@ import pytest
 
 from scratchformer import config, models, registry
 from scratchformer.config import ModelConfig
+from scratchformer.nn.attention import ATTENTIONS
 from scratchformer.nn.feedforward import ACTIVATIONS, FEED_FORWARDS
 from scratchformer.nn.norm import NORMS
 from scratchformer.nn.rotary import ROPE_SCALINGS
@@ -9,6 +10,7 @@ from scratchformer.registry import Registry
 
 REGISTRIES = [
     models.MODELS,
+    ATTENTIONS,
     ACTIVATIONS,
     FEED_FORWARDS,
     NORMS,
@@ -26,7 +28,8 @@ def test_every_declared_name_is_registered() -> None:
 
 
 def test_config_validates_against_the_declared_names() -> None:
-    for field in ("arch", "activation", "norm", "positional", "rope_scaling", "head"):
+    fields = ("arch", "attention", "activation", "norm", "positional", "rope_scaling", "head")
+    for field in fields:
         with pytest.raises(ValueError, match=f"{field}='nonesuch' must be one of"):
             ModelConfig(**{field: "nonesuch"})
     assert config.NORMS is registry.NORMS

@@ -23,7 +23,15 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from .registry import ACTIVATIONS, ARCHITECTURES, HEADS, NORMS, POSITIONALS, ROPE_SCALINGS
+from .registry import (
+    ACTIVATIONS,
+    ARCHITECTURES,
+    ATTENTIONS,
+    HEADS,
+    NORMS,
+    POSITIONALS,
+    ROPE_SCALINGS,
+)
 
 POOLINGS = ("mean", "first")
 TOKENIZERS = ("char", "bpe", "wordpiece")
@@ -168,6 +176,9 @@ class ModelConfig(ConfigBase):
     """Key/value heads of self-attention, shared by groups of ``n_heads / n_kv_heads`` query
     heads (grouped-query attention; 1: multi-query); ``None`` means ``n_heads``. A decoding
     cache keeps these heads only."""
+    attention: str = "multi_head"
+    """The attention of every layer: ``multi_head``, the paper's (grouped-query with
+    ``n_kv_heads``)."""
     n_layers: int = 6
     """Layers of the encoder (``encoder``, ``seq2seq``) or of the decoder (``decoder``)."""
     n_decoder_layers: int | None = None
@@ -261,6 +272,7 @@ class ModelConfig(ConfigBase):
         _in_unit_interval(self, "dropout", "attention_dropout")
         _require(self.type_vocab_size >= 0, f"type_vocab_size={self.type_vocab_size} must be >= 0")
         _require(self.layer_norm_eps > 0, f"layer_norm_eps={self.layer_norm_eps!r} must be > 0")
+        _one_of(self, "attention", ATTENTIONS)
         _one_of(self, "activation", ACTIVATIONS)
         _one_of(self, "norm", NORMS)
         if self.n_kv_heads is not None:

@@ -1,5 +1,5 @@
 """A model's parts from its :class:`~scratchformer.config.ModelConfig`: the config's names
-are looked up in the registries beside the parts (norms, feed-forward networks,
+are looked up in the registries beside the parts (attention, norms, feed-forward networks,
 positional schemes, heads), so that a new kind of part is its module and its entry, and
 nothing here changes.
 
@@ -16,6 +16,7 @@ from torch import nn
 
 from ..config import ModelConfig
 from ..nn import DecoderLayer, Embedding, EncoderLayer, MultiHeadAttention, TokenEmbedding
+from ..nn.attention import ATTENTIONS
 from ..nn.feedforward import FEED_FORWARDS
 from ..nn.norm import NORMS
 from ..nn.positional import PositionalAttention
@@ -35,7 +36,7 @@ def final_norm(config: ModelConfig) -> nn.Module | None:
 
 def attention(config: ModelConfig, cross: bool = False) -> MultiHeadAttention:
     """Self-attention, or cross-attention to the encoder output."""
-    return MultiHeadAttention(
+    return ATTENTIONS[config.attention](
         config.d_model,
         config.n_heads,
         config.attention_dropout,

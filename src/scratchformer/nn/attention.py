@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..registry import Registry
 from .dropout import dropout
 from .linear import Linear
 from .masks import causal_mask, combine_masks
@@ -287,3 +288,9 @@ class MultiHeadAttention(nn.Module):
             q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal
         )
         return out, None
+
+
+ATTENTIONS: Registry[Callable[..., MultiHeadAttention]] = Registry("attention")
+"""``ModelConfig.attention`` -> the attention of ``(d_model, n_heads, dropout, bias, cross,
+n_kv_heads, qkv_bias)``."""
+ATTENTIONS.add("multi_head", MultiHeadAttention)
