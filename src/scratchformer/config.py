@@ -209,8 +209,9 @@ class ModelConfig(ConfigBase):
     """Biases in the query, key and value projections alone (Qwen2: ``True`` with
     ``bias=False``); ``None`` means ``bias``."""
     positional: str = "sinusoidal"
-    """Added ``sinusoidal`` encodings (the paper) or ``learned`` embeddings; or ``rotary``
-    (RoPE): every self-attention rotates its queries and keys by their positions."""
+    """Added ``sinusoidal`` encodings (the paper) or ``learned`` embeddings; or a scheme that
+    positions every self-attention instead, e.g. ``rotary`` (RoPE), which rotates queries
+    and keys by their positions (every name: ``scratchformer.models.POSITIONALS``)."""
     rope_theta: float = 10000.0
     """The base of the rotary frequencies (Llama 3: 500000)."""
     rope_scaling: str | None = None
