@@ -12,6 +12,7 @@ from torch import nn
 
 from ..config import ModelConfig
 from ..nn import LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding
+from ..nn.alibi import ALiBi
 from ..nn.positional import PositionalAttention
 from ..nn.rotary import RopeScaling
 from ..registry import Registry
@@ -48,3 +49,4 @@ POSITIONALS.add(
     "learned", PositionalScheme(added=lambda c: LearnedPositionalEmbedding(c.d_model, c.max_len))
 )
 POSITIONALS.add("rotary", PositionalScheme(attention=rotary_embedding))
+POSITIONALS.add("alibi", PositionalScheme(attention=lambda c: ALiBi(c.n_heads)))
