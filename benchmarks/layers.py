@@ -29,7 +29,8 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from scratchformer.nn import DecoderLayer, EncoderLayer
+from scratchformer.config import ModelConfig
+from scratchformer.models import builder
 from timing import Step, Timing, interleaved
 
 D_MODEL = 256
@@ -116,11 +117,21 @@ def random_input(cfg: Config) -> Tensor:
     return torch.randn(cfg.batch, cfg.length, cfg.d_model, requires_grad=True)
 
 
+def model_config(cfg: Config, norm_first: bool) -> ModelConfig:
+    """The sizes and dropout of ``cfg`` (on the attention weights too, as PyTorch's)."""
+    return ModelConfig(
+        d_model=cfg.d_model,
+        n_heads=cfg.n_heads,
+        d_ff=cfg.d_ff,
+        dropout=cfg.dropout,
+        attention_dropout=cfg.dropout,
+        norm_first=norm_first,
+    )
+
+
 def encoder_steps(cfg: Config, norm_first: bool) -> tuple[Step, Step]:
     """Training steps of our encoder layer and of PyTorch's, on the same input."""
-    ours = EncoderLayer(
-        cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, cfg.dropout, norm_first=norm_first
-    )
+    ours = builder.encoder_layer(model_config(cfg, norm_first))
     theirs = nn.TransformerEncoderLayer(
         cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, batch_first=True, norm_first=norm_first
     )
@@ -134,9 +145,7 @@ def encoder_steps(cfg: Config, norm_first: bool) -> tuple[Step, Step]:
 def decoder_steps(cfg: Config, norm_first: bool) -> tuple[Step, Step]:
     """Training steps of our decoder layer and of PyTorch's (causal self-attention, then
     cross-attention to a memory of the same length), on the same inputs."""
-    ours = DecoderLayer(
-        cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, cfg.dropout, norm_first=norm_first
-    )
+    ours = builder.decoder_layer(model_config(cfg, norm_first), cross_attention=True)
     theirs = nn.TransformerDecoderLayer(
         cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, batch_first=True, norm_first=norm_first
     )

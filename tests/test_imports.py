@@ -8,6 +8,7 @@ A unit is a subpackage (``nn``, ``models``, ...) or a top-level module (``config
 from __future__ import annotations
 
 import ast
+import sys
 from functools import cache
 from pathlib import Path
 
@@ -15,8 +16,11 @@ import pytest
 
 PACKAGE = "scratchformer"
 ROOT = Path(__file__).resolve().parents[1] / "src" / PACKAGE
+ROOT_UNIT = "registry"
+"""The names of a model's parts, declared for ``config`` and registered into by ``nn``."""
 LEAVES = ("version", "errors", "config", "io", "metrics", "nn")
 LAYERS = (
+    (ROOT_UNIT,),
     LEAVES,
     ("models", "data", "device"),
     ("inference", "interop"),
@@ -131,8 +135,18 @@ def test_the_graph_sees_the_package() -> None:
 
 
 @pytest.mark.parametrize("leaf", LEAVES)
-def test_low_modules_import_nothing_from_the_package(leaf: str) -> None:
-    assert _graph().get(leaf, {}) == {}
+def test_low_modules_import_nothing_from_the_package_but_the_registry(leaf: str) -> None:
+    assert set(_graph().get(leaf, {})) <= {ROOT_UNIT}
+
+
+def test_the_registry_imports_only_the_standard_library() -> None:
+    """``config`` imports it, and must import without torch (as the command line will)."""
+    imports = _runtime_imports(ast.parse((ROOT / f"{ROOT_UNIT}.py").read_text(encoding="utf-8")))
+    modules = {
+        alias.name for node in imports if isinstance(node, ast.Import) for alias in node.names
+    }
+    modules |= {node.module for node in imports if isinstance(node, ast.ImportFrom) and node.module}
+    assert {module.split(".")[0] for module in modules} <= sys.stdlib_module_names
 
 
 def test_every_unit_has_a_layer() -> None:

@@ -1,9 +1,10 @@
 """Dataclass configurations: validated on construction, JSON and TOML round trip.
 
 Every invalid value raises ``ValueError`` naming the field, e.g.
-``d_model=300 is not divisible by n_heads=8``. The names a field may take live here, so
-that this module imports nothing from the package; the modules that implement them
-(feed-forward activations, schedules, tokenizers, ...) use or check these tuples.
+``d_model=300 is not divisible by n_heads=8``. The names a field may take live here (and,
+for the parts of a model, in the torch-free :mod:`scratchformer.registry`, where their
+implementations register), so that this module imports no torch; the modules that
+implement them (schedules, tokenizers, ...) use or check these tuples.
 """
 
 from __future__ import annotations
@@ -22,13 +23,17 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-ARCHITECTURES = ("encoder", "decoder", "seq2seq")
-POSITIONALS = ("sinusoidal", "learned", "rotary")
-HEADS = ("classification", "regression", "similarity", "token_classification", "span")
+from .registry import (
+    ACTIVATIONS,
+    ARCHITECTURES,
+    ATTENTIONS,
+    HEADS,
+    NORMS,
+    POSITIONALS,
+    ROPE_SCALINGS,
+)
+
 POOLINGS = ("mean", "first")
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
-NORMS = ("layer", "rms")
-ROPE_SCALINGS = ("linear", "llama3")
 TOKENIZERS = ("char", "bpe", "wordpiece")
 SCHEDULES = ("noam", "cosine", "constant", "inverse_sqrt")
 LORA_TARGETS = ("qkv_proj", "q_proj", "kv_proj", "out_proj", "w1", "w2", "w3")
@@ -164,6 +169,9 @@ class ModelConfig(ConfigBase):
     """Key/value heads of self-attention, shared by groups of ``n_heads / n_kv_heads`` query
     heads (grouped-query attention; 1: multi-query); ``None`` means ``n_heads``. A decoding
     cache keeps these heads only."""
+    attention: str = "multi_head"
+    """The attention of every layer: ``multi_head``, the paper's (grouped-query with
+    ``n_kv_heads``)."""
     n_layers: int = 6
     """Layers of the encoder (``encoder``, ``seq2seq``) or of the decoder (``decoder``)."""
     n_decoder_layers: int | None = None
@@ -194,8 +202,9 @@ class ModelConfig(ConfigBase):
     """Biases in the query, key and value projections alone (Qwen2: ``True`` with
     ``bias=False``); ``None`` means ``bias``."""
     positional: str = "sinusoidal"
-    """Added ``sinusoidal`` encodings (the paper) or ``learned`` embeddings; or ``rotary``
-    (RoPE): every self-attention rotates its queries and keys by their positions."""
+    """Added ``sinusoidal`` encodings (the paper) or ``learned`` embeddings; or a scheme that
+    positions every self-attention instead, e.g. ``rotary`` (RoPE), which rotates queries
+    and keys by their positions (every name: ``scratchformer.models.POSITIONALS``)."""
     rope_theta: float = 10000.0
     """The base of the rotary frequencies (Llama 3: 500000)."""
     rope_scaling: str | None = None
@@ -257,6 +266,7 @@ class ModelConfig(ConfigBase):
         _in_unit_interval(self, "dropout", "attention_dropout")
         _require(self.type_vocab_size >= 0, f"type_vocab_size={self.type_vocab_size} must be >= 0")
         _require(self.layer_norm_eps > 0, f"layer_norm_eps={self.layer_norm_eps!r} must be > 0")
+        _one_of(self, "attention", ATTENTIONS)
         _one_of(self, "activation", ACTIVATIONS)
         _one_of(self, "norm", NORMS)
         if self.n_kv_heads is not None:
@@ -314,6 +324,11 @@ class ModelConfig(ConfigBase):
     @property
     def use_qkv_bias(self) -> bool:
         return self.bias if self.qkv_bias is None else self.qkv_bias
+
+    @property
+    def feed_forward(self) -> str:
+        """The kind of feed-forward network: ``gated`` or ``plain``."""
+        return "gated" if self.gated else "plain"
 
     @property
     def decoder_layers(self) -> int:

@@ -13,7 +13,7 @@ TOL = 1e-5
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
-@pytest.mark.parametrize("positional", ["sinusoidal", "learned", "rotary"])
+@pytest.mark.parametrize("positional", ["sinusoidal", "learned", "rotary", "alibi"])
 def test_lm_step_by_step_equals_full_recomputation(norm_first, positional) -> None:
     model = build_model(
         tiny_config(arch="decoder", norm_first=norm_first, positional=positional)
@@ -61,7 +61,7 @@ def test_a_sliding_window_forgets_what_lies_before_it() -> None:
     assert not torch.allclose(wide(changed).logits[:, -1], wide(ids).logits[:, -1])
 
 
-@pytest.mark.parametrize("positional", ["learned", "rotary", "grouped-query"])
+@pytest.mark.parametrize("positional", ["learned", "rotary", "alibi", "grouped-query"])
 def test_left_padded_prompts_match_each_prompt_alone(positional: str) -> None:
     config = GROUPED.get(positional, dict(arch="decoder", positional=positional))
     model = build_model(tiny_config(**config)).eval()
@@ -81,7 +81,7 @@ def test_left_padded_prompts_match_each_prompt_alone(positional: str) -> None:
     torch.testing.assert_close(step[0, -1], expected, atol=TOL, rtol=0)
 
 
-@pytest.mark.parametrize("positional", ["sinusoidal", "rotary"])
+@pytest.mark.parametrize("positional", ["sinusoidal", "rotary", "alibi"])
 def test_seq2seq_cached_decoding_equals_full_decoding(positional: str) -> None:
     config = tiny_config(arch="seq2seq", tgt_vocab_size=31, positional=positional)
     model = build_model(config).eval()

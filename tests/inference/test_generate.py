@@ -83,7 +83,7 @@ def test_no_repeat_ngram_ignores_padding() -> None:
 # --- generation --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("positional", ["learned", "sinusoidal", "rotary"])
+@pytest.mark.parametrize("positional", ["learned", "sinusoidal", "rotary", "alibi"])
 @pytest.mark.parametrize("max_new_tokens", [1, 4, 12])
 def test_cached_greedy_equals_uncached_and_batched_equals_alone(
     positional: str, max_new_tokens: int

@@ -28,6 +28,9 @@ CONFIGS = {
     "seq2seq": dict(arch="seq2seq", tgt_vocab_size=19),
     "seq2seq-pre-LN": dict(arch="seq2seq", tgt_vocab_size=19, norm_first=True),
     "seq2seq-rotary": dict(arch="seq2seq", tgt_vocab_size=19, positional="rotary"),
+    "decoder-alibi": dict(arch="decoder", positional="alibi", norm_first=True),
+    "encoder-alibi": dict(arch="encoder", head="token_classification", positional="alibi"),
+    "seq2seq-alibi": dict(arch="seq2seq", tgt_vocab_size=19, positional="alibi"),
 }
 ALL = pytest.mark.parametrize("name", CONFIGS)
 PROPERTY = settings(max_examples=15, deadline=None)

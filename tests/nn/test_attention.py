@@ -199,6 +199,50 @@ def test_reference_path_equals_fast_path(name: str, n_kv_heads: int | None) -> N
     assert torch.isfinite(fast).all()
 
 
+def test_score_bias_is_added_before_the_softmax_by_hand() -> None:
+    q, k, v = torch.randn(2, 3, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 6)
+    bias = torch.randn(1, 3, 5)
+    mask = torch.rand(2, 3, 5) > 0.3
+    mask[..., 0] = True
+    out, weights = scaled_dot_product_attention(q, k, v, mask, bias=bias)
+    scores = torch.einsum("bqd,bkd->bqk", q, k) / math.sqrt(4) + bias
+    expected = torch.where(mask, scores.exp(), torch.zeros(()))
+    expected = expected / expected.sum(-1, keepdim=True)
+    torch.testing.assert_close(weights, expected, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(out, expected @ v, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("n_kv_heads", [None, 1])
+@pytest.mark.parametrize("name", MASKS)
+def test_score_bias_reference_path_equals_fast_path(name: str, n_kv_heads: int | None) -> None:
+    """The fused path folds the mask into the float mask that carries the bias; a query
+    with no key allowed still gets zeros, and gradients stay finite."""
+    attention = MultiHeadAttention(32, 4, n_kv_heads=n_kv_heads).eval()
+    x = torch.randn(3, 6, 32, requires_grad=True)
+    bias = torch.randn(1, 4, 6, 6)
+    mask = MASKS[name]()
+    reference, _ = attention(x, mask=mask, need_weights=True, bias=bias)
+    fast, _ = attention(x, mask=mask, bias=bias)
+    torch.testing.assert_close(fast, reference, atol=1e-6, rtol=0)
+    unbiased, _ = attention(x, mask=mask)
+    assert not torch.allclose(fast, unbiased, atol=1e-3)
+    fast.sum().backward()
+    assert torch.isfinite(fast).all() and torch.isfinite(x.grad).all()
+    if name == "fully masked rows":
+        assert torch.equal(fast[1:], torch.zeros_like(fast[1:]) + attention.out_proj.bias)
+
+
+def test_score_bias_with_the_causal_flag_equals_an_explicit_causal_mask() -> None:
+    attention = MultiHeadAttention(16, 2).eval()
+    q, k, v = attention.project(torch.randn(2, 5, 16))
+    bias = torch.randn(2, 2, 5, 5)
+    explicit, _ = attention.attend(q, k, v, mask=causal_mask(5), need_weights=True, bias=bias)
+    implicit, _ = attention.attend(q, k, v, is_causal=True, bias=bias)
+    torch.testing.assert_close(implicit, explicit, atol=1e-6, rtol=0)
+    last, _ = attention.attend(q[:, :, 3:], k, v, is_causal=True, bias=bias[:, :, 3:])
+    torch.testing.assert_close(last, explicit[:, :, 3:], atol=1e-6, rtol=0)
+
+
 def test_is_causal_equals_explicit_causal_mask_also_with_fewer_queries() -> None:
     attention = MultiHeadAttention(16, 2).eval()
     x = torch.randn(2, 5, 16)

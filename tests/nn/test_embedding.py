@@ -72,22 +72,25 @@ def test_learned_positions_add_rows_and_refuse_too_long_input() -> None:
 
 
 def test_embedding_composes_tokens_and_positions() -> None:
-    embedding = Embedding(30, 8, positional="sinusoidal").eval()
+    embedding = Embedding(TokenEmbedding(30, 8), SinusoidalPositionalEncoding(8)).eval()
     ids = torch.tensor([[4, 2, 9]])
     expected = embedding.tokens.weight[ids] * math.sqrt(8) + sinusoidal_table(3, 8)
     torch.testing.assert_close(embedding(ids), expected)
-    with pytest.raises(ValueError, match="positional='alibi'"):
-        Embedding(30, 8, positional="alibi")
 
 
-def test_rotary_positions_add_nothing_to_the_tokens() -> None:
-    embedding = Embedding(30, 8, positional="rotary", scale=False).eval()
+def test_without_positions_the_tokens_alone() -> None:
+    """Schemes that position attention (rotary, ALiBi) add nothing to the embeddings."""
+    embedding = Embedding(TokenEmbedding(30, 8, scale=False)).eval()
     ids = torch.tensor([[4, 2, 9]])
     torch.testing.assert_close(embedding(ids), embedding.tokens.weight[ids])
 
 
 def test_segment_embeddings_are_added_per_token() -> None:
-    embedding = Embedding(30, 8, n_segments=2).eval()
+    embedding = Embedding(
+        TokenEmbedding(30, 8),
+        SinusoidalPositionalEncoding(8),
+        segments=TokenEmbedding(2, 8, scale=False),
+    ).eval()
     ids, segments = torch.tensor([[4, 2, 9]]), torch.tensor([[0, 1, 1]])
     expected = (
         embedding.tokens.weight[ids] * math.sqrt(8)
@@ -97,13 +100,17 @@ def test_segment_embeddings_are_added_per_token() -> None:
     torch.testing.assert_close(embedding(ids, segments=segments), expected)
     torch.testing.assert_close(embedding(ids), embedding(ids, segments=torch.zeros_like(ids)))
     with pytest.raises(ValueError, match="without segments"):
-        Embedding(30, 8)(ids, segments=segments)
+        Embedding(TokenEmbedding(30, 8))(ids, segments=segments)
 
 
 def test_embedding_norm_comes_before_dropout() -> None:
     """BERT: LayerNorm(tokens + segments + positions), then dropout."""
     embedding = Embedding(
-        30, 8, dropout=0.5, positional="learned", scale=False, n_segments=2, norm=LayerNorm(8)
+        TokenEmbedding(30, 8, scale=False),
+        LearnedPositionalEmbedding(8),
+        segments=TokenEmbedding(2, 8, scale=False),
+        norm=LayerNorm(8),
+        dropout=0.5,
     )
     ids, segments = torch.tensor([[4, 2, 9, 1]]), torch.tensor([[0, 0, 1, 1]])
     summed = embedding.tokens.weight[ids] + embedding.segments.weight[segments]

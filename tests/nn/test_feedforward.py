@@ -4,9 +4,7 @@ import torch.nn.functional as F
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaMLP
 
-from scratchformer import config
 from scratchformer.nn import FeedForward
-from scratchformer.nn.feedforward import ACTIVATIONS
 
 
 @pytest.mark.parametrize(
@@ -48,7 +46,3 @@ def test_swiglu_matches_hugging_face_llama_mlp() -> None:
 def test_unknown_activation_is_named() -> None:
     with pytest.raises(ValueError, match="activation='swish'"):
         FeedForward(8, 32, activation="swish")
-
-
-def test_every_configurable_activation_has_a_function() -> None:
-    assert tuple(ACTIVATIONS) == config.ACTIVATIONS

@@ -1,8 +1,19 @@
+from functools import partial
+
 import pytest
 import torch
 from torch import nn
 
-from scratchformer.nn import DecoderLayer, EncoderLayer, causal_mask, combine_masks, padding_mask
+from scratchformer.nn import (
+    DecoderLayer,
+    EncoderLayer,
+    FeedForward,
+    LayerNorm,
+    MultiHeadAttention,
+    causal_mask,
+    combine_masks,
+    padding_mask,
+)
 from scratchformer.nn.packing import Packing
 from torch_reference import copy_decoder_layer, copy_encoder_layer, lengths_mask, torch_mask
 
@@ -13,6 +24,34 @@ VARIANTS = [
     for norm_first in (False, True)
     for activation in ("relu", "gelu")
 ]
+
+
+def encoder_layer(
+    activation: str = "relu", norm_first: bool = False, dropout: float = 0.1
+) -> EncoderLayer:
+    """The layer of ``torch.nn.TransformerEncoderLayer(D, HEADS, FF, dropout, ...)``."""
+    return EncoderLayer(
+        MultiHeadAttention(D, HEADS),
+        FeedForward(D, FF, dropout, activation),
+        partial(LayerNorm, D),
+        dropout=dropout,
+        norm_first=norm_first,
+    )
+
+
+def decoder_layer(
+    activation: str = "relu", norm_first: bool = False, cross_attention: bool = True
+) -> DecoderLayer:
+    """The layer of ``torch.nn.TransformerDecoderLayer(D, HEADS, FF, 0.1, ...)``, or without
+    cross-attention that of a decoder-only model."""
+    return DecoderLayer(
+        MultiHeadAttention(D, HEADS),
+        MultiHeadAttention(D, HEADS, cross=True) if cross_attention else None,
+        FeedForward(D, FF, 0.1, activation),
+        partial(LayerNorm, D),
+        dropout=0.1,
+        norm_first=norm_first,
+    )
 
 
 def _randomise_norms(module: nn.Module) -> None:
@@ -30,7 +69,7 @@ def test_encoder_layer_matches_torch(norm_first: bool, activation: str) -> None:
         D, HEADS, FF, dropout=0.1, activation=activation, batch_first=True, norm_first=norm_first
     ).eval()
     _randomise_norms(theirs)
-    ours = EncoderLayer(D, HEADS, FF, activation=activation, norm_first=norm_first).eval()
+    ours = encoder_layer(activation, norm_first).eval()
     copy_encoder_layer(ours, theirs)
     x = torch.randn(3, 6, D)
     real = lengths_mask([6, 4, 2], 6)
@@ -49,7 +88,7 @@ def test_decoder_layer_matches_torch(norm_first: bool, activation: str) -> None:
         D, HEADS, FF, dropout=0.1, activation=activation, batch_first=True, norm_first=norm_first
     ).eval()
     _randomise_norms(theirs)
-    ours = DecoderLayer(D, HEADS, FF, activation=activation, norm_first=norm_first).eval()
+    ours = decoder_layer(activation, norm_first).eval()
     copy_decoder_layer(ours, theirs)
     x, memory = torch.randn(3, 5, D), torch.randn(3, 7, D)
     tgt_real, src_real = lengths_mask([5, 3, 1], 5), lengths_mask([7, 2, 5], 7)
@@ -79,19 +118,19 @@ def test_decoder_layer_matches_torch(norm_first: bool, activation: str) -> None:
 
 
 def test_decoder_layer_without_cross_attention_is_a_causal_encoder_layer() -> None:
-    decoder = DecoderLayer(D, HEADS, FF, cross_attention=False).eval()
-    encoder = EncoderLayer(D, HEADS, FF).eval()
+    decoder = decoder_layer(cross_attention=False).eval()
+    encoder = encoder_layer().eval()
     encoder.load_state_dict(decoder.state_dict())
     x = torch.randn(2, 5, D)
     out, _, cross = decoder(x)
     assert cross is None
     torch.testing.assert_close(out, encoder(x, is_causal=True)[0])
     with pytest.raises(ValueError, match="needs `memory`"):
-        DecoderLayer(D, HEADS, FF)(x)
+        decoder_layer()(x)
 
 
 def test_dropout_is_active_in_training_on_every_sublayer() -> None:
-    layer = EncoderLayer(D, HEADS, FF, dropout=0.5)
+    layer = encoder_layer(dropout=0.5)
     x = torch.randn(2, 5, D)
     assert not torch.allclose(layer(x)[0], layer(x)[0])
     layer.eval()
@@ -115,11 +154,9 @@ def test_parameter_names_and_order_are_those_of_checkpoints() -> None:
     mapping depend on these names, in this order."""
     for norm_first in (False, True):
         layers = {
-            "encoder": EncoderLayer(D, HEADS, FF, norm_first=norm_first),
-            "decoder": DecoderLayer(D, HEADS, FF, norm_first=norm_first),
-            "decoder-only": DecoderLayer(
-                D, HEADS, FF, norm_first=norm_first, cross_attention=False
-            ),
+            "encoder": encoder_layer(norm_first=norm_first),
+            "decoder": decoder_layer(norm_first=norm_first),
+            "decoder-only": decoder_layer(norm_first=norm_first, cross_attention=False),
         }
         expected = {
             "encoder": SELF_ATTENTION + FEED_FORWARD,

@@ -4,7 +4,7 @@ from torch import nn
 from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
 from scratchformer.nn import LayerNorm, RMSNorm, layer_norm, rms_norm
-from scratchformer.nn.norm import centred_norm
+from scratchformer.nn.norm import NORMS
 
 
 def test_worked_example_against_torch_and_by_hand() -> None:
@@ -68,7 +68,9 @@ def test_rms_norm_normalises_bfloat16_in_float32_as_llama_does() -> None:
     torch.testing.assert_close(ours.bfloat16()(x), theirs.bfloat16()(x), atol=0, rtol=0)
 
 
-def test_unknown_norm_is_named() -> None:
-    assert centred_norm("layer") and not centred_norm("rms")
+def test_norms_by_name_and_unknown_norm_is_named() -> None:
+    layer, rms = NORMS["layer"](8, 1e-6, True), NORMS["rms"](8, 1e-6, True)
+    assert isinstance(layer, LayerNorm) and layer.centred and layer.bias is not None
+    assert isinstance(rms, RMSNorm) and rms.bias is None and rms.eps == 1e-6
     with pytest.raises(ValueError, match="norm='batch' must be one of layer, rms"):
-        centred_norm("batch")
+        NORMS["batch"]

@@ -77,7 +77,7 @@ class DecodingAttention:
 
     With fewer rows of keys than of queries, each row of keys serves as many consecutive
     rows of queries, which attend as the queries of one row (:func:`fold_rows`). Up to
-    ``few_queries`` queries a row, without weights or gradients, attend by
+    ``few_queries`` queries a row, without weights, gradients or a score bias, attend by
     :func:`few_query_attention`."""
 
     def __init__(self, attention: MultiHeadAttention, few_queries: int = 0) -> None:
@@ -92,6 +92,7 @@ class DecodingAttention:
         mask: Tensor | None = None,
         is_causal: bool = False,
         need_weights: bool = False,
+        bias: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         rows = q.shape[0] // k.shape[0]
         if rows * k.shape[0] != q.shape[0]:
@@ -99,11 +100,15 @@ class DecodingAttention:
         if rows > 1:
             if is_causal or (mask is not None and mask.dim() == 4 and mask.shape[-2] > 1):
                 raise ValueError("rows that share keys take a key mask (batch, 1, 1, k_len)")
+            if bias is not None:
+                raise ValueError("rows that share keys take no score bias")
             out, weights = self(fold_rows(q, rows), k, v, mask, False, need_weights)
             return unfold_rows(out, rows), None if weights is None else unfold_rows(weights, rows)
         q_len = q.shape[-2]
-        if need_weights or torch.is_grad_enabled() or q_len > self.few_queries:
-            return MultiHeadAttention.attend(self.attention, q, k, v, mask, is_causal, need_weights)
+        core = need_weights or bias is not None or torch.is_grad_enabled()
+        if core or q_len > self.few_queries:
+            attend = MultiHeadAttention.attend
+            return attend(self.attention, q, k, v, mask, is_causal, need_weights, bias)
         k, v = expand_kv_heads(k, v, q.shape[1])
         if is_causal:
             mask = combine_masks(mask, causal_mask(q_len, k.shape[-2], device=q.device))

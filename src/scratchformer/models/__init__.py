@@ -6,20 +6,24 @@ Each model class is named after its ``arch``: :class:`EncoderModel`, :class:`Dec
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from torch import nn
 
 from ..config import ModelConfig
+from ..registry import Registry
 from .base import ModelOutput, count_parameters
 from .decoder import Decoder, DecoderModel
 from .encoder import Encoder, EncoderModel
-from .heads import LMHead, Pooler, SequenceHead, TokenClassificationHead, pool
+from .heads import HEADS, LMHead, Pooler, SequenceHead, TokenClassificationHead, pool
+from .positional import POSITIONALS
 from .seq2seq import Seq2SeqModel
 
-MODELS: dict[str, type[nn.Module]] = {
-    "encoder": EncoderModel,
-    "decoder": DecoderModel,
-    "seq2seq": Seq2SeqModel,
-}
+MODELS: Registry[Callable[[ModelConfig], nn.Module]] = Registry("arch")
+"""``ModelConfig.arch`` -> the model class."""
+MODELS.add("encoder", EncoderModel)
+MODELS.add("decoder", DecoderModel)
+MODELS.add("seq2seq", Seq2SeqModel)
 
 
 def build_model(config: ModelConfig) -> nn.Module:
@@ -28,7 +32,9 @@ def build_model(config: ModelConfig) -> nn.Module:
 
 
 __all__ = [
+    "HEADS",
     "MODELS",
+    "POSITIONALS",
     "Decoder",
     "DecoderModel",
     "Encoder",

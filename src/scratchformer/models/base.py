@@ -4,16 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 from torch import Tensor, nn
 
-from ..config import ModelConfig
-from ..nn import Embedding, LayerNorm, RotaryEmbedding, Rotation
 from ..nn.attention import CrossAttentionCache, SelfAttentionCache
-from ..nn.norm import centred_norm
-from ..nn.rotary import RopeScaling
+from ..nn.positional import PositionalAttention, Positioning
 from .heads import LMHead
 
 
@@ -48,38 +45,6 @@ def lm_output(
     return ModelOutput(None, hidden, attentions, loss=head.loss(hidden, labels, label_smoothing))
 
 
-def layer_kwargs(config: ModelConfig) -> dict[str, Any]:
-    """The keyword arguments an encoder or decoder layer takes from a config."""
-    return {
-        "d_model": config.d_model,
-        "n_heads": config.n_heads,
-        "d_ff": config.d_ff,
-        "dropout": config.dropout,
-        "attention_dropout": config.attention_dropout,
-        "activation": config.activation,
-        "norm_first": config.norm_first,
-        "eps": config.layer_norm_eps,
-        "bias": config.bias,
-        "n_kv_heads": config.n_kv_heads,
-        "qkv_bias": config.qkv_bias,
-        "gated": config.gated,
-        "norm": config.norm,
-    }
-
-
-def embedding_for(config: ModelConfig, vocab_size: int) -> Embedding:
-    return Embedding(
-        vocab_size,
-        config.d_model,
-        max_len=config.max_len,
-        dropout=config.dropout,
-        positional=config.positional,
-        scale=config.scale_embedding,
-        n_segments=config.type_vocab_size,
-        norm=norm_for(config) if config.embedding_norm else None,
-    )
-
-
 class DecoderCache(Protocol):
     """What a decoder stack needs of a cache (``scratchformer.inference.DecoderCache``):
     per layer a self-attention cache and a cross-attention cache (or ``None``)."""
@@ -102,44 +67,22 @@ def cache_positions(
     return torch.arange(cache.length, cache.length + ids.shape[1], device=ids.device)
 
 
-def rotary_for(config: ModelConfig) -> RotaryEmbedding | None:
-    """The rotary embedding of a stack's self-attention, if the config asks for one."""
-    if config.positional != "rotary":
-        return None
-    scaling = None
-    if config.rope_scaling is not None:
-        scaling = RopeScaling(
-            config.rope_scaling,
-            config.rope_factor,
-            config.rope_low_freq_factor,
-            config.rope_high_freq_factor,
-            config.rope_original_max_len,
-        )
-    return RotaryEmbedding(config.d_model // config.n_heads, config.rope_theta, scaling)
-
-
-def rotation_for(
-    rotary: RotaryEmbedding | None,
+def positioning_for(
+    scheme: PositionalAttention | None,
     x: Tensor,
     cache: DecoderCache | None = None,
     positions: Tensor | None = None,
-) -> Rotation | None:
-    """The rotation of the positions of ``x`` ``(batch, seq, ...)``: the given ids, else
-    counting on from the cache's length (from 0 without a cache); ``None`` without rotary."""
-    if rotary is None:
+) -> Positioning | None:
+    """How ``scheme`` positions the self-attention of ``x`` ``(batch, seq, ...)``: at the
+    given position ids, else counting on from the cache's length (from 0 without a cache),
+    attending to the cache's keys and its own; ``None`` without a scheme."""
+    if scheme is None:
         return None
     positions = cache_positions(x, cache, positions)
-    return rotary(torch.arange(x.shape[1], device=x.device) if positions is None else positions)
-
-
-def norm_for(config: ModelConfig) -> LayerNorm:
-    """A LayerNorm (or RMSNorm) of the config's width, eps and bias."""
-    return LayerNorm(config.d_model, config.layer_norm_eps, config.bias, centred_norm(config.norm))
-
-
-def final_norm(config: ModelConfig) -> LayerNorm | None:
-    """The norm after a stack's last layer, if the config asks for one."""
-    return norm_for(config) if config.use_final_norm else None
+    if positions is None:
+        positions = torch.arange(x.shape[1], device=x.device)
+    k_len = x.shape[1] if cache is None else cache.length + x.shape[1]
+    return scheme.positioning(positions, k_len)
 
 
 def init_linear_weights(model: nn.Module) -> None:

@@ -5,18 +5,15 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from ..config import ModelConfig
-from ..nn import DecoderLayer, causal_mask, combine_masks, padding_mask
+from ..nn import causal_mask, combine_masks, padding_mask
+from . import builder
 from .base import (
     DecoderCache,
     ModelOutput,
     cache_positions,
-    embedding_for,
-    final_norm,
     init_linear_weights,
-    layer_kwargs,
     lm_output,
-    rotary_for,
-    rotation_for,
+    positioning_for,
 )
 from .heads import LMHead
 
@@ -29,11 +26,10 @@ class Decoder(nn.Module):
     def __init__(self, config: ModelConfig, n_layers: int, cross_attention: bool) -> None:
         super().__init__()
         self.layers = nn.ModuleList(
-            DecoderLayer(**layer_kwargs(config), cross_attention=cross_attention)
-            for _ in range(n_layers)
+            builder.decoder_layer(config, cross_attention) for _ in range(n_layers)
         )
-        self.norm = final_norm(config)
-        self.rotary = rotary_for(config)
+        self.norm = builder.final_norm(config)
+        self.positional = builder.positional_attention(config)
         self.sliding_window = config.sliding_window
 
     def forward(
@@ -50,7 +46,7 @@ class Decoder(nn.Module):
         the two attention masks are ``(batch, len)``, 1/True at real tokens. With a
         ``cache`` (``scratchformer.inference.DecoderCache``), ``x`` holds only the new
         positions and ``attention_mask`` covers all positions so far, the new ones included.
-        ``positions``: ids of the new positions for rotary embeddings, ``(seq,)`` or
+        ``positions``: ids of the new positions for the positional scheme, ``(seq,)`` or
         ``(batch, seq)`` (default: counting on from the cache's length). Returns the hidden
         states and the per-layer self- and cross-attention weights (empty lists unless
         ``need_weights``)."""
@@ -66,7 +62,7 @@ class Decoder(nn.Module):
         memory_mask = None
         if memory_attention_mask is not None:
             memory_mask = padding_mask(memory_attention_mask)
-        rotation = rotation_for(self.rotary, x, cache, positions)
+        positioning = positioning_for(self.positional, x, cache, positions)
         self_weights, cross_weights = [], []
         for i, layer in enumerate(self.layers):
             x, sw, cw = layer(
@@ -78,7 +74,7 @@ class Decoder(nn.Module):
                 need_weights=need_weights,
                 self_cache=None if cache is None else cache.self_attn[i],
                 cross_cache=None if cache is None else cache.cross_attn[i],
-                rotation=rotation,
+                positioning=positioning,
             )
             if sw is not None:
                 self_weights.append(sw)
@@ -99,7 +95,7 @@ class DecoderModel(nn.Module):
         if config.arch != "decoder":
             raise ValueError(f"arch={config.arch!r}: DecoderModel needs arch='decoder'")
         self.config = config
-        self.embedding = embedding_for(config, config.vocab_size)
+        self.embedding = builder.embedding(config, config.vocab_size)
         self.decoder = Decoder(config, config.n_layers, cross_attention=False)
         self.lm_head = LMHead(config.d_model, config.vocab_size)
         init_linear_weights(self)

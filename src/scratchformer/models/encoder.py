@@ -5,30 +5,22 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from ..config import ModelConfig
-from ..nn import EncoderLayer, padding_mask
+from ..nn import padding_mask
 from ..nn.packing import packing_for
-from .base import (
-    ModelOutput,
-    embedding_for,
-    final_norm,
-    init_linear_weights,
-    layer_kwargs,
-    rotary_for,
-    rotation_for,
-)
-from .heads import Pooler, SequenceHead, SimilarityHead, SpanHead, TokenClassificationHead
+from . import builder
+from .base import ModelOutput, init_linear_weights, positioning_for
+from .heads import Pooler
 
 
 class Encoder(nn.Module):
-    """``n_layers`` encoder layers and an optional final LayerNorm (needed with pre-LN)."""
+    """``n_layers`` encoder layers and an optional final norm (needed with pre-LN); a
+    positional scheme that positions attention (rotary) positions every layer's."""
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        self.layers = nn.ModuleList(
-            EncoderLayer(**layer_kwargs(config)) for _ in range(config.n_layers)
-        )
-        self.norm = final_norm(config)
-        self.rotary = rotary_for(config)
+        self.layers = nn.ModuleList(builder.encoder_layer(config) for _ in range(config.n_layers))
+        self.norm = builder.final_norm(config)
+        self.positional = builder.positional_attention(config)
 
     def forward(
         self,
@@ -44,12 +36,14 @@ class Encoder(nn.Module):
         sees the padded shape (see :mod:`scratchformer.nn.packing`)."""
         mask = None if attention_mask is None else padding_mask(attention_mask)
         packing = None if need_weights else packing_for(attention_mask)
-        rotation = rotation_for(self.rotary, x)
+        positioning = positioning_for(self.positional, x)
         if packing is not None:
             x = packing.pack(x)
         weights = []
         for layer in self.layers:
-            x, w = layer(x, mask, need_weights=need_weights, packing=packing, rotation=rotation)
+            x, w = layer(
+                x, mask, need_weights=need_weights, packing=packing, positioning=positioning
+            )
             if w is not None:
                 weights.append(w)
         if self.norm is not None:
@@ -67,20 +61,10 @@ class EncoderModel(nn.Module):
         if config.arch != "encoder":
             raise ValueError(f"arch={config.arch!r}: EncoderModel needs arch='encoder'")
         self.config = config
-        self.embedding = embedding_for(config, config.vocab_size)
+        self.embedding = builder.embedding(config, config.vocab_size)
         self.encoder = Encoder(config)
         self.pooler = Pooler(config.d_model) if config.pooler else None
-        self.head: nn.Module | None = None
-        if config.head in ("classification", "regression"):
-            self.head = SequenceHead(
-                config.d_model, config.num_labels, config.pooling, config.dropout
-            )
-        elif config.head == "similarity":
-            self.head = SimilarityHead(config.pooling)
-        elif config.head == "token_classification":
-            self.head = TokenClassificationHead(config.d_model, config.num_labels, config.dropout)
-        elif config.head == "span":
-            self.head = SpanHead(config.d_model)
+        self.head = builder.head(config)
         init_linear_weights(self)
 
     def encode(

@@ -1,12 +1,17 @@
-"""Task heads on top of a stack's hidden states."""
+"""Task heads on top of a stack's hidden states, and the encoder's heads by name
+(:data:`HEADS`)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..config import ModelConfig
 from ..nn import Dropout, Linear, linear_cross_entropy
+from ..registry import Registry
 
 
 def pool(hidden: Tensor, attention_mask: Tensor | None, how: str = "mean") -> Tensor:
@@ -97,6 +102,31 @@ class SpanHead(nn.Module):
 
     def forward(self, hidden: Tensor, attention_mask: Tensor | None = None) -> Tensor:
         return self.proj(hidden)
+
+
+HEADS: Registry[Callable[[ModelConfig], nn.Module]] = Registry("head")
+"""``ModelConfig.head`` -> the head of an encoder built from the config."""
+
+
+@HEADS.register("classification")
+@HEADS.register("regression")
+def sequence_head(config: ModelConfig) -> SequenceHead:
+    return SequenceHead(config.d_model, config.num_labels, config.pooling, config.dropout)
+
+
+@HEADS.register("similarity")
+def similarity_head(config: ModelConfig) -> SimilarityHead:
+    return SimilarityHead(config.pooling)
+
+
+@HEADS.register("token_classification")
+def token_classification_head(config: ModelConfig) -> TokenClassificationHead:
+    return TokenClassificationHead(config.d_model, config.num_labels, config.dropout)
+
+
+@HEADS.register("span")
+def span_head(config: ModelConfig) -> SpanHead:
+    return SpanHead(config.d_model)
 
 
 class LMHead(nn.Module):

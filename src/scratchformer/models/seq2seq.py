@@ -5,14 +5,8 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from ..config import ModelConfig
-from .base import (
-    DecoderCache,
-    ModelOutput,
-    cache_positions,
-    embedding_for,
-    init_linear_weights,
-    lm_output,
-)
+from . import builder
+from .base import DecoderCache, ModelOutput, cache_positions, init_linear_weights, lm_output
 from .decoder import Decoder
 from .encoder import Encoder
 from .heads import LMHead
@@ -31,11 +25,11 @@ class Seq2SeqModel(nn.Module):
         if config.arch != "seq2seq":
             raise ValueError(f"arch={config.arch!r}: Seq2SeqModel needs arch='seq2seq'")
         self.config = config
-        self.src_embedding = embedding_for(config, config.vocab_size)
+        self.src_embedding = builder.embedding(config, config.vocab_size)
         self.tgt_embedding = (
             self.src_embedding
             if config.share_embeddings
-            else embedding_for(config, config.target_vocab_size)
+            else builder.embedding(config, config.target_vocab_size)
         )
         self.encoder = Encoder(config)
         self.decoder = Decoder(config, config.decoder_layers, cross_attention=True)

@@ -16,6 +16,7 @@ from .lora import LoRALinear
 from .loss import linear_cross_entropy
 from .masks import causal_mask, combine_masks, padding_mask
 from .norm import LayerNorm, RMSNorm, layer_norm, rms_norm
+from .positional import PositionalAttention, Positioning
 from .quantized import QuantizedLinear
 from .rotary import RotaryEmbedding, Rotation
 
@@ -30,6 +31,8 @@ __all__ = [
     "Linear",
     "LoRALinear",
     "MultiHeadAttention",
+    "PositionalAttention",
+    "Positioning",
     "QuantizedLinear",
     "RMSNorm",
     "RotaryEmbedding",

@@ -6,9 +6,11 @@ import math
 from collections.abc import Callable
 from typing import Protocol
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..registry import Registry
 from .dropout import dropout
 from .linear import Linear
 from .masks import causal_mask, combine_masks
@@ -43,16 +45,24 @@ def masked_softmax(scores: Tensor, mask: Tensor | None) -> Tensor:
 
 
 def scaled_dot_product_attention(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropout_p: float = 0.0
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    bias: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """``softmax(q k^T / sqrt(d_k)) v``, written out; returns ``(output, weights)``.
+    """``softmax(q k^T / sqrt(d_k) + bias) v``, written out; returns ``(output, weights)``.
 
     ``q``: ``(..., q_len, d_k)``, ``k``: ``(..., k_len, d_k)``, ``v``: ``(..., k_len, d_v)``;
-    ``mask`` (True = may attend) broadcasts to ``(..., q_len, k_len)``. A query with nothing
-    to attend to gets all-zero weights and a zero output, never NaN. The weights returned
-    are those before dropout, so each row sums to one (or zero).
+    ``mask`` (True = may attend) and the additive score ``bias`` (a positional scheme's,
+    e.g. ALiBi) broadcast to ``(..., q_len, k_len)``. A query with nothing to attend to
+    gets all-zero weights and a zero output, never NaN. The weights returned are those
+    before dropout, so each row sums to one (or zero).
     """
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if bias is not None:
+        scores = scores + bias
     weights = masked_softmax(scores, mask)
     return dropout(weights, dropout_p) @ v, weights
 
@@ -64,6 +74,14 @@ def expand_kv_heads(k: Tensor, v: Tensor, n_heads: int) -> tuple[Tensor, Tensor]
     if groups == 1:
         return k, v
     return k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+
+
+def score_mask(bias: Tensor, mask: Tensor | None, dtype: torch.dtype) -> Tensor:
+    """The float ``attn_mask`` of PyTorch's fused attention that adds ``bias`` to the scores
+    and excludes the keys ``mask`` forbids (-inf); its CPU kernel gives a query whose
+    every key is -inf a zero output, as a boolean mask does."""
+    bias = bias.to(dtype)
+    return bias if mask is None else bias.masked_fill(~mask, float("-inf"))
 
 
 class MultiHeadAttention(nn.Module):
@@ -124,16 +142,18 @@ class MultiHeadAttention(nn.Module):
         cache: SelfAttentionCache | CrossAttentionCache | None = None,
         packing: Packing | None = None,
         rotation: Rotation | None = None,
+        bias: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """``x``: ``(batch, q_len, d_model)``; ``source``: the encoder output for
         cross-attention. ``is_causal`` adds a causal mask to ``mask`` (aligned to the last
         keys when a cache makes keys outnumber queries). With ``packing``, ``x`` and the
         output are the packed real tokens ``(tokens, d_model)`` of a padded batch. A
         ``rotation`` (rotary embeddings) turns the new queries and keys of self-attention by
-        their positions. Returns the output and, if ``need_weights``, the per-head weights
+        their positions; ``bias`` ``(batch or 1, heads, q_len, k_len)`` is added to the
+        scores (ALiBi). Returns the output and, if ``need_weights``, the per-head weights
         ``(batch, heads, q_len, k_len)``."""
         q, k, v = self.project(x, source, cache, packing, rotation)
-        out, weights = self.attend(q, k, v, mask, is_causal, need_weights)
+        out, weights = self.attend(q, k, v, mask, is_causal, need_weights, bias)
         out = self.merge_heads(out)
         return self.out_proj(out if packing is None else packing.pack(out)), weights
 
@@ -200,10 +220,12 @@ class MultiHeadAttention(nn.Module):
         mask: Tensor | None = None,
         is_causal: bool = False,
         need_weights: bool = False,
+        bias: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
-        """Attention of all heads: written out when weights are wanted or when dropping
-        attention weights on the CPU, else PyTorch's fused kernel. Shared key/value heads are
-        repeated for their group of query heads (:func:`expand_kv_heads`).
+        """Attention of all heads, ``bias`` added to the scores: written out when weights
+        are wanted or when dropping attention weights on the CPU, else PyTorch's fused
+        kernel, the bias and the mask then one float mask (:func:`score_mask`). Shared
+        key/value heads are repeated for their group of query heads (:func:`expand_kv_heads`).
 
         This is the core. Decoding may give an instance an ``attend`` of its own, an
         instance attribute that shadows this method while it is installed (query rows that
@@ -213,12 +235,19 @@ class MultiHeadAttention(nn.Module):
         q_len, k_len = q.shape[-2], k.shape[-2]
         written_out = need_weights or (dropout_p > 0 and q.device.type == "cpu")
         is_causal = is_causal and q_len > 1  # one query, the last position, sees every key
-        if is_causal and (written_out or mask is not None or q_len != k_len):
+        if is_causal and (written_out or mask is not None or bias is not None or q_len != k_len):
             mask = combine_masks(mask, causal_mask(q_len, k_len, device=q.device))
             is_causal = False
         if written_out:
-            return scaled_dot_product_attention(q, k, v, mask, dropout_p)
+            return scaled_dot_product_attention(q, k, v, mask, dropout_p, bias)
+        attn_mask = mask if bias is None else score_mask(bias, mask, q.dtype)
         out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal
+            q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal
         )
         return out, None
+
+
+ATTENTIONS: Registry[Callable[..., MultiHeadAttention]] = Registry("attention")
+"""``ModelConfig.attention`` -> the attention of ``(d_model, n_heads, dropout, bias, cross,
+n_kv_heads, qkv_bias)``."""
+ATTENTIONS.add("multi_head", MultiHeadAttention)

@@ -8,7 +8,6 @@ import torch
 from torch import Tensor, nn
 
 from .dropout import Dropout
-from .norm import LayerNorm
 
 
 class TokenEmbedding(nn.Module):
@@ -119,36 +118,28 @@ class LearnedPositionalEmbedding(nn.Module):
 
 
 class Embedding(nn.Module):
-    """Token embedding plus positional encoding, with dropout on the sum (paper sec. 5.4).
-    With ``positional="rotary"`` no positions are added: the attention layers rotate
-    queries and keys instead (:mod:`.rotary`).
+    """Token embeddings plus the vectors of a positional scheme that adds them (none when
+    the scheme positions attention instead, as rotary embeddings do), with dropout on the
+    sum (paper sec. 5.4).
 
-    With ``n_segments > 0`` a learned segment embedding is added too (BERT's token types:
-    which sentence of a pair a token belongs to). A ``norm`` (BERT's LayerNorm) applies to
-    the sum before the dropout.
+    ``segments``: a learned segment embedding added too (BERT's token types: which sentence
+    of a pair a token belongs to). A ``norm`` (BERT's LayerNorm) applies to the sum before
+    the dropout.
     """
 
     def __init__(
         self,
-        vocab_size: int,
-        d_model: int,
-        max_len: int = 512,
+        tokens: TokenEmbedding,
+        positions: nn.Module | None = None,
+        *,
+        segments: TokenEmbedding | None = None,
+        norm: nn.Module | None = None,
         dropout: float = 0.0,
-        positional: str = "sinusoidal",
-        scale: bool = True,
-        n_segments: int = 0,
-        norm: LayerNorm | None = None,
     ) -> None:
         super().__init__()
-        self.tokens = TokenEmbedding(vocab_size, d_model, scale=scale)
-        self.segments = TokenEmbedding(n_segments, d_model, scale=False) if n_segments else None
-        self.positions: nn.Module | None = None  # rotary: attention rotates queries and keys
-        if positional == "sinusoidal":
-            self.positions = SinusoidalPositionalEncoding(d_model)
-        elif positional == "learned":
-            self.positions = LearnedPositionalEmbedding(d_model, max_len)
-        elif positional != "rotary":
-            raise ValueError(f"positional={positional!r} must be sinusoidal, learned or rotary")
+        self.tokens = tokens
+        self.segments = segments
+        self.positions = positions
         self.norm = norm
         self.dropout = Dropout(dropout)
 

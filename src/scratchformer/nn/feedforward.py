@@ -3,20 +3,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
+
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..registry import Registry
 from .dropout import Dropout
 from .linear import Linear
 
-ACTIVATIONS = {
-    "relu": F.relu,
-    "gelu": F.gelu,
-    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
-    "silu": F.silu,
-}
-"""Name -> function; the names are ``config.ACTIVATIONS`` (``nn`` imports nothing from the
-package)."""
+ACTIVATIONS: Registry[Callable[[Tensor], Tensor]] = Registry("activation")
+"""``ModelConfig.activation`` -> the function."""
+ACTIVATIONS.add("relu", F.relu)
+ACTIVATIONS.add("gelu", F.gelu)
+ACTIVATIONS.add("gelu_tanh", partial(F.gelu, approximate="tanh"))
+ACTIVATIONS.add("silu", F.silu)
 
 
 class FeedForward(nn.Module):
@@ -39,16 +41,21 @@ class FeedForward(nn.Module):
         gated: bool = False,
     ) -> None:
         super().__init__()
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"activation={activation!r} must be one of {', '.join(ACTIVATIONS)}")
-        self.activation = activation
+        self.activation = ACTIVATIONS[activation]
         self.w1 = Linear(d_model, d_ff, bias=bias)
         self.w2 = Linear(d_ff, d_model, bias=bias)
         self.w3 = Linear(d_model, d_ff, bias=bias) if gated else None
         self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
-        h = ACTIVATIONS[self.activation](self.w1(x))
+        h = self.activation(self.w1(x))
         if self.w3 is not None:
             h = h * self.w3(x)
         return self.w2(self.dropout(h))
+
+
+FEED_FORWARDS: Registry[Callable[..., FeedForward]] = Registry("feed_forward")
+"""``ModelConfig.feed_forward`` -> the network of ``(d_model, d_ff, dropout, activation,
+bias)``."""
+FEED_FORWARDS.add("plain", FeedForward)
+FEED_FORWARDS.add("gated", partial(FeedForward, gated=True))

@@ -1,5 +1,6 @@
-"""Encoder and decoder layers: sub-layers wrapped in dropout, a residual connection and
-LayerNorm (paper sec. 3.1, 5.4), or RMSNorm (``norm="rms"``, Llama).
+"""Encoder and decoder layers: sub-layers wrapped in dropout, a residual connection and a
+norm (paper sec. 3.1, 5.4). A layer is given its attention and feed-forward modules and a
+factory of its norms (LayerNorm, RMSNorm, ...), so that it knows none of their kinds.
 
 Post-LN, as in the paper: ``x = norm(x + dropout(sublayer(x)))``.
 Pre-LN (``norm_first=True``), which trains deep stacks without warm-up tricks:
@@ -8,72 +9,57 @@ Pre-LN (``norm_first=True``), which trains deep stacks without warm-up tricks:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from torch import Tensor, nn
 
 from .attention import CrossAttentionCache, MultiHeadAttention, SelfAttentionCache
 from .dropout import Dropout
-from .feedforward import FeedForward
-from .norm import LayerNorm, centred_norm
 from .packing import Packing
-from .rotary import Rotation
+from .positional import Positioning
+
+Norm = Callable[[], nn.Module]
+"""Makes one norm of the layer's width, e.g. ``partial(LayerNorm, d_model)``."""
 
 
-class ResidualNorm(LayerNorm):
-    """The LayerNorm (or RMSNorm: ``centred=False``) of a sub-layer with the sub-layer's
-    dropout and residual connection,
-    post-LN or pre-LN: the sub-layer reads :meth:`sublayer_input` of ``x``, and
-    :meth:`residual` adds its output back. Its parameters are the norm's alone, so that a
-    layer's ``*_norm.weight`` and ``*_norm.bias`` name them."""
+class Residual(nn.Module):
+    """The residual connections of a layer's sub-layers, post-LN or pre-LN, with dropout on
+    each sub-layer's output: the sub-layer reads :meth:`sublayer_input` of ``x``, and
+    :meth:`residual` adds its output back. Each sub-layer's norm is the layer's own
+    attribute (``self_attn_norm``, ...), so that checkpoints name its parameters so."""
 
-    def __init__(
-        self,
-        d_model: int,
-        dropout: float = 0.1,
-        norm_first: bool = False,
-        eps: float = 1e-5,
-        bias: bool = True,
-        centred: bool = True,
-    ) -> None:
-        super().__init__(d_model, eps, bias, centred)
+    def __init__(self, dropout: float, norm_first: bool) -> None:
+        super().__init__()
         self.norm_first = norm_first
         self.dropout = Dropout(dropout)
 
-    def sublayer_input(self, x: Tensor) -> Tensor:
+    def sublayer_input(self, x: Tensor, norm: nn.Module) -> Tensor:
         """``norm(x)`` with pre-LN, else ``x``."""
-        return self(x) if self.norm_first else x
+        return norm(x) if self.norm_first else x
 
-    def residual(self, x: Tensor, sublayer_output: Tensor) -> Tensor:
+    def residual(self, x: Tensor, sublayer_output: Tensor, norm: nn.Module) -> Tensor:
         """``x + dropout(sublayer_output)``, normalised with post-LN."""
         x = x + self.dropout(sublayer_output)
-        return x if self.norm_first else self(x)
+        return x if self.norm_first else norm(x)
 
 
-class EncoderLayer(nn.Module):
+class EncoderLayer(Residual):
     """Self-attention, then the position-wise feed-forward network."""
 
     def __init__(
         self,
-        d_model: int,
-        n_heads: int,
-        d_ff: int,
+        self_attn: MultiHeadAttention,
+        feed_forward: nn.Module,
+        norm: Norm,
+        *,
         dropout: float = 0.1,
-        attention_dropout: float = 0.0,
-        activation: str = "relu",
         norm_first: bool = False,
-        eps: float = 1e-5,
-        bias: bool = True,
-        n_kv_heads: int | None = None,
-        qkv_bias: bool | None = None,
-        gated: bool = False,
-        norm: str = "layer",
     ) -> None:
-        super().__init__()
-        attention = {"n_kv_heads": n_kv_heads, "qkv_bias": qkv_bias}
-        residual = (d_model, dropout, norm_first, eps, bias, centred_norm(norm))
-        self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout, bias, **attention)
-        self.self_attn_norm = ResidualNorm(*residual)
-        self.feed_forward = FeedForward(d_model, d_ff, dropout, activation, bias, gated)
-        self.feed_forward_norm = ResidualNorm(*residual)
+        super().__init__(dropout, norm_first)
+        self.self_attn = self_attn
+        self.self_attn_norm = norm()
+        self.feed_forward = feed_forward
+        self.feed_forward_norm = norm()
 
     def forward(
         self,
@@ -82,63 +68,51 @@ class EncoderLayer(nn.Module):
         is_causal: bool = False,
         need_weights: bool = False,
         packing: Packing | None = None,
-        rotation: Rotation | None = None,
+        positioning: Positioning | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """``x``: ``(batch, len, d_model)``, or with ``packing`` the packed real tokens
-        ``(tokens, d_model)``; ``mask``: True = may attend; ``rotation`` rotates queries and
-        keys (rotary embeddings). Returns the new ``x`` and, if ``need_weights``, the
-        attention weights ``(batch, heads, len, len)``."""
+        ``(tokens, d_model)``; ``mask``: True = may attend; ``positioning``: the positional
+        scheme's rotation and score bias. Returns the new ``x`` and, if ``need_weights``,
+        the attention weights ``(batch, heads, len, len)``."""
+        rotation, bias = positioning or Positioning()
         h, weights = self.self_attn(
-            self.self_attn_norm.sublayer_input(x),
+            self.sublayer_input(x, self.self_attn_norm),
             mask=mask,
             is_causal=is_causal,
             need_weights=need_weights,
             packing=packing,
             rotation=rotation,
+            bias=bias,
         )
-        x = self.self_attn_norm.residual(x, h)
-        h = self.feed_forward(self.feed_forward_norm.sublayer_input(x))
-        return self.feed_forward_norm.residual(x, h), weights
+        x = self.residual(x, h, self.self_attn_norm)
+        h = self.feed_forward(self.sublayer_input(x, self.feed_forward_norm))
+        return self.residual(x, h, self.feed_forward_norm), weights
 
 
-class DecoderLayer(nn.Module):
+class DecoderLayer(Residual):
     """Masked self-attention, cross-attention (queries from the decoder, keys and values
-    from the encoder output), then the feed-forward network. With ``cross_attention=False``
-    it is the block of a decoder-only (GPT-style) language model."""
+    from the encoder output), then the feed-forward network. Without ``cross_attn`` it is
+    the block of a decoder-only (GPT-style) language model."""
 
     def __init__(
         self,
-        d_model: int,
-        n_heads: int,
-        d_ff: int,
+        self_attn: MultiHeadAttention,
+        cross_attn: MultiHeadAttention | None,
+        feed_forward: nn.Module,
+        norm: Norm,
+        *,
         dropout: float = 0.1,
-        attention_dropout: float = 0.0,
-        activation: str = "relu",
         norm_first: bool = False,
-        eps: float = 1e-5,
-        bias: bool = True,
-        n_kv_heads: int | None = None,
-        qkv_bias: bool | None = None,
-        gated: bool = False,
-        norm: str = "layer",
-        cross_attention: bool = True,
     ) -> None:
-        super().__init__()
-        attention = {"n_kv_heads": n_kv_heads, "qkv_bias": qkv_bias}
-        residual = (d_model, dropout, norm_first, eps, bias, centred_norm(norm))
-        self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout, bias, **attention)
-        self.self_attn_norm = ResidualNorm(*residual)
-        self.feed_forward = FeedForward(d_model, d_ff, dropout, activation, bias, gated)
-        self.feed_forward_norm = ResidualNorm(*residual)
+        super().__init__(dropout, norm_first)
+        self.self_attn = self_attn
+        self.self_attn_norm = norm()
+        self.feed_forward = feed_forward
+        self.feed_forward_norm = norm()
         # cross-attention comes last in the parameter order (and the initialisation's
         # random draws), which checkpoints' optimizer states follow
-        self.cross_attn: MultiHeadAttention | None = None
-        self.cross_attn_norm: ResidualNorm | None = None
-        if cross_attention:
-            self.cross_attn = MultiHeadAttention(
-                d_model, n_heads, attention_dropout, bias, cross=True, **attention
-            )
-            self.cross_attn_norm = ResidualNorm(*residual)
+        self.cross_attn = cross_attn
+        self.cross_attn_norm = None if cross_attn is None else norm()
 
     def forward(
         self,
@@ -150,33 +124,35 @@ class DecoderLayer(nn.Module):
         need_weights: bool = False,
         self_cache: SelfAttentionCache | None = None,
         cross_cache: CrossAttentionCache | None = None,
-        rotation: Rotation | None = None,
+        positioning: Positioning | None = None,
     ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """``memory``: the encoder output ``(batch, src_len, d_model)``; ``self_mask`` and
         ``memory_mask`` mask target and source keys; the caches keep keys and values for
-        incremental decoding; ``rotation`` rotates self-attention's queries and keys (rotary
-        embeddings). Returns the new ``x`` and, if asked, the self- and cross-attention
-        weights."""
+        incremental decoding; ``positioning``: the positional scheme's rotation and score
+        bias for self-attention. Returns the new ``x`` and, if asked, the self- and
+        cross-attention weights."""
+        rotation, bias = positioning or Positioning()
         h, self_weights = self.self_attn(
-            self.self_attn_norm.sublayer_input(x),
+            self.sublayer_input(x, self.self_attn_norm),
             mask=self_mask,
             is_causal=is_causal,
             need_weights=need_weights,
             cache=self_cache,
             rotation=rotation,
+            bias=bias,
         )
-        x = self.self_attn_norm.residual(x, h)
+        x = self.residual(x, h, self.self_attn_norm)
         cross_weights = None
         if self.cross_attn is not None and self.cross_attn_norm is not None:
             if memory is None:
                 raise ValueError("this decoder layer has cross-attention and needs `memory`")
             h, cross_weights = self.cross_attn(
-                self.cross_attn_norm.sublayer_input(x),
+                self.sublayer_input(x, self.cross_attn_norm),
                 memory,
                 mask=memory_mask,
                 need_weights=need_weights,
                 cache=cross_cache,
             )
-            x = self.cross_attn_norm.residual(x, h)
-        h = self.feed_forward(self.feed_forward_norm.sublayer_input(x))
-        return self.feed_forward_norm.residual(x, h), self_weights, cross_weights
+            x = self.residual(x, h, self.cross_attn_norm)
+        h = self.feed_forward(self.sublayer_input(x, self.feed_forward_norm))
+        return self.residual(x, h, self.feed_forward_norm), self_weights, cross_weights

@@ -3,9 +3,13 @@ simplification RMSNorm (Zhang and Sennrich, 2019), as Llama uses it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from ..registry import Registry
 
 
 def layer_norm(x: Tensor, weight: Tensor, bias: Tensor | None, eps: float = 1e-5) -> Tensor:
@@ -27,17 +31,6 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float = 1e-6) -> Tensor:
     x32 = x.float()
     y = x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + eps)
     return y.to(x.dtype) * weight
-
-
-NORMS = ("layer", "rms")
-"""The norms by name; ``config.NORMS``."""
-
-
-def centred_norm(norm: str) -> bool:
-    """Whether the norm named ``norm`` re-centres: ``layer`` (LayerNorm) does, ``rms`` not."""
-    if norm not in NORMS:
-        raise ValueError(f"norm={norm!r} must be one of {', '.join(NORMS)}")
-    return norm == "layer"
 
 
 class LayerNorm(nn.Module):
@@ -75,3 +68,9 @@ class RMSNorm(LayerNorm):
 
     def __init__(self, d_model: int, eps: float = 1e-6) -> None:
         super().__init__(d_model, eps, bias=False, centred=False)
+
+
+NORMS: Registry[Callable[[int, float, bool], LayerNorm]] = Registry("norm")
+"""``ModelConfig.norm`` -> the norm of a width, eps and bias setting (RMSNorm has no bias)."""
+NORMS.add("layer", LayerNorm)
+NORMS.add("rms", lambda d_model, eps, bias: RMSNorm(d_model, eps))

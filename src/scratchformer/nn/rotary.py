@@ -16,13 +16,16 @@ frequencies so that a model reads contexts longer than those it was trained on.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
 
+from ..registry import Registry
 from .embedding import inverse_frequencies
+from .positional import Positioning
 
 
 class Rotation(NamedTuple):
@@ -37,10 +40,6 @@ class Rotation(NamedTuple):
         x1, x2 = x.chunk(2, dim=-1)
         cos, sin = self.cos.to(x.dtype), self.sin.to(x.dtype)
         return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
-
-
-SCALINGS = ("linear", "llama3")
-"""The kinds of :class:`RopeScaling`; ``config.ROPE_SCALINGS``."""
 
 
 @dataclass(frozen=True)
@@ -58,26 +57,37 @@ class RopeScaling:
     original_max_len: int = 8192
 
     def __post_init__(self) -> None:
-        if self.kind not in SCALINGS:
-            raise ValueError(f"rope_scaling={self.kind!r} must be one of {', '.join(SCALINGS)}")
+        ROPE_SCALINGS.check(self.kind)
 
     def apply(self, inv_freq: Tensor) -> Tensor:
         """The scaled inverse frequencies."""
-        slow = inv_freq / self.factor
-        if self.kind == "linear":
-            return slow
-        wavelength = 2 * math.pi / inv_freq
-        # 0 at the longest wavelength that is scaled, 1 at the shortest that is kept
-        kept = (self.original_max_len / wavelength - self.low_freq_factor) / (
-            self.high_freq_factor - self.low_freq_factor
-        )
-        return torch.lerp(slow, inv_freq, kept.clamp(0.0, 1.0))
+        return ROPE_SCALINGS[self.kind](inv_freq, self)
+
+
+ROPE_SCALINGS: Registry[Callable[[Tensor, RopeScaling], Tensor]] = Registry("rope_scaling")
+"""``ModelConfig.rope_scaling`` -> how it scales the inverse frequencies."""
+
+
+@ROPE_SCALINGS.register("linear")
+def linear_scaling(inv_freq: Tensor, scaling: RopeScaling) -> Tensor:
+    return inv_freq / scaling.factor
+
+
+@ROPE_SCALINGS.register("llama3")
+def llama3_scaling(inv_freq: Tensor, scaling: RopeScaling) -> Tensor:
+    wavelength = 2 * math.pi / inv_freq
+    # 0 at the longest wavelength that is scaled, 1 at the shortest that is kept
+    kept = (scaling.original_max_len / wavelength - scaling.low_freq_factor) / (
+        scaling.high_freq_factor - scaling.low_freq_factor
+    )
+    return torch.lerp(inv_freq / scaling.factor, inv_freq, kept.clamp(0.0, 1.0))
 
 
 class RotaryEmbedding(nn.Module):
     """The rotation of each position: dimension pair ``i`` turns by ``position * base^(-2i /
     d_head)`` radians (frequencies scaled by ``scaling``, if given). The inverse
-    frequencies are a non-persistent buffer (a function of the shape, not a weight)."""
+    frequencies are a non-persistent buffer (a function of the shape, not a weight). A
+    :class:`~.positional.PositionalAttention`."""
 
     def __init__(
         self, d_head: int, base: float = 10000.0, scaling: RopeScaling | None = None
@@ -94,3 +104,7 @@ class RotaryEmbedding(nn.Module):
         angles = positions.to(self.inv_freq.dtype)[..., None] * self.inv_freq
         angles = angles.expand(1, *angles.shape) if angles.dim() == 2 else angles
         return Rotation(angles.cos()[:, None], angles.sin()[:, None])
+
+    def positioning(self, positions: Tensor, k_len: int) -> Positioning:
+        """The rotation of the queries at ``positions`` (the cache rotated earlier keys)."""
+        return Positioning(rotation=self(positions))

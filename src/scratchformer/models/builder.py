@@ -1,0 +1,105 @@
+"""A model's parts from its :class:`~scratchformer.config.ModelConfig`: the config's names
+are looked up in the registries beside the parts (attention, norms, feed-forward networks,
+positional schemes, heads), so that a new kind of part is its module and its entry, and
+nothing here changes.
+
+The parts are made in the order of the modules that hold them, which is the order of
+their parameters and of the initialisation's random draws (checkpoints and seeded runs
+depend on it).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+from torch import nn
+
+from ..config import ModelConfig
+from ..nn import DecoderLayer, Embedding, EncoderLayer, MultiHeadAttention, TokenEmbedding
+from ..nn.attention import ATTENTIONS
+from ..nn.feedforward import FEED_FORWARDS
+from ..nn.norm import NORMS
+from ..nn.positional import PositionalAttention
+from .heads import HEADS
+from .positional import POSITIONALS
+
+
+def norm(config: ModelConfig) -> nn.Module:
+    """The norm that ``config.norm`` names, of the config's width, eps and bias."""
+    return NORMS[config.norm](config.d_model, config.layer_norm_eps, config.bias)
+
+
+def final_norm(config: ModelConfig) -> nn.Module | None:
+    """The norm after a stack's last layer, if the config asks for one."""
+    return norm(config) if config.use_final_norm else None
+
+
+def attention(config: ModelConfig, cross: bool = False) -> MultiHeadAttention:
+    """Self-attention, or cross-attention to the encoder output."""
+    return ATTENTIONS[config.attention](
+        config.d_model,
+        config.n_heads,
+        config.attention_dropout,
+        config.bias,
+        cross=cross,
+        n_kv_heads=config.n_kv_heads,
+        qkv_bias=config.qkv_bias,
+    )
+
+
+def feed_forward(config: ModelConfig) -> nn.Module:
+    """The feed-forward network, plain or gated."""
+    make = FEED_FORWARDS[config.feed_forward]
+    return make(config.d_model, config.d_ff, config.dropout, config.activation, config.bias)
+
+
+def encoder_layer(config: ModelConfig) -> EncoderLayer:
+    """Self-attention and feed-forward, each in a residual connection with its norm."""
+    return EncoderLayer(
+        attention(config),
+        feed_forward(config),
+        partial(norm, config),
+        dropout=config.dropout,
+        norm_first=config.norm_first,
+    )
+
+
+def decoder_layer(config: ModelConfig, cross_attention: bool) -> DecoderLayer:
+    """Causal self-attention, cross-attention (if asked) and feed-forward."""
+    self_attn, ff = attention(config), feed_forward(config)
+    return DecoderLayer(
+        self_attn,
+        attention(config, cross=True) if cross_attention else None,
+        ff,
+        partial(norm, config),
+        dropout=config.dropout,
+        norm_first=config.norm_first,
+    )
+
+
+def embedding(config: ModelConfig, vocab_size: int) -> Embedding:
+    """Token (and segment) embeddings with the positions of the config's scheme, if it
+    adds any, and BERT's norm if ``config.embedding_norm``."""
+    tokens = TokenEmbedding(vocab_size, config.d_model, scale=config.scale_embedding)
+    segments = None
+    if config.type_vocab_size:
+        segments = TokenEmbedding(config.type_vocab_size, config.d_model, scale=False)
+    added = POSITIONALS[config.positional].added
+    return Embedding(
+        tokens,
+        None if added is None else added(config),
+        segments=segments,
+        norm=norm(config) if config.embedding_norm else None,
+        dropout=config.dropout,
+    )
+
+
+def positional_attention(config: ModelConfig) -> PositionalAttention | None:
+    """What positions a stack's self-attention, if the config's scheme does."""
+    make = POSITIONALS[config.positional].attention
+    return None if make is None else make(config)
+
+
+def head(config: ModelConfig) -> nn.Module | None:
+    """The encoder's head that ``config.head`` names, if any."""
+    return None if config.head is None else HEADS[config.head](config)

@@ -1,0 +1,56 @@
+import pytest
+
+from scratchformer import config, models, registry
+from scratchformer.config import ModelConfig
+from scratchformer.nn.attention import ATTENTIONS
+from scratchformer.nn.feedforward import ACTIVATIONS, FEED_FORWARDS
+from scratchformer.nn.norm import NORMS
+from scratchformer.nn.rotary import ROPE_SCALINGS
+from scratchformer.registry import Registry
+
+REGISTRIES = [
+    models.MODELS,
+    ATTENTIONS,
+    ACTIVATIONS,
+    FEED_FORWARDS,
+    NORMS,
+    ROPE_SCALINGS,
+    models.POSITIONALS,
+    models.HEADS,
+]
+
+
+def test_every_declared_name_is_registered() -> None:
+    """The names a config accepts are those the model's parts implement, no more, no less."""
+    assert sorted(r.field for r in REGISTRIES) == sorted(registry.DECLARED)
+    for found in REGISTRIES:
+        assert tuple(found) == registry.DECLARED[found.field], found.field
+
+
+def test_config_validates_against_the_declared_names() -> None:
+    fields = ("arch", "attention", "activation", "norm", "positional", "rope_scaling", "head")
+    for field in fields:
+        with pytest.raises(ValueError, match=f"{field}='nonesuch' must be one of"):
+            ModelConfig(**{field: "nonesuch"})
+    assert config.NORMS is registry.NORMS
+
+
+def test_undeclared_names_cannot_be_registered() -> None:
+    norms: Registry[int] = Registry("norm")
+    norms.add("layer", 1)
+    with pytest.raises(ValueError, match="norm='batch' is not declared"):
+        norms.add("batch", 2)
+    with pytest.raises(ValueError, match="registered twice"):
+        norms.add("layer", 3)
+    with pytest.raises(ValueError, match="no names are declared for 'colour'"):
+        Registry("colour")
+
+
+def test_unknown_and_unregistered_names_are_errors_naming_the_field() -> None:
+    norms: Registry[int] = Registry("norm")
+    norms.add("rms", 1)
+    assert norms["rms"] == 1 and list(norms) == ["rms"]
+    with pytest.raises(ValueError, match="norm='layer' must be one of rms"):
+        norms["layer"]  # declared, not registered
+    with pytest.raises(ValueError, match="positional='xpos' must be one of sinusoidal"):
+        models.POSITIONALS["xpos"]
