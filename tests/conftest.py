@@ -1,7 +1,8 @@
 """Shared test set-up.
 
 Tests run tiny models, for which one thread is fastest: with two, OpenMP's hand-offs cost
-more than the work and a busy machine makes them much slower still.
+more than the work and a busy machine makes them much slower still. ``make test`` runs
+them in one process a core (pytest-xdist), so each process keeps to one thread.
 """
 
 import os
