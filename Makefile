@@ -18,8 +18,8 @@ demo: $(STAMP)
 	$(BIN)/scratchformer demo --out runs/demo --overwrite
 
 # One worker a core (pytest-xdist). worksteal hands each worker a contiguous half of the
-# tests (a file's module fixtures are built once) and lets an idle worker take tests from
-# the end of the other's share. pytest exits 5 when it collects no tests; that is not a
+# tests (so a file's module fixtures are mostly built once) and lets an idle worker take tests
+# from the end of the other's share. pytest exits 5 when it collects no tests; that is not a
 # failure of the code.
 test: $(STAMP)
 	$(BIN)/python -m pytest -n auto --dist worksteal; status=$$?; \
