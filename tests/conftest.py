@@ -1,14 +1,19 @@
 """Shared test set-up.
 
 Tests run tiny models, for which one thread is fastest: with two, OpenMP's hand-offs cost
-more than the work and a busy machine makes them much slower still.
+more than the work and a busy machine makes them much slower still. ``make test`` runs
+them in one process a core (pytest-xdist), so each process keeps to one thread.
 """
 
 import os
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
+
+from helpers import FAULTS_PROPERTY
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -29,3 +34,29 @@ def data_dir() -> Path:
         pytest.skip(f"datasets not found at {path}; set SCRATCHFORMER_DATA")
     os.environ["SCRATCHFORMER_DATA"] = str(path)
     return path
+
+
+INJECTED: Counter[str] = Counter()
+SURVIVED: Counter[str] = Counter()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Tallies the faults that a fault-injection test reported (``tests/faults``), in this
+    process or, with pytest-xdist, from a worker's report."""
+    if report.when != "teardown":
+        return
+    for name, counts in report.user_properties:
+        if name == FAULTS_PROPERTY:
+            for kind, (injected, survived) in counts.items():
+                INJECTED[kind] += injected
+                SURVIVED[kind] += survived
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not INJECTED:
+        return
+    terminalreporter.section("faults injected / survived")
+    for kind, count in sorted(INJECTED.items()):
+        terminalreporter.write_line(f"{kind:<52} {count:>3} / {SURVIVED[kind]}")
+    total = sum(INJECTED.values())
+    terminalreporter.write_line(f"{'all':<52} {total:>3} / {sum(SURVIVED.values())}")

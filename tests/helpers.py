@@ -12,6 +12,10 @@ import torch
 from scratchformer import ModelConfig, build_model
 from scratchformer.cli import main
 
+FAULTS_PROPERTY = "faults"
+"""The user property in which a fault-injection test reports, by kind, the faults it
+injected and survived (``{kind: [injected, survived]}``), tallied in ``conftest.py``."""
+
 
 def set_options(settings: Iterable[str]) -> list[str]:
     """``["a.b=1", "c.d=2"]`` -> ``["--set", "a.b=1", "--set", "c.d=2"]``."""

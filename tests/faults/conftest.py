@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from faults.harness import INJECTED, SURVIVED, Training, outcome
+from helpers import FAULTS_PROPERTY
 
 
 class Reference:
@@ -38,11 +39,14 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Reference]:
     reference.training.finish()
 
 
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if not INJECTED:
-        return
-    terminalreporter.section("faults injected / survived")
-    for kind, count in sorted(INJECTED.items()):
-        terminalreporter.write_line(f"{kind:<52} {count:>3} / {SURVIVED[kind]}")
-    total = sum(INJECTED.values())
-    terminalreporter.write_line(f"{'all':<52} {total:>3} / {sum(SURVIVED.values())}")
+@pytest.fixture(autouse=True)
+def _report_faults(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Puts the faults this test injected and survived in its report, from which the tally
+    is printed (``tests/conftest.py``) whichever process ran the test."""
+    injected, survived = INJECTED.copy(), SURVIVED.copy()
+    yield
+    counts = {
+        kind: [INJECTED[kind] - injected[kind], SURVIVED[kind] - survived[kind]]
+        for kind in INJECTED - injected
+    }
+    request.node.user_properties.append((FAULTS_PROPERTY, counts))

@@ -1,6 +1,7 @@
 """What the fault-injection tests share: the tiny run they break, run as the command line
 or in this process; the checks that a broken run recovered as if nothing had happened; and
-the tally of faults injected and survived (printed by this folder's conftest)."""
+the count of faults injected and survived (each test reports its own; tests/conftest.py
+prints the tally)."""
 
 from __future__ import annotations
 

@@ -26,10 +26,24 @@ def prompt_and_step_logits(model: torch.nn.Module, cache_of: torch.nn.Module) ->
     return torch.cat([prompt, step], dim=1)
 
 
-@pytest.mark.parametrize("positional", ["learned", "rotary"])
-def test_compiled_decoding_gives_the_eager_logits_and_tokens(positional: str) -> None:
-    model = tiny_lm(positional)
-    compiled = CompiledLM(model)
+POSITIONS = ("learned", "rotary")
+
+
+@pytest.fixture(scope="module")
+def compiled_lms() -> dict[str, tuple[torch.nn.Module, CompiledLM]]:
+    """A tiny LM of each kind of ``POSITIONS`` (made from seed 0) and its ``CompiledLM``,
+    shared by this file's tests: compiling the graphs is most of a test's time."""
+    models = {}
+    for positional in POSITIONS:
+        with torch.random.fork_rng():
+            torch.manual_seed(0)
+            models[positional] = tiny_lm(positional)
+    return {name: (model, CompiledLM(model)) for name, model in models.items()}
+
+
+@pytest.mark.parametrize("positional", POSITIONS)
+def test_compiled_decoding_gives_the_eager_logits_and_tokens(positional: str, compiled_lms) -> None:
+    model, compiled = compiled_lms[positional]
     torch.testing.assert_close(
         prompt_and_step_logits(compiled, model),
         prompt_and_step_logits(model, model),
@@ -49,13 +63,15 @@ def test_compiled_sinusoidal_positions_go_past_max_len_as_eager_ones_do() -> Non
     assert compiled == generate(model, PROMPTS, max_new_tokens=40, greedy=True)
 
 
-def test_two_compiled_models_of_one_shape_each_decode_as_themselves() -> None:
-    """Their weights are frozen into their own graphs: the second must not reuse the first's."""
+def test_two_compiled_models_of_one_shape_each_decode_as_themselves(compiled_lms) -> None:
+    """Their weights are frozen into their own graphs: the second must not reuse the first's
+    (the first is this file's shared model, whose graphs the first test to decode compiles)."""
+    first, first_compiled = compiled_lms["learned"]
     torch.manual_seed(1)
-    first, second = tiny_lm(), tiny_lm()
+    second = tiny_lm()
     expected = [generate(m, PROMPTS, max_new_tokens=8, greedy=True) for m in (first, second)]
     assert expected[0] != expected[1]
-    compiled = [CompiledLM(first), CompiledLM(second)]
+    compiled = [first_compiled, CompiledLM(second)]
     assert [generate(c, PROMPTS, max_new_tokens=8, greedy=True) for c in compiled] == expected
 
 
