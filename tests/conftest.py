@@ -3,6 +3,13 @@
 Tests run tiny models, for which one thread is fastest: with two, OpenMP's hand-offs cost
 more than the work and a busy machine makes them much slower still. ``make test`` runs
 them in one process a core (pytest-xdist), so each process keeps to one thread.
+
+Compiled models pick their products among ATen's GEMMs only: with Inductor's C++ GEMM
+templates too, autotuning compiles and times a C++ kernel for every shape, tens of seconds
+each on a fresh machine, which would make the compiled tests most of the suite's time. The
+tests hold what the compiled paths compute (equal to eager, the graphs, the patterns
+matched); the benchmarks run them fully autotuned and check their outputs too. The
+setting is in the environment, so that commands the tests start inherit it.
 """
 
 import os
@@ -18,6 +25,7 @@ from helpers import FAULTS_PROPERTY
 REPO = Path(__file__).resolve().parents[1]
 
 torch.set_num_threads(1)
+os.environ.setdefault("TORCHINDUCTOR_MAX_AUTOTUNE_GEMM_BACKENDS", "ATEN")
 
 
 @pytest.fixture(autouse=True)
