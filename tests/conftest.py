@@ -8,8 +8,10 @@ Compiled models pick their products among ATen's GEMMs only: with Inductor's C++
 templates too, autotuning compiles and times a C++ kernel for every shape, tens of seconds
 each on a fresh machine, which would make the compiled tests most of the suite's time. The
 tests hold what the compiled paths compute (equal to eager, the graphs, the patterns
-matched); the benchmarks run them fully autotuned and check their outputs too. The
-setting is in the environment, so that commands the tests start inherit it.
+matched); the benchmarks run them fully autotuned and check their outputs too. Each
+worker compiles in its own process (one compile thread): the workers already keep every
+core busy, and a pool of compile processes a worker would only add their start-up. The
+settings are in the environment, so that commands the tests start inherit them.
 """
 
 import os
@@ -26,6 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 torch.set_num_threads(1)
 os.environ.setdefault("TORCHINDUCTOR_MAX_AUTOTUNE_GEMM_BACKENDS", "ATEN")
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
 
 @pytest.fixture(autouse=True)
