@@ -108,7 +108,7 @@ path.open(encoding="utf-8")
 os.open(path, os.O_RDONLY)
 json.dumps(obj)
 values.copy()
-torch.load(path)
+torch.load(path, weights_only=True)
 """
 
 
