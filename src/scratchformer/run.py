@@ -22,7 +22,7 @@ from .interop.peft import save_adapter
 from .tasks import Task, build_task
 from .training.checkpoint import STEP_DIR, latest_checkpoint
 from .training.distributed import setup
-from .training.initialisation import checkpoint_dir, copy_pretrained, new_model, run_model
+from .training.initialisation import copy_pretrained, new_model
 from .training.interrupt import StopSignals
 from .training.lora import apply_lora, is_adapted, merge_lora
 from .training.rundir import (
@@ -33,6 +33,8 @@ from .training.rundir import (
     is_run,
     load_run,
     open_task,
+    pretrained,
+    run_model,
     saved_quantization,
     write_run,
     write_run_info,
@@ -53,17 +55,15 @@ def start_run(recipe: Recipe, run_dir: Path) -> tuple[Task, nn.Module]:
     ``train.seed``, with the pretrained weights of ``model.init_from`` when there is one,
     adapted as ``train.lora_*`` say."""
     task = build_task(recipe)
-    pretrained = None
+    start = None
     if recipe.model.init_from is not None:
-        pretrained, task.pretrained_tokenizer = from_pretrained(
-            checkpoint_dir(recipe.model.init_from)
-        )
+        start, task.pretrained_tokenizer = pretrained(recipe.model.init_from)
     task.prepare()
-    recipe.model = task.model_config(None if pretrained is None else pretrained.config)
+    recipe.model = task.model_config(None if start is None else start.config)
     write_run(run_dir, recipe, task.tokenizers)
     model = new_model(recipe)
-    if pretrained is not None:
-        copy_pretrained(model, pretrained, recipe.model.init_from)
+    if start is not None:
+        copy_pretrained(model, start, recipe.model.init_from)
     return task, apply_lora(model, recipe.train)
 
 
@@ -110,7 +110,7 @@ def train(
                 raise ValueError("rank 0 could not start the run (its error says why)")
             if resume or not dist.is_main:  # the recipe and tokenizers that rank 0 wrote
                 task, saved = open_task(run_dir, list(overrides) if resume else [])
-                model = run_model(saved, pretrained=not resume)
+                model = run_model(saved, pretrained_weights=not resume)
             if resume:
                 _check_same_task(_recipe_of(recipe, overrides), saved, run_dir)
                 if dist.is_main:

@@ -47,6 +47,7 @@ def test_fine_tune_starts_from_the_checkpoint(tmp_path, tiny_bert, recipe, rows,
         "train.eval_every=2",
         "train.batch_size=4",
         "train.lr=1e-9",
+        "data.max_len=64",  # the tiny checkpoint's positions
         *task_options,
     ]
     assert (

@@ -66,6 +66,7 @@ def test_export_peft_writes_a_lora_runs_adapters_that_peft_loads(
         f"data.val='{data}'",
         "data.text_columns=['text']",
         "data.label_column='label'",
+        "data.max_len=64",  # the tiny checkpoint's positions
         "train.max_steps=4",
         "train.eval_every=4",
         "train.batch_size=4",

@@ -1,5 +1,5 @@
 """The commands that use a trained model: ``eval``, ``generate``, ``translate``,
-``classify``, ``tag`` and ``answer``."""
+``classify``, ``tag``, ``answer`` and ``fill-mask``."""
 
 from __future__ import annotations
 
@@ -124,4 +124,12 @@ def answer(args: argparse.Namespace) -> int:
     answer (a span of the context) and its probability."""
     task, model = run_of(args, "answer")
     output_lines(task.predict_lines(model, input_lines()))
+    return 0
+
+
+@in_precision
+def fill_mask(args: argparse.Namespace) -> int:
+    """``scratchformer fill-mask DIR < texts``: the likeliest tokens for each ``[MASK]``."""
+    task, model = run_of(args, "fill-mask")
+    output_lines(task.predict_lines(model, input_lines(), top_k=args.top_k))
     return 0

@@ -141,24 +141,42 @@ class TokenStream:
         return cls(np.memmap(path, dtype=dtype, mode="r"))
 
 
+def random_windows(
+    stream: TokenStream, batch_size: int, length: int, generator: torch.Generator | None = None
+) -> np.ndarray:
+    """``(batch_size, length)`` windows of the stream at start positions drawn uniformly
+    (with ``generator``, reproducibly), as in nanoGPT's ``get_batch``."""
+    if len(stream) < length:
+        raise ValueError(f"a stream of {len(stream)} tokens is too short for windows of {length}")
+    starts = torch.randint(len(stream) - length + 1, (batch_size,), generator=generator)
+    return stream.ids[starts.numpy()[:, None] + np.arange(length)]
+
+
 def lm_batch(
     stream: TokenStream,
     batch_size: int,
     block_size: int,
     generator: torch.Generator | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """Random windows for LM training: ``x = ids[i : i+block]``, ``y = ids[i+1 : i+1+block]``.
-
-    Start positions are drawn uniformly (with ``generator``, reproducibly), as in nanoGPT's
-    ``get_batch``; both tensors are ``(batch_size, block_size)`` int64.
-    """
+    """Random windows for LM training: ``x = ids[i : i+block]``, ``y = ids[i+1 : i+1+block]``,
+    both ``(batch_size, block_size)`` int64 (see :func:`random_windows`)."""
     if len(stream) <= block_size:
         raise ValueError(
             f"a stream of {len(stream)} tokens is too short for block_size={block_size}"
         )
-    starts = torch.randint(len(stream) - block_size, (batch_size,), generator=generator)
-    windows = stream.ids[starts.numpy()[:, None] + np.arange(block_size + 1)]
-    return _split_windows(windows)
+    return _split_windows(random_windows(stream, batch_size, block_size + 1, generator))
+
+
+def consecutive_windows(stream: TokenStream, batch_size: int, length: int) -> Iterator[np.ndarray]:
+    """The stream cut into windows of ``length`` in order, ``batch_size`` at a time; the
+    last window may be shorter and comes alone."""
+    ids = stream.ids
+    full = len(ids) // length
+    for first in range(0, full, batch_size):
+        stop = min(first + batch_size, full)
+        yield np.asarray(ids[first * length : stop * length]).reshape(-1, length)
+    if len(ids) > full * length:
+        yield np.asarray(ids[None, full * length :])
 
 
 def lm_eval_blocks(

@@ -108,6 +108,32 @@ def iter_lines(path: str | Path) -> Iterator[str]:
         raise DataError.at(path, None, "empty file")
 
 
+def iter_documents(path: str | Path, per_line: bool = False) -> Iterator[str]:
+    """The documents of a plain-text file, or of every file under a directory (in sorted
+    order): separated by blank lines, or with ``per_line`` one a line. A document's lines
+    are joined by single newlines; blank ones are skipped. Streamed, as :func:`iter_lines`."""
+    path = Path(path)
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+        if not files:
+            raise DataError.at(path, None, "a directory with no files")
+        for file in files:
+            yield from iter_documents(file, per_line)
+        return
+    lines: list[str] = []
+    for line in iter_lines(path):
+        line = line.rstrip("\n")
+        if line.strip() and not per_line:
+            lines.append(line)
+        elif line.strip():
+            yield line
+        elif lines:
+            yield "\n".join(lines)
+            lines = []
+    if lines:
+        yield "\n".join(lines)
+
+
 def read_lines(path: str | Path) -> list[str]:
     """One item per line, without the line ending."""
     lines = read_text(path).split("\n")

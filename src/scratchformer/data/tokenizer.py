@@ -210,6 +210,15 @@ class Tokenizer:
         """The token strings of ``ids``, as the vocabulary spells them."""
         return [self._backend.id_to_token(int(i)) for i in ids]
 
+    def word_starts(self) -> list[bool]:
+        """Per id, whether the token begins a word (for whole-word masking): true of all
+        but WordPiece's ``##`` continuations. Other kinds of tokenizer do not mark words."""
+        if not isinstance(self._backend.model, models.WordPiece):
+            raise ValueError("whole-word masking needs a wordpiece tokenizer")
+        return [
+            not self._backend.id_to_token(i).startswith(_PREFIX) for i in range(self.vocab_size)
+        ]
+
     def labels(self, ids: Sequence[int]) -> list[str]:
         """The tokens of ``ids`` as a reader wants them on the axes of attention pictures:
         byte-level BPE pieces as the text they stand for (``Ġman`` -> ``man``, ``fÃ¤hrt``

@@ -9,7 +9,7 @@ from ..nn import padding_mask
 from ..nn.packing import packing_for
 from . import builder
 from .base import ModelOutput, init_linear_weights, positioning_for
-from .heads import Pooler
+from .heads import MaskedLMHead, Pooler
 
 
 class Encoder(nn.Module):
@@ -66,6 +66,8 @@ class EncoderModel(nn.Module):
         self.pooler = Pooler(config.d_model) if config.pooler else None
         self.head = builder.head(config)
         init_linear_weights(self)
+        if isinstance(self.head, MaskedLMHead) and config.tie_output:
+            self.head.weight = self.embedding.tokens.weight
 
     def encode(
         self,
@@ -85,15 +87,26 @@ class EncoderModel(nn.Module):
         attention_mask: Tensor | None = None,
         need_weights: bool = False,
         token_type_ids: Tensor | None = None,
+        labels: Tensor | None = None,
+        label_smoothing: float = 0.0,
     ) -> ModelOutput:
         """``input_ids``: ``(batch, seq)``; ``attention_mask``: 1/True at real tokens;
         ``token_type_ids``: segment ids (0 / 1) of a sentence pair. The similarity head
-        compares rows ``2i`` and ``2i + 1``, each sentence encoded on its own."""
+        compares rows ``2i`` and ``2i + 1``, each sentence encoded on its own. With
+        ``labels`` (the ``mlm`` head's, ``IGNORE_INDEX`` where not masked) the output is
+        their mean cross-entropy, and no logits are formed."""
         hidden, weights = self.encode(input_ids, attention_mask, need_weights, token_type_ids)
-        logits = None if self.head is None else self.head(hidden, attention_mask)
+        loss = logits = None
+        if labels is not None:
+            if not isinstance(self.head, MaskedLMHead):
+                raise ValueError(f"labels are for the mlm head, not head={self.config.head!r}")
+            loss = self.head.loss(hidden, labels, label_smoothing)
+        elif self.head is not None:
+            logits = self.head(hidden, attention_mask)
         return ModelOutput(
             logits,
             hidden,
             {"encoder": weights} if need_weights else None,
             None if self.pooler is None else self.pooler(hidden),
+            loss,
         )

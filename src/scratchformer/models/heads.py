@@ -11,6 +11,9 @@ from torch import Tensor, nn
 
 from ..config import ModelConfig
 from ..nn import Dropout, Linear, linear_cross_entropy
+from ..nn.feedforward import ACTIVATIONS
+from ..nn.loss import IGNORE_INDEX
+from ..nn.norm import NORMS
 from ..registry import Registry
 
 
@@ -104,6 +107,41 @@ class SpanHead(nn.Module):
         return self.proj(hidden)
 
 
+class MaskedLMHead(nn.Module):
+    """BERT's masked-language-model head: a dense layer, the activation and a norm (the
+    "transform"), then vocabulary logits through a decoder whose weight is tied to the
+    token embedding (set by the model), plus a bias of its own."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.dense = Linear(config.d_model, config.d_model)
+        self.activation = ACTIVATIONS[config.activation]
+        self.norm = NORMS[config.norm](config.d_model, config.layer_norm_eps, config.bias)
+        self.weight = nn.Parameter(torch.empty(config.vocab_size, config.d_model))
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+        nn.init.normal_(self.weight, std=config.d_model**-0.5)
+
+    def transform(self, hidden: Tensor) -> Tensor:
+        return self.norm(self.activation(self.dense(hidden)))
+
+    def forward(self, hidden: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+        """Vocabulary logits at every position of ``hidden``."""
+        return F.linear(self.transform(hidden), self.weight, self.bias)
+
+    def loss(self, hidden: Tensor, labels: Tensor, label_smoothing: float = 0.0) -> Tensor:
+        """Mean cross-entropy at the positions whose label is not ``IGNORE_INDEX`` (the
+        masked ones): only they go through the head, and their logits are never formed
+        whole (:func:`~scratchformer.nn.linear_cross_entropy`, the bias a column of the
+        weight)."""
+        counted = labels != IGNORE_INDEX
+        rows = self.transform(hidden[counted])
+        ones = rows.new_ones(rows.shape[0], 1)
+        weight = torch.cat([self.weight, self.bias[:, None].to(self.weight.dtype)], dim=1)
+        return linear_cross_entropy(
+            torch.cat([rows, ones], dim=1), weight, labels[counted], label_smoothing
+        )
+
+
 HEADS: Registry[Callable[[ModelConfig], nn.Module]] = Registry("head")
 """``ModelConfig.head`` -> the head of an encoder built from the config."""
 
@@ -127,6 +165,9 @@ def token_classification_head(config: ModelConfig) -> TokenClassificationHead:
 @HEADS.register("span")
 def span_head(config: ModelConfig) -> SpanHead:
     return SpanHead(config.d_model)
+
+
+HEADS.add("mlm", MaskedLMHead)
 
 
 class LMHead(nn.Module):

@@ -6,6 +6,7 @@ from ..config import Recipe
 from .base import Batch, ExampleTask, Task
 from .classification import ClassificationTask, RegressionTask
 from .lm import LanguageModelTask
+from .mlm import MaskedLMTask
 from .qa import QuestionAnsweringTask
 from .similarity import SimilarityTask
 from .synthetic import SyntheticTask
@@ -23,6 +24,7 @@ TASKS: dict[str, type[Task]] = {
         SimilarityTask,
         TaggingTask,
         QuestionAnsweringTask,
+        MaskedLMTask,
     )
 }
 
@@ -38,6 +40,7 @@ __all__ = [
     "ClassificationTask",
     "ExampleTask",
     "LanguageModelTask",
+    "MaskedLMTask",
     "QuestionAnsweringTask",
     "RegressionTask",
     "SimilarityTask",

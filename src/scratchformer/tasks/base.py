@@ -78,6 +78,9 @@ class Task(ABC):
     metric: ClassVar[str]
     """The validation metric that selects the best checkpoint and drives early stopping."""
     higher_is_better: ClassVar[bool]
+    loss_in_forward: ClassVar[bool] = False
+    """Whether the model computes the loss itself from ``labels`` (language models: without
+    forming the logits); else the task computes it from :meth:`logits`."""
     command: ClassVar[str | None] = None
     """The ``scratchformer`` command that applies the task's models to text (``generate``,
     ``translate``, ``classify``, ``tag``), if any; it refuses the runs of other tasks."""
@@ -158,6 +161,11 @@ class Task(ABC):
                 f"the tokenizer has {sizes['vocab_size']} tokens, the pretrained "
                 f"model {pretrained.vocab_size}"
             )
+        if pretrained.positional == "learned" and self.data.max_len > pretrained.max_len:
+            raise ValueError(
+                f"data.max_len={self.data.max_len} is beyond the {pretrained.max_len} positions "
+                "the pretrained model learnt"
+            )
         if sizes.get("type_vocab_size", 0) > pretrained.type_vocab_size:
             raise ValueError("sentence pairs need segment embeddings the pretrained model lacks")
         recipe = self.recipe.model
@@ -199,7 +207,7 @@ class Task(ABC):
         compute it in their forward without forming the logits, unless R-Drop needs them."""
         smoothing = self.train_config.label_smoothing
         twice = self.train_config.rdrop > 0 and model.training
-        if not twice and self.arch != "encoder":
+        if not twice and self.loss_in_forward:
             return model(**batch.inputs, labels=batch.targets, label_smoothing=smoothing).loss
         if twice:
             batch = batch.doubled()

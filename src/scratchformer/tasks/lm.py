@@ -2,28 +2,18 @@
 
 from __future__ import annotations
 
-import itertools
-import shutil
-import tempfile
 import warnings
-import weakref
 from collections.abc import Iterable, Iterator
-from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor
 
-from ..data.batching import TokenStream, lm_batch, lm_eval_blocks, token_dtype
+from ..data.batching import TokenStream, lm_batch, lm_eval_blocks
+from ..data.corpus import TokenFiles
 from ..data.readers import iter_lines
-from ..data.registry import cache_dir, shakespeare_text
-from ..data.tokenizer import Tokenizer
-from ..io import atomic_write_chunks
+from ..data.registry import shakespeare_text
 from .base import Batch, Task, TokenLabels
-
-ENCODE_LINES = 10_000
-"""Lines encoded at a time on the way to a token file."""
 
 
 class LanguageModelTask(Task):
@@ -36,6 +26,7 @@ class LanguageModelTask(Task):
 
     name = "lm"
     arch = "decoder"
+    loss_in_forward = True
     metric = "loss"
     higher_is_better = False
     command = "generate"
@@ -43,7 +34,7 @@ class LanguageModelTask(Task):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._streams: dict[tuple[str, str | None], TokenStream] = {}
-        self._token_dir: Path | None = None
+        self._token_files = TokenFiles()
 
     def lines(self, split: str, path: str | None = None) -> Iterable[str]:
         """The text of a split, line by line with newlines: a named corpus, the recipe's
@@ -68,20 +59,8 @@ class LanguageModelTask(Task):
         """The token ids of a split: encoded once, in chunks of lines, into a token file."""
         key = (split, path)
         if key not in self._streams:
-            tokenizer = self.tokenizer()
-            dtype = token_dtype(tokenizer.vocab_size)
-            file = self._directory() / f"{split}-{len(self._streams)}.bin"
-            atomic_write_chunks(file, _encoded(tokenizer, self.lines(split, path), dtype))
-            self._streams[key] = TokenStream.open(file, dtype)
+            self._streams[key] = self._token_files.write(self.tokenizer(), self.lines(split, path))
         return self._streams[key]
-
-    def _directory(self) -> Path:
-        """A private folder for token files, removed with the task (or at exit)."""
-        if self._token_dir is None:
-            cache_dir().mkdir(parents=True, exist_ok=True)
-            self._token_dir = Path(tempfile.mkdtemp(prefix="tokens-", dir=cache_dir()))
-            weakref.finalize(self, shutil.rmtree, self._token_dir, ignore_errors=True)
-        return self._token_dir
 
     def global_batch(self, index: int, parts: int) -> Batch:
         generator = torch.Generator().manual_seed(self.train_config.seed * 1_000_003 + index)
@@ -111,11 +90,3 @@ class LanguageModelTask(Task):
             ids = ids[:limit]
         labels = tokenizer.labels(ids)
         return {"input_ids": torch.tensor([ids])}, {"decoder": (labels, labels)}
-
-
-def _encoded(tokenizer: Tokenizer, lines: Iterable[str], dtype: np.dtype) -> Iterator[bytes]:
-    """The token ids of ``lines`` as ``dtype`` bytes, encoded ``ENCODE_LINES`` at a time."""
-    lines = iter(lines)
-    while chunk := list(itertools.islice(lines, ENCODE_LINES)):
-        ids = tokenizer.encode_batch(chunk)
-        yield np.fromiter(itertools.chain.from_iterable(ids), dtype=dtype).tobytes()

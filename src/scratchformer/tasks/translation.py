@@ -34,6 +34,7 @@ class TranslationTask(ExampleTask):
 
     name = "translation"
     arch = "seq2seq"
+    loss_in_forward = True
     metric = "loss"
     higher_is_better = False
     command = "translate"

@@ -1,5 +1,6 @@
-"""A recipe's model before training: initialised from ``train.seed``, with the weights of a
-pretrained checkpoint (``model.init_from``), adapted by LoRA as ``train.lora_*`` say."""
+"""A recipe's model before training: initialised from ``train.seed``, then given the
+weights of a pretrained checkpoint (``model.init_from``: which directories and packages
+count, and how its weights are copied)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,7 @@ import torch
 from torch import nn
 
 from ..config import Recipe
-from ..interop.hf import from_pretrained
 from ..models import build_model
-from .lora import apply_lora
 
 
 def new_model(recipe: Recipe) -> nn.Module:
@@ -22,17 +21,6 @@ def new_model(recipe: Recipe) -> nn.Module:
     and in every run of the recipe)."""
     torch.manual_seed(recipe.train.seed)
     return build_model(recipe.model)
-
-
-def run_model(recipe: Recipe, pretrained: bool) -> nn.Module:
-    """The model of a started run: :func:`new_model`, with the weights of
-    ``model.init_from`` when ``pretrained`` -- or when LoRA adapts it, since its frozen base
-    is in none of the run's files -- adapted as ``train.lora_*`` say."""
-    model = new_model(recipe)
-    init_from = recipe.model.init_from
-    if init_from is not None and (pretrained or recipe.train.lora_rank is not None):
-        initialise_from(model, init_from)
-    return apply_lora(model, recipe.train)
 
 
 def checkpoint_dir(name: str) -> Path:
@@ -59,16 +47,16 @@ def checkpoint_dir(name: str) -> Path:
     return Path(package.get_model_path())
 
 
-def initialise_from(model: nn.Module, name: str) -> None:
-    """Copy a pretrained checkpoint's weights into ``model`` (all but the new task head)."""
-    pretrained, _ = from_pretrained(checkpoint_dir(name))
-    copy_pretrained(model, pretrained, name)
-
-
 def copy_pretrained(model: nn.Module, pretrained: nn.Module, name: str) -> None:
     """Copy ``pretrained``'s weights (of checkpoint ``name``) into ``model``: all but the
-    pooler, which heads replace, and the new task head."""
-    state = {k: v for k, v in pretrained.state_dict().items() if not k.startswith("pooler.")}
+    pooler, which heads replace, and a head other than the model's (a pretraining head,
+    such as masked LM's, when fine-tuning for another task)."""
+    other_head = pretrained.config.head != model.config.head
+    state = {
+        k: v
+        for k, v in pretrained.state_dict().items()
+        if not k.startswith("pooler.") and not (other_head and k.startswith("head."))
+    }
     missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [key for key in missing if not key.startswith("head.")]
     if missing or unexpected:

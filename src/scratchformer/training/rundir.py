@@ -46,6 +46,7 @@ from torch import nn
 from ..config import QUANTIZATIONS, Recipe
 from ..data.tokenizer import Tokenizer
 from ..inference import quantize
+from ..interop.hf import from_pretrained
 from ..io import (
     LockHeld,
     append_text,
@@ -62,8 +63,8 @@ from ..io import (
 from ..models import build_model
 from ..tasks import Task, build_task
 from ..version import __version__
-from .initialisation import run_model
-from .lora import is_adapted, merge_lora
+from .initialisation import checkpoint_dir, copy_pretrained, new_model
+from .lora import apply_lora, is_adapted, merge_lora
 
 CONFIG_FILE = "config.json"
 RUN_FILE = "run.json"
@@ -337,13 +338,35 @@ def load_run(
     if recipe.train.lora_rank is None:
         model = load_model(build, run_dir / MODEL_FILE)
     else:
-        model = run_model(recipe, pretrained=True)
+        model = run_model(recipe, pretrained_weights=True)
         load_weights(run_dir / MODEL_FILE, model)
     if quantization is not None:
         if is_adapted(model):
             merge_lora(model)  # the adapters' update is part of the weights to quantize
         quantize(model, quantization)
     return task, model.eval()
+
+
+def pretrained(name: str) -> tuple[nn.Module, Tokenizer | None]:
+    """The model and tokenizer that ``model.init_from = name`` starts from: the best model
+    of a run directory of ours (a pretraining run, say), or a Hugging Face checkpoint
+    (a directory or an installed model package)."""
+    path = checkpoint_dir(name)
+    if is_run(path):
+        task, model = load_run(path, need_head=False)
+        return model, task.tokenizer()
+    return from_pretrained(path)
+
+
+def run_model(recipe: Recipe, pretrained_weights: bool) -> nn.Module:
+    """The model of a started run: initialised from ``train.seed``, with the weights of
+    ``model.init_from`` when ``pretrained_weights`` -- or when LoRA adapts it, since its
+    frozen base is in none of the run's files -- adapted as ``train.lora_*`` say."""
+    model = new_model(recipe)
+    init_from = recipe.model.init_from
+    if init_from is not None and (pretrained_weights or recipe.train.lora_rank is not None):
+        copy_pretrained(model, pretrained(init_from)[0], init_from)
+    return apply_lora(model, recipe.train)
 
 
 def saved_quantization(run_dir: Path) -> str | None:

@@ -1,0 +1,200 @@
+"""Masked-language-model pretraining (BERT's objective) of an encoder on a text corpus.
+
+The corpus (:mod:`scratchformer.data.corpus`) is encoded once into a memory-mapped token
+stream, documents separated by ``[SEP]``; a training example is a random window of
+``data.max_len - 2`` tokens between ``[CLS]`` and ``[SEP]`` (documents packed, as RoBERTa
+does), masked afresh for every batch (:func:`~scratchformer.data.masking.mask_tokens`).
+Evaluation walks the held-out stream in consecutive windows, masked the same way at every
+evaluation, and reports the loss and accuracy on the masked tokens.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from ..data.batching import TokenStream, consecutive_windows, random_windows
+from ..data.corpus import TokenFiles, corpus_documents, split_held_out
+from ..data.masking import mask_tokens
+from ..data.readers import iter_documents
+from ..nn.loss import IGNORE_INDEX
+from .base import Batch, Task, TokenLabels
+
+SPECIALS = ("pad", "unk", "cls", "sep", "mask")
+MASK = "[MASK]"
+"""How a text given to :meth:`MaskedLMTask.predict_lines` marks the tokens to fill."""
+EVAL_SEED = 2**31 - 1
+"""Seeds the masks of evaluation batches: the same masks at every evaluation."""
+
+
+class MaskedLMTask(Task):
+    """Pretrain an encoder to predict masked tokens from their context."""
+
+    name = "mlm"
+    arch = "encoder"
+    head = "mlm"
+    metric = "loss"
+    higher_is_better = False
+    command = "fill-mask"
+    loss_in_forward = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.train_config.rdrop:
+            raise ValueError("[train] rdrop compares class predictions; mlm has none")
+        self._streams: dict[tuple[str, str | None], TokenStream] = {}
+        self._token_files = TokenFiles()
+        self._word_starts: Tensor | None = None
+
+    # -- data --------------------------------------------------------------------------
+
+    def documents(self, split: str, path: str | None = None) -> Iterable[str]:
+        """The documents of a split: ``path``, or ``data.<split>`` files; else, for train
+        and val, the corpus (``data.corpus`` and ``data.train``) less or only its held-out
+        slice."""
+        data = self.data
+        per_line = data.document_per_line
+        if path is not None:
+            return iter_documents(path, per_line)
+        if split != "train" and getattr(data, split) is not None:
+            return corpus_documents([], _files(getattr(data, split)), per_line=per_line)
+        if split == "test":
+            raise ValueError("no test text: set data.test to a file or directory")
+        if not data.corpus and data.train is None:
+            raise ValueError("no corpus: set data.corpus to named datasets or data.train to files")
+        corpus = corpus_documents(
+            data.corpus or [], _files(data.train), per_line=per_line, root=data.root
+        )
+        if split == "train" and data.val is not None:
+            return corpus
+        return split_held_out(corpus, held_out=split != "train")
+
+    def prepare(self) -> None:
+        self.tokenizers = {"tokenizer": self.train_tokenizer(self.documents("train"), SPECIALS)}
+
+    def model_sizes(self) -> dict[str, Any]:
+        return {"vocab_size": self.tokenizer().vocab_size}
+
+    def stream(self, split: str, path: str | None = None) -> TokenStream:
+        """The token ids of a split, documents separated by ``[SEP]``: encoded once."""
+        key = (split, path)
+        if key not in self._streams:
+            tokenizer = self.tokenizer()
+            documents = self.documents(split, path)
+            self._streams[key] = self._token_files.write(tokenizer, documents, [tokenizer.sep_id])
+        return self._streams[key]
+
+    def masked(self, windows: np.ndarray, generator: torch.Generator) -> Batch:
+        """``[CLS] window [SEP]`` rows, masked with ``generator``'s draws."""
+        tokenizer = self.tokenizer()
+        rows = torch.from_numpy(windows.astype(np.int64))
+        ends = rows.new_full((rows.shape[0], 1), tokenizer.cls_id)
+        rows = torch.cat([ends, rows, ends.fill_(tokenizer.sep_id)], dim=1)
+        inputs, targets = mask_tokens(
+            rows,
+            generator,
+            mask_id=tokenizer.mask_id,
+            special_ids=tokenizer.special_ids,
+            vocab_size=tokenizer.vocab_size,
+            probability=self.data.mask_probability,
+            word_starts=self.word_starts(),
+        )
+        return Batch({"input_ids": inputs}, targets, inputs.numel())
+
+    def word_starts(self) -> Tensor | None:
+        """Which tokens begin a word, for whole-word masking (else ``None``)."""
+        if self.data.whole_word_mask and self._word_starts is None:
+            self._word_starts = torch.tensor(self.tokenizer().word_starts())
+        return self._word_starts
+
+    def global_batch(self, index: int, parts: int) -> Batch:
+        generator = torch.Generator().manual_seed(self.train_config.seed * 1_000_003 + index)
+        size = self.train_config.batch_size * parts
+        windows = random_windows(self.stream("train"), size, self.data.max_len - 2, generator)
+        return self.masked(windows, generator)
+
+    def eval_batches(self, split: str, path: str | None = None) -> Iterator[Batch]:
+        length, size = self.data.max_len - 2, self.train_config.batch_size
+        for i, windows in enumerate(consecutive_windows(self.stream(split, path), size, length)):
+            yield self.masked(windows, torch.Generator().manual_seed(EVAL_SEED + i))
+
+    # -- loss and metrics --------------------------------------------------------------
+
+    def logits(self, model: nn.Module, batch: Batch) -> Tensor:
+        """Vocabulary logits at the masked positions only, ``(masked, vocab)``."""
+        hidden, _ = model.encode(**batch.inputs)
+        return model.head(hidden[batch.targets != IGNORE_INDEX])
+
+    def accumulate(self, totals: dict[str, Any], logits: Tensor, batch: Batch) -> None:
+        masked = batch.targets[batch.targets != IGNORE_INDEX]
+        super().accumulate(totals, logits, dataclasses.replace(batch, targets=masked))
+
+    # -- inference ---------------------------------------------------------------------
+
+    def encode_masked(self, text: str) -> list[int]:
+        """``[CLS] text [SEP]``, each ``[MASK]`` of the text the mask token."""
+        tokenizer = self.tokenizer()
+        first, *rest = text.split(MASK)
+        ids = [tokenizer.cls_id, *tokenizer.encode(first)]
+        for piece in rest:
+            ids += [tokenizer.mask_id, *tokenizer.encode(piece)]
+        return [*ids, tokenizer.sep_id]
+
+    def fill(self, model: nn.Module, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
+        """For each ``[MASK]`` of ``text``, the ``top_k`` likeliest tokens and their
+        probabilities."""
+        tokenizer = self.tokenizer()
+        if MASK not in text:
+            raise ValueError(f"no {MASK} in {text!r}: mark the tokens to fill with {MASK}")
+        ids = self.encode_masked(text)
+        if len(ids) > self.data.max_len:
+            warnings.warn(
+                f"the text has {len(ids)} tokens, more than the model was trained on "
+                f"(data.max_len={self.data.max_len})",
+                stacklevel=3,
+            )
+        device = next(model.parameters()).device
+        with torch.no_grad():
+            was_training = model.training
+            model.eval()
+            logits = model(torch.tensor([ids], device=device)).logits[0]
+            model.train(was_training)
+        masked = torch.tensor(ids, device=device) == tokenizer.mask_id
+        top = logits[masked].float().softmax(-1).topk(top_k)
+        return [
+            list(zip(tokenizer.tokens(indices.tolist()), values.tolist(), strict=True))
+            for values, indices in zip(top.values, top.indices, strict=True)
+        ]
+
+    def predict_lines(self, model: nn.Module, lines: Sequence[str], **options: Any) -> list[str]:
+        """For each line, the likeliest fillers of each ``[MASK]`` with their
+        probabilities, ``token probability`` separated by tabs; masks separated by `` | ``.
+        ``options``: ``top_k`` (5)."""
+        top_k = options.get("top_k", 5)
+        return [
+            " | ".join(
+                "\t".join(f"{token} {probability:.4f}" for token, probability in candidates)
+                for candidates in self.fill(model, line, top_k)
+            )
+            for line in lines
+        ]
+
+    def attention_inputs(self, text: str) -> tuple[dict[str, Tensor], TokenLabels]:
+        """``[CLS] text [SEP]`` (``[MASK]`` marks stay masks), cut to ``data.max_len``."""
+        tokenizer = self.tokenizer()
+        ids = self.encode_masked(text)
+        ids = [*ids[: self.data.max_len - 1], tokenizer.sep_id]
+        labels = tokenizer.labels(ids)
+        return {"input_ids": torch.tensor([ids])}, {"encoder": (labels, labels)}
+
+
+def _files(value: str | list[str] | None) -> list[str]:
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else list(value)
