@@ -139,6 +139,7 @@ ROWS = {
         Row("stsb-minilm", "stsb-minilm", "pearson", "val", 30, 0.86),
         Row("squad-minilm", "squad-minilm", "f1", "val", 60, 65.0),
         Row("squad", "squad", "f1", "val", 30, 20.0, required=False),
+        Row("pretrain-encoder", "pretrain-encoder", "accuracy", "val", 60, 0.3, required=False),
     )
 }
 
