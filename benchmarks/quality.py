@@ -77,6 +77,9 @@ class Row:
         return worse <= allowed
 
 
+FROM_PRETRAINED = ("model.init_from=runs/results/pretrain-encoder",)
+"""The fine-tunes of the pretrained rows start from the ``pretrain-encoder`` row's run."""
+
 ROWS = {
     row.task: row
     for row in (
@@ -140,6 +143,15 @@ ROWS = {
         Row("squad-minilm", "squad-minilm", "f1", "val", 60, 65.0),
         Row("squad", "squad", "f1", "val", 30, 20.0, required=False),
         Row("pretrain-encoder", "pretrain-encoder", "accuracy", "val", 60, 0.3, required=False),
+        *(
+            Row(task, task, metric, "val", minutes, target, settings=FROM_PRETRAINED)
+            for task, metric, minutes, target in (
+                ("sst2-pretrained", "accuracy", 15, 0.835),
+                ("stsb-pretrained", "pearson", 15, 0.77),
+                ("conll2003-pretrained", "entity_f1", 20, 0.82),
+                ("squad-pretrained", "f1", 30, 25.0),
+            )
+        ),
     )
 }
 

@@ -16,7 +16,8 @@ from scratchformer import __version__
 from scratchformer.cli import main
 from scratchformer.config import Recipe
 from scratchformer.io import save_weights
-from scratchformer.run import checkpoint_dir, load_run, new_model, start_run, train
+from scratchformer.run import load_run, new_model, start_run, train
+from scratchformer.training.initialisation import checkpoint_dir
 from scratchformer.training.trainer import Trainer
 
 ONE_STEP = [

@@ -94,8 +94,12 @@ class MaskedLMTask(Task):
         """``[CLS] window [SEP]`` rows, masked with ``generator``'s draws."""
         tokenizer = self.tokenizer()
         rows = torch.from_numpy(windows.astype(np.int64))
-        ends = rows.new_full((rows.shape[0], 1), tokenizer.cls_id)
-        rows = torch.cat([ends, rows, ends.fill_(tokenizer.sep_id)], dim=1)
+        column = (rows.shape[0], 1)
+        first, last = (
+            rows.new_full(column, tokenizer.cls_id),
+            rows.new_full(column, tokenizer.sep_id),
+        )
+        rows = torch.cat([first, rows, last], dim=1)
         inputs, targets = mask_tokens(
             rows,
             generator,
