@@ -41,8 +41,9 @@ def tiny_mlm(
         head.transform.LayerNorm.weight.uniform_(0.5, 1.5)
         head.transform.LayerNorm.bias.uniform_(-1, 1)
         head.bias.uniform_(-1, 1)
-        if not tied:
+        if not tied:  # the decoder's own weight and bias (the head's bias is then unused)
             head.decoder.weight.normal_(std=0.5)
+            head.decoder.bias.uniform_(-1, 1)
     directory = tmp_path_factory.mktemp("tiny-mlm")
     model.save_pretrained(directory)
     for path in tiny_bert.glob("*token*"):
