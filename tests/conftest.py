@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import torch
 
-from helpers import FAULTS_PROPERTY
+from helpers import FAULTS_PROPERTY, train
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -45,6 +45,36 @@ def data_dir() -> Path:
         pytest.skip(f"datasets not found at {path}; set SCRATCHFORMER_DATA")
     os.environ["SCRATCHFORMER_DATA"] = str(path)
     return path
+
+
+MLM_SENTENCES = [
+    "the cat sat on the mat .",
+    "a dog ran under the old tree .",
+    "the red bird sang in the garden .",
+    "my friend read a long book by the fire .",
+    "a small boat crossed the cold river .",
+]
+
+
+@pytest.fixture(scope="session")
+def mlm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny masked-LM run (``recipes/pretrain-encoder.toml``: BERT's layout) trained for
+    a few steps on a text file written here, so that no dataset is needed."""
+    text = tmp_path_factory.mktemp("mlm-text") / "text.txt"
+    lines = [" ".join(MLM_SENTENCES[i % 5 :] + MLM_SENTENCES[: i % 5]) for i in range(40)]
+    text.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    run_dir = tmp_path_factory.mktemp("runs") / "mlm"
+    train(
+        run_dir,
+        "pretrain-encoder.toml",
+        "data.corpus=[]",
+        f"data.train='{text}'",
+        f"data.val='{text}'",
+        "data.vocab_size=120",
+        "data.max_len=32",
+        "model.max_len=32",
+    )
+    return run_dir
 
 
 INJECTED: Counter[str] = Counter()

@@ -41,6 +41,7 @@ def test_commands_refuse_runs_of_another_task(copy_run, capsys, monkeypatch) -> 
         (["classify"], "a classification or regression or similarity run"),
         (["tag"], "a tagging run"),
         (["generate", "--prompt", "1"], "a lm run"),
+        (["fill-mask"], "a mlm run"),
     ]:
         command, *options = args
         status, _, err = run(capsys, monkeypatch, "x\n", command, str(copy_run), *options)
@@ -87,6 +88,37 @@ def test_tag_prints_conll_with_blank_lines(tmp_path, capsys, monkeypatch) -> Non
         status, out, _ = run(capsys, monkeypatch, lines, "tag", str(run_dir), *quantize)
         words = [line.split(" ")[0] for line in out]
         assert status == 0 and words == ["Peter", "went", "home", "", "", "Paris", ""]
+
+
+def _fillers(line: str) -> list[list[tuple[str, float]]]:
+    """``token probability`` pairs, tab-separated, of each mask (masks separated by `` | ``)."""
+    masks = []
+    for mask in line.split(" | "):
+        pairs = [candidate.rsplit(" ", 1) for candidate in mask.split("\t")]
+        masks.append([(token, float(probability)) for token, probability in pairs])
+    return masks
+
+
+def test_fill_mask_prints_the_likeliest_tokens_of_each_mask(mlm_run, capsys, monkeypatch):
+    lines = "the cat [MASK] on the mat .\na [MASK] dog ran under the [MASK] tree .\n"
+    for top_k, extra in [(5, []), (3, ["--top-k", "3"]), (5, ["--quantize", "int8"])]:
+        status, out, err = run(capsys, monkeypatch, lines, "fill-mask", str(mlm_run), *extra)
+        assert status == 0, err
+        assert [len(_fillers(line)) for line in out] == [1, 2]  # one line a text, a mask
+        for line in out:
+            for candidates in _fillers(line):
+                tokens = [token for token, _ in candidates]
+                probabilities = [probability for _, probability in candidates]
+                assert len(set(tokens)) == top_k and all(tokens)
+                assert probabilities == sorted(probabilities, reverse=True)
+                assert probabilities[-1] > 0 and sum(probabilities) <= 1 + 5e-4  # 4 decimals
+
+
+def test_fill_mask_refuses_a_line_without_a_mask(mlm_run, capsys, monkeypatch) -> None:
+    lines = "the cat [MASK] on the mat .\nthe cat sat on the mat .\n"
+    status, _, err = run(capsys, monkeypatch, lines, "fill-mask", str(mlm_run))
+    assert status == 2 and err.count("\n") == 1
+    assert "no [MASK] in 'the cat sat on the mat .'" in err
 
 
 def test_generate_is_reproducible_with_a_seed(tmp_path, capsys, monkeypatch) -> None:

@@ -74,6 +74,32 @@ def test_attention_html_is_one_self_contained_page(copy_run, tmp_path, capsys, m
     assert data and {"encoder", "decoder", "cross"} <= set(json.loads(data.group(1))["attention"])
 
 
+def test_attention_of_a_masked_lm_run(mlm_run, tmp_path, capsys, monkeypatch) -> None:
+    """``[CLS] text [SEP]`` with the mask token in place, cut to ``data.max_len`` (32)."""
+    png, page = tmp_path / "attn.png", tmp_path / "attn.html"
+    text = "the cat [MASK] on the mat ."
+    status, lines, err = run(
+        capsys, monkeypatch, "", "attention", str(mlm_run), text, "--out", str(png)
+    )
+    assert status == 0, err
+    assert re.fullmatch(rf"{png}: encoder attention, (\d+) query x \1 key tokens", lines[0])
+    picture(png)
+    for words, length in [(text, None), (" ".join([text] * 10), 32)]:
+        status, _, err = run(
+            capsys, monkeypatch, "", "attention", str(mlm_run), words, "--out", str(page)
+        )
+        assert status == 0, err
+        html = page.read_text(encoding="utf-8")
+        data = re.search(
+            r'<script type="application/json" id="attention-data">(.*?)</script>', html
+        )
+        encoder = json.loads(data.group(1))["attention"]["encoder"]
+        tokens = encoder["queries"]
+        assert tokens == encoder["keys"] and "[MASK]" in tokens
+        assert tokens[0] == "[CLS]" and tokens.index("[SEP]") == len(tokens) - 1
+        assert length is None or len(tokens) == length
+
+
 def test_attention_mistakes_are_one_line_errors(copy_run, tmp_path, capsys, monkeypatch):
     cases = [
         (["--out", str(tmp_path / "a.jpg")], "the picture's name must end in .png, .svg, .pdf"),

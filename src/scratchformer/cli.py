@@ -310,8 +310,9 @@ COMMANDS = (
         description="HF_DIR holds config.json, model.safetensors (or the shards of "
         "model.safetensors.index.json, or pytorch_model.bin) and tokenizer.json. A causal LM "
         f"({family_names('decoder')}) becomes a language-model run, ready for generate; a "
-        "BertForQuestionAnswering a qa run, ready for answer; another encoder "
-        f"({family_names('encoder')}) a classification run awaiting a fine-tune.",
+        "BertForQuestionAnswering a qa run, ready for answer; a BertForMaskedLM an mlm run, "
+        f"ready for fill-mask; another encoder ({family_names('encoder')}) a classification "
+        "run awaiting a fine-tune.",
     ),
     Command(
         "export-hf",
@@ -320,8 +321,9 @@ COMMANDS = (
         (RUN, arg("--out", required=True, help="Hugging Face checkpoint directory to write")),
         description="The model is written as the first family it fits: "
         + ", ".join(f"{family.name} ({family.summary})" for family in FAMILIES.values())
-        + ". Others fail naming what differs. transformers.AutoModel(ForCausalLM)"
-        ".from_pretrained(HF_DIR) loads the result. HF_DIR may not be a run directory.",
+        + ". Others fail naming what differs. transformers.AutoModel(ForCausalLM, "
+        "ForMaskedLM, ForQuestionAnswering).from_pretrained(HF_DIR) loads the result. HF_DIR "
+        "may not be a run directory.",
     ),
     Command(
         "export-peft",

@@ -41,10 +41,11 @@ from .training.rundir import (
 )
 from .training.trainer import Trainer
 
-IMPORTED_TASKS = {"encoder": "classification", "decoder": "lm", "span": "qa"}
+IMPORTED_TASKS = {"encoder": "classification", "decoder": "lm", "span": "qa", "mlm": "mlm"}
 """The task of an imported model's run, by its head or else its architecture: a language
-model generates right away, a question-answering model (``span`` head) answers; a
-pretrained encoder waits for a fine-tune (``--set task=...`` picks another task)."""
+model generates right away, a question-answering model (``span`` head) answers, a masked
+language model (``mlm`` head) fills masks; a pretrained encoder waits for a fine-tune
+(``--set task=...`` picks another task)."""
 TOKENIZER_KINDS = {"encoder": "wordpiece", "decoder": "bpe"}
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..config import ModelConfig
-from .hf_weights import Table, bert_table, gpt2_table, linear, llama_table
+from .hf_weights import Source, Table, bert_table, gpt2_table, linear, llama_table
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -32,6 +32,13 @@ class Head:
     """The class ``config.json`` names for a model with this head."""
     table: Table
     """The head's tensors: ours -> the checkpoint's (outside the family's prefix)."""
+    untied: Table = dataclasses.field(default_factory=dict)
+    """The head's tensors when ``tie_output`` is off, besides or in place of :attr:`table`'s
+    (tied, an output weight is the token embedding, no tensor of its own)."""
+
+    def tensors(self, config: ModelConfig) -> Table:
+        """The head's tensors of a model with ``config``."""
+        return self.table | ({} if config.tie_output else self.untied)
 
 
 @dataclass(frozen=True)
@@ -57,7 +64,7 @@ class Family:
     """What the base model's tensor names carry in a model with a task head."""
     ignored: re.Pattern[str]
     """Checkpoint entries that are none of our tensors: buffers, tied copies, pre-training
-    heads."""
+    heads (kept where a model's table reads them: its task head's, BERT's pooler)."""
     at_least: dict[str, int] = dataclasses.field(default_factory=dict)
     """Our fields and the least value the family has."""
     heads: dict[str, Head] = dataclasses.field(default_factory=dict)
@@ -77,7 +84,7 @@ class Family:
         """Our tensors -> the checkpoint's, the head's included."""
         table = self.base_table(config)
         if config.head is not None:
-            table |= self.heads[config.head].table
+            table |= self.heads[config.head].tensors(config)
         return table
 
     def head_of(self, architectures: list[str]) -> str | None:
@@ -86,23 +93,25 @@ class Family:
         found = [heads[name] for name in architectures if name in heads]
         return found[0] if found else None
 
-    def base_names(self, tensors: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    def base_names(self, tensors: Mapping[str, Tensor], config: ModelConfig) -> dict[str, Tensor]:
         """A checkpoint's tensors under the base model's names: prefix stripped, the
         ``gamma`` and ``beta`` of old BERT LayerNorms renamed ``weight`` and ``bias``,
-        ignored ones dropped."""
+        ignored ones dropped unless the model of ``config`` reads them (its head's)."""
+        read = {name for source in self.table(config).values() for name in source.names}
         kept = {}
         for name, tensor in tensors.items():
             name = name.removeprefix(self.prefix)
             name = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", name)
             name = re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", name)
-            if not self.ignored.fullmatch(name):
+            if name in read or not self.ignored.fullmatch(name):
                 kept[name] = tensor
         return kept
 
     def headed_names(self, tensors: Mapping[str, Tensor], head: str) -> dict[str, Tensor]:
         """A model-with-head checkpoint's tensors from the table's names: all but the
         head's under the family's prefix, as ``transformers`` saves them."""
-        own = {name for source in self.heads[head].table.values() for name in source.names}
+        tables = (self.heads[head].table, self.heads[head].untied)
+        own = {name for table in tables for source in table.values() for name in source.names}
         return {name if name in own else self.prefix + name: t for name, t in tensors.items()}
 
     def differences(self, config: ModelConfig) -> list[str]:
@@ -130,8 +139,8 @@ BERT = Family(
     name="BERT",
     model_type="bert",
     architecture="BertModel",
-    summary="an encoder: post-LN, learned positions, embedding LayerNorm, segments; no head "
-    "or the span head of question answering",
+    summary="an encoder: post-LN, learned positions, embedding LayerNorm, segments; no head, "
+    "the span head of question answering or the masked-LM head",
     fields={
         "vocab_size": ("vocab_size", 30522),
         "d_model": ("hidden_size", 768),
@@ -144,6 +153,7 @@ BERT = Family(
         "max_len": ("max_position_embeddings", 512),
         "type_vocab_size": ("type_vocab_size", 2),
         "layer_norm_eps": ("layer_norm_eps", 1e-12),
+        "tie_output": ("tie_word_embeddings", True),
     },
     fixed={
         "arch": "encoder",
@@ -162,9 +172,26 @@ BERT = Family(
     },
     base_table=bert_table,
     prefix="bert.",
-    ignored=re.compile(r"embeddings\.position_ids|cls\..*"),
+    # a model with a head has no pooler: a checkpoint may keep the pre-trained one, unused
+    ignored=re.compile(r"embeddings\.position_ids|pooler\..*|cls\..*"),
     at_least={"type_vocab_size": 1},  # BERT always has segment embeddings
-    heads={"span": Head("BertForQuestionAnswering", linear("head.proj", "qa_outputs"))},
+    heads={
+        "span": Head("BertForQuestionAnswering", linear("head.proj", "qa_outputs")),
+        "mlm": Head(
+            "BertForMaskedLM",
+            {
+                **linear("head.dense", "cls.predictions.transform.dense"),
+                **linear("head.norm", "cls.predictions.transform.LayerNorm"),
+                "head.bias": Source(("cls.predictions.bias",)),  # tied to the decoder's
+            },
+            untied={  # transformers 5 unties the decoder's bias too, and keeps both
+                "head.weight": Source(("cls.predictions.decoder.weight",)),
+                "head.bias": Source(
+                    ("cls.predictions.decoder.bias", "cls.predictions.bias"), copies=True
+                ),
+            },
+        ),
+    },
     pooler=True,
 )
 

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import tokenizers
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
@@ -46,7 +47,8 @@ def from_pretrained(path: str | Path) -> tuple[Model, Tokenizer | None]:
     """Our model (in eval mode) and tokenizer of a Hugging Face checkpoint directory.
 
     ``model(input_ids, attention_mask=..., token_type_ids=...)`` of a BERT gives
-    ``last_hidden_state`` and ``pooler_output`` (when the checkpoint has a pooler);
+    ``last_hidden_state`` and ``pooler_output`` (when the checkpoint has a pooler), a
+    ``BertForMaskedLM`` (``mlm`` head) the vocabulary ``logits`` at every token too;
     ``model(input_ids).logits`` of a GPT-2 or Llama-family model works with
     ``scratchformer.inference.generate``.
     An unsupported ``model_type`` or setting, or weights that do not fit the config
@@ -61,7 +63,7 @@ def from_pretrained(path: str | Path) -> tuple[Model, Tokenizer | None]:
         raise ValueError(f"{directory / CONFIG_FILE}: {error}") from None
     family = family_of(hf)
     origin, tensors = read_weights(directory)
-    tensors = family.base_names(tensors)
+    tensors = family.base_names(tensors, config)
     if config.tie_output:
         tensors.pop("lm_head.weight", None)  # a copy of the tied token embedding
     if config.pooler and not any(name.startswith("pooler.") for name in tensors):
@@ -99,7 +101,7 @@ def save_pretrained(model: Model, path: str | Path, tokenizer: Tokenizer | None 
     directory.mkdir(parents=True, exist_ok=True)
     save_tensors(directory / SAFETENSORS_FILE, tensors, {"format": "pt"})
     if tokenizer is not None:
-        tokenizer.save(directory / TOKENIZER_FILE)
+        with_bert_template(tokenizer).save(directory / TOKENIZER_FILE)
         tokens = {f"{role}_token": token for role, token in tokenizer.special_tokens.items()}
         atomic_write_json(directory / SPECIAL_TOKENS_FILE, tokens)
         inputs = ["input_ids", "attention_mask"]
@@ -112,6 +114,24 @@ def save_pretrained(model: Model, path: str | Path, tokenizer: Tokenizer | None 
         }
         atomic_write_json(directory / TOKENIZER_CONFIG_FILE, settings | tokens)
     atomic_write_json(directory / CONFIG_FILE, hf)
+
+
+def with_bert_template(tokenizer: Tokenizer) -> Tokenizer:
+    """``tokenizer`` with BERT's post-processor, so that ``transformers`` encodes a text as
+    our encoder tasks do, ``[CLS] text [SEP]``, and a pair as :meth:`Tokenizer.encode_pair`
+    does (segment 1 from the second text); unchanged without both roles, or with a
+    post-processor of its own (an imported tokenizer's)."""
+    roles = tokenizer.special_tokens
+    if "cls" not in roles or "sep" not in roles or tokenizer.backend.post_processor is not None:
+        return tokenizer
+    cls, sep = roles["cls"], roles["sep"]
+    backend = tokenizers.Tokenizer.from_str(tokenizer.backend.to_str())
+    backend.post_processor = tokenizers.processors.TemplateProcessing(
+        single=f"{cls} $A {sep}",
+        pair=f"{cls} $A {sep} $B:1 {sep}:1",
+        special_tokens=[(cls, tokenizer.cls_id), (sep, tokenizer.sep_id)],
+    )
+    return Tokenizer(backend, roles)
 
 
 def read_json(path: Path) -> dict[str, Any]:
@@ -219,10 +239,11 @@ def declared_roles(directory: Path) -> dict[str, str] | None:
 
 def from_hf(tensors: Mapping[str, Tensor], table: Table) -> dict[str, Tensor]:
     """Our tensors from a checkpoint's (which :func:`check` found complete)."""
-    return {
-        ours: torch.cat([tensors[n].T if source.transposed else tensors[n] for n in source.names])
-        for ours, source in table.items()
-    }
+    ours = {}
+    for name, source in table.items():
+        parts = [tensors[n].T if source.transposed else tensors[n] for n in source.names]
+        ours[name] = parts[0] if source.copies else torch.cat(parts)
+    return ours
 
 
 def to_hf(state: Mapping[str, Tensor], table: Table) -> dict[str, Tensor]:

@@ -28,9 +28,14 @@ class Source:
     transposed: bool = False
     rows: tuple[int, ...] | None = None
     """The rows each name contributes, when they differ (else equal parts)."""
+    copies: bool = False
+    """Each name holds the whole tensor (a tied copy that the checkpoint keeps apart): read
+    from the first name, written to every one."""
 
     def split(self, tensor: Tensor) -> tuple[Tensor, ...]:
         """Our tensor cut into the checkpoint's parts."""
+        if self.copies:
+            return (tensor,) * len(self.names)
         if self.rows is None:
             return tensor.chunk(len(self.names))
         return tensor.split(self.rows)

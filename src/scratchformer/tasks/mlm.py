@@ -191,10 +191,9 @@ class MaskedLMTask(Task):
 
     def attention_inputs(self, text: str) -> tuple[dict[str, Tensor], TokenLabels]:
         """``[CLS] text [SEP]`` (``[MASK]`` marks stay masks), cut to ``data.max_len``."""
-        tokenizer = self.tokenizer()
-        ids = self.encode_masked(text)
-        ids = [*ids[: self.data.max_len - 1], tokenizer.sep_id]
-        labels = tokenizer.labels(ids)
+        *ids, sep = self.encode_masked(text)
+        ids = [*ids[: self.data.max_len - 1], sep]
+        labels = self.tokenizer().labels(ids)
         return {"input_ids": torch.tensor([ids])}, {"encoder": (labels, labels)}
 
 
