@@ -9,7 +9,7 @@ from typing import Protocol
 import torch
 from torch import Tensor, nn
 
-from ..nn.attention import CrossAttentionCache, SelfAttentionCache
+from ..nn.attention import CrossAttentionCache, MultiHeadAttention, SelfAttentionCache
 from ..nn.positional import PositionalAttention, Positioning
 from .heads import LMHead
 
@@ -87,12 +87,21 @@ def positioning_for(
 
 def init_linear_weights(model: nn.Module) -> None:
     """Xavier-uniform linear weights and zero biases, as in the reference implementations
-    of the paper; embeddings and norms keep the initialisation of their own modules."""
+    of the paper; embeddings and norms keep the initialisation of their own modules. An
+    attention that scales its scores otherwise than by ``1 / sqrt(d_head)`` (T5's, by 1)
+    has the difference folded into its query weights, as T5 initialises them, so that its
+    first scores are those of the paper's."""
     for module in model.modules():
         if isinstance(module, nn.Linear):
             nn.init.xavier_uniform_(module.weight)
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
+    for module in model.modules():
+        if isinstance(module, MultiHeadAttention) and module.scale is not None:
+            query = module.q_proj if module.cross else module.qkv_proj
+            rows = module.n_heads * module.d_head
+            with torch.no_grad():
+                query.weight[:rows] *= module.d_head**-0.5 / module.scale
 
 
 def count_parameters(model: nn.Module, trainable_only: bool = False) -> int:

@@ -15,7 +15,6 @@ from .base import (
     lm_output,
     positioning_for,
 )
-from .heads import LMHead
 
 
 class Decoder(nn.Module):
@@ -29,7 +28,8 @@ class Decoder(nn.Module):
             builder.decoder_layer(config, cross_attention) for _ in range(n_layers)
         )
         self.norm = builder.final_norm(config)
-        self.positional = builder.positional_attention(config)
+        self.output_dropout = builder.final_dropout(config)
+        self.positional = builder.positional_attention(config, causal=True)
         self.sliding_window = config.sliding_window
 
     def forward(
@@ -82,6 +82,8 @@ class Decoder(nn.Module):
                 cross_weights.append(cw)
         if self.norm is not None:
             x = self.norm(x)
+        if self.output_dropout is not None:
+            x = self.output_dropout(x)
         return x, self_weights, cross_weights
 
 
@@ -97,7 +99,7 @@ class DecoderModel(nn.Module):
         self.config = config
         self.embedding = builder.embedding(config, config.vocab_size)
         self.decoder = Decoder(config, config.n_layers, cross_attention=False)
-        self.lm_head = LMHead(config.d_model, config.vocab_size)
+        self.lm_head = builder.lm_head(config, config.vocab_size)
         init_linear_weights(self)
         if config.tie_output:
             self.lm_head.weight = self.embedding.tokens.weight

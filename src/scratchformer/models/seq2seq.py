@@ -9,7 +9,6 @@ from . import builder
 from .base import DecoderCache, ModelOutput, cache_positions, init_linear_weights, lm_output
 from .decoder import Decoder
 from .encoder import Encoder
-from .heads import LMHead
 
 
 class Seq2SeqModel(nn.Module):
@@ -33,7 +32,7 @@ class Seq2SeqModel(nn.Module):
         )
         self.encoder = Encoder(config)
         self.decoder = Decoder(config, config.decoder_layers, cross_attention=True)
-        self.lm_head = LMHead(config.d_model, config.target_vocab_size)
+        self.lm_head = builder.lm_head(config, config.target_vocab_size)
         init_linear_weights(self)
         if config.tie_output:
             self.lm_head.weight = self.tgt_embedding.tokens.weight
