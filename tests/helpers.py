@@ -58,9 +58,10 @@ T5_STYLE = dict(
     share_embeddings=True,
     scale_output=True,
     final_dropout=True,
+    attention_dropout=0.1,
 )
 """The ModelConfig fields of a T5 v1.0 (RMS norms, relative bias, unscaled attention, one
-embedding table, the tied head's input scaled, no biases)."""
+embedding table, the tied head's input scaled, no biases, dropout everywhere at one rate)."""
 
 TINY_MODEL = [f"model.{name}={size}" for name, size in {**TINY_SIZES, "n_layers": 1}.items()]
 """Settings that make a recipe's model tiny (one layer: a run's tests need no depth)."""

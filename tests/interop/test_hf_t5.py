@@ -13,6 +13,7 @@ import transformers
 
 from helpers import T5_STYLE, tiny_config
 from scratchformer import build_model, from_pretrained, save_pretrained
+from scratchformer.data.tokenizer import Tokenizer
 from scratchformer.inference import beam_search, greedy_decode
 
 PAD, EOS = 0, 1  # T5's: the decoder starts from the pad id
@@ -164,12 +165,8 @@ def test_export_round_trip(ours, theirs, tmp_path: Path) -> None:
 def test_a_from_scratch_t5_exports_and_loads(tmp_path: Path) -> None:
     """Our own T5 v1.1 layout (gated GELU, an untied head), trained by us, in transformers."""
     torch.manual_seed(0)
-    config = tiny_config(
-        **T5_STYLE | dict(gated=True, activation="gelu_tanh", tie_output=False, scale_output=False),
-        dropout=0.0,
-        attention_dropout=0.0,
-        n_decoder_layers=3,
-    )
+    v1_1 = dict(gated=True, activation="gelu_tanh", tie_output=False, scale_output=False)
+    config = tiny_config(**T5_STYLE | v1_1, n_decoder_layers=3)
     model = build_model(config).eval()
     save_pretrained(model, tmp_path / "hf")
     theirs = transformers.AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "hf").eval()
@@ -179,6 +176,21 @@ def test_a_from_scratch_t5_exports_and_loads(tmp_path: Path) -> None:
         mine = model(src, tgt).logits
         reference = theirs(input_ids=src, decoder_input_ids=tgt).logits
     assert (mine - reference).abs().max() < 1e-4
+
+
+@pytest.mark.parametrize(
+    ("specials", "start"),
+    [(("pad", "unk", "bos", "eos"), 2), (("pad", "unk", "eos"), 0)],
+)
+def test_the_decoder_starts_from_bos_if_the_tokenizer_has_one_else_pad(
+    specials: tuple[str, ...], start: int, tmp_path: Path
+) -> None:
+    """Our translation task's decoders start from bos; T5's tokenizers have none."""
+    tokenizer = Tokenizer.train("char", ["a small text"], 29, specials)
+    save_pretrained(build_model(tiny_config(**T5_STYLE)), tmp_path, tokenizer)
+    written = json.loads((tmp_path / "config.json").read_text())
+    assert written["decoder_start_token_id"] == start
+    assert (written["pad_token_id"], written["eos_token_id"]) == (0, len(specials) - 1)
 
 
 @pytest.mark.parametrize(

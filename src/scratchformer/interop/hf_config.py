@@ -120,8 +120,9 @@ def hf_config(config: ModelConfig, tokenizer: Tokenizer | None = None) -> dict[s
     if family.implying is not None:
         values |= family.implying(values)
     specials = {} if tokenizer is None else tokenizer.specials
-    if family.start_token is not None:
-        values["decoder_start_token_id"] = specials.get(family.start_token)
+    if family.start_tokens:
+        starts = [specials[role] for role in family.start_tokens if role in specials]
+        values["decoder_start_token_id"] = starts[0] if starts else None
     return {
         "model_type": family.model_type,
         "architectures": [

@@ -27,7 +27,7 @@ from ..nn.attention import ATTENTIONS
 from ..nn.feedforward import FEED_FORWARDS
 from ..nn.norm import NORMS
 from ..nn.positional import PositionalAttention
-from .heads import HEADS, LMHead, ScaledLMHead
+from .heads import HEADS
 from .positional import POSITIONALS
 
 
@@ -112,11 +112,6 @@ def positional_attention(config: ModelConfig, causal: bool) -> PositionalAttenti
     scheme does."""
     make = POSITIONALS[config.positional].attention
     return None if make is None else make(config, causal)
-
-
-def lm_head(config: ModelConfig, vocab_size: int) -> LMHead:
-    """The projection to a vocabulary's logits, scaling its input if the config says."""
-    return (ScaledLMHead if config.scale_output else LMHead)(config.d_model, vocab_size)
 
 
 def head(config: ModelConfig) -> nn.Module | None:

@@ -13,8 +13,10 @@ from .base import (
     cache_positions,
     init_linear_weights,
     lm_output,
+    output_scale,
     positioning_for,
 )
+from .heads import LMHead
 
 
 class Decoder(nn.Module):
@@ -99,7 +101,8 @@ class DecoderModel(nn.Module):
         self.config = config
         self.embedding = builder.embedding(config, config.vocab_size)
         self.decoder = Decoder(config, config.n_layers, cross_attention=False)
-        self.lm_head = builder.lm_head(config, config.vocab_size)
+        self.lm_head = LMHead(config.d_model, config.vocab_size)
+        self.output_scale = output_scale(config)
         init_linear_weights(self)
         if config.tie_output:
             self.lm_head.weight = self.embedding.tokens.weight
@@ -132,4 +135,6 @@ class DecoderModel(nn.Module):
             positions=positions,
         )
         attentions = {"decoder": weights} if need_weights else None
-        return lm_output(self.lm_head, hidden, attentions, labels, label_smoothing)
+        return lm_output(
+            self.lm_head, hidden, attentions, labels, label_smoothing, self.output_scale
+        )

@@ -145,18 +145,3 @@ class LMHead(nn.Module):
         """Mean cross-entropy of the logits against ``labels`` (-100: not counted), computed
         without forming the logits (:func:`~scratchformer.nn.linear_cross_entropy`)."""
         return linear_cross_entropy(hidden, self.weight, labels, label_smoothing)
-
-
-class ScaledLMHead(LMHead):
-    """An :class:`LMHead` that multiplies the hidden states by ``d_model^-0.5`` first: T5's
-    projection tied to embeddings of unit variance (``ModelConfig.scale_output``)."""
-
-    def __init__(self, d_model: int, vocab_size: int) -> None:
-        super().__init__(d_model, vocab_size)
-        self.scale = d_model**-0.5
-
-    def forward(self, hidden: Tensor) -> Tensor:
-        return super().forward(hidden * self.scale)
-
-    def loss(self, hidden: Tensor, labels: Tensor, label_smoothing: float = 0.0) -> Tensor:
-        return super().loss(hidden * self.scale, labels, label_smoothing)
