@@ -14,7 +14,7 @@ import transformers
 from helpers import T5_STYLE, tiny_config
 from scratchformer import build_model, from_pretrained, save_pretrained
 from scratchformer.data.tokenizer import Tokenizer
-from scratchformer.inference import beam_search, greedy_decode
+from scratchformer.inference import CompiledModel, beam_search, greedy_decode
 
 PAD, EOS = 0, 1  # T5's: the decoder starts from the pad id
 VERSIONS = {
@@ -144,6 +144,19 @@ def test_beam_search_matches_transformers(ours, theirs, use_cache: bool) -> None
         use_cache=use_cache,
     )
     assert [hypotheses[0].tokens for hypotheses in mine] == their_tokens(reference)
+
+
+def test_compiled_greedy_decoding_finds_the_eager_tokens(tmp_path: Path) -> None:
+    """Through a ``CompiledModel`` the stacks compute the relative bias inside the compiled
+    graphs, the cache's length varying from step to step (v1.0: the output scale too).
+    (One version only: compiling is slow.)"""
+    tiny_t5("v1.0").save_pretrained(tmp_path)
+    with pytest.warns(UserWarning, match="no tokenizer.json"):
+        model, _ = from_pretrained(tmp_path)
+    src, mask = sources()
+    options = dict(bos_id=PAD, eos_id=EOS, max_len=12)
+    expected = greedy_decode(model, src, mask.bool(), **options)
+    assert greedy_decode(CompiledModel(model), src, mask.bool(), **options) == expected
 
 
 def test_export_round_trip(ours, theirs, tmp_path: Path) -> None:
