@@ -204,7 +204,8 @@ class ModelConfig(ConfigBase):
     positional: str = "sinusoidal"
     """Added ``sinusoidal`` encodings (the paper) or ``learned`` embeddings; or a scheme that
     positions every self-attention instead, e.g. ``rotary`` (RoPE), which rotates queries
-    and keys by their positions (every name: ``scratchformer.models.POSITIONALS``)."""
+    and keys by their positions, or ``relative`` (T5), a learned score bias of their
+    distance (every name: ``scratchformer.models.POSITIONALS``)."""
     rope_theta: float = 10000.0
     """The base of the rotary frequencies (Llama 3: 500000)."""
     rope_scaling: str | None = None

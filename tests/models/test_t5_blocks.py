@@ -5,8 +5,9 @@ one relative bias table a stack."""
 import torch
 import torch.nn.functional as F
 
-from helpers import T5_STYLE, tiny_config
+from helpers import PROMPTS, T5_STYLE, tiny_config
 from scratchformer import build_model
+from scratchformer.inference import generate
 
 TOL = 1e-5
 
@@ -59,3 +60,15 @@ def test_one_bias_table_a_stack_bidirectional_in_the_encoder_only() -> None:
     tables = {name: p.shape for name, p in model.named_parameters() if "positional" in name}
     assert tables == {"encoder.positional.weight": (8, 4), "decoder.positional.weight": (8, 4)}
     assert model.encoder.positional.bidirectional and not model.decoder.positional.bidirectional
+
+
+def test_a_decoder_with_the_relative_bias_generates_alike_cached_batched_or_alone() -> None:
+    """The bias of a cache's new queries is aligned to its last keys, and left padding
+    shifts a row's queries and keys alike (distances are counted in key indices)."""
+    torch.manual_seed(0)
+    config = tiny_config(arch="decoder", positional="relative", norm_first=True)
+    model = build_model(config).eval()
+    cached = generate(model, PROMPTS, max_new_tokens=10, greedy=True)
+    assert generate(model, PROMPTS, max_new_tokens=10, greedy=True, use_cache=False) == cached
+    alone = [generate(model, [prompt], max_new_tokens=10, greedy=True)[0] for prompt in PROMPTS]
+    assert alone == cached

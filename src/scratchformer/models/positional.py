@@ -29,7 +29,8 @@ class PositionalScheme(NamedTuple):
 
 
 def rotary_embedding(config: ModelConfig, causal: bool) -> RotaryEmbedding:
-    """The rotary embedding of a stack's heads, its frequencies scaled if the config says."""
+    """The rotary embedding of a stack's heads, its frequencies scaled if the config says
+    (the same in a causal stack)."""
     scaling = None
     if config.rope_scaling is not None:
         scaling = RopeScaling(
