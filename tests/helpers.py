@@ -47,6 +47,22 @@ LLAMA_STYLE = dict(
 )
 """The ModelConfig fields of a Llama-family decoder (RMSNorm, SwiGLU, rotary, no biases)."""
 
+T5_STYLE = dict(
+    arch="seq2seq",
+    norm_first=True,
+    norm="rms",
+    bias=False,
+    positional="relative",
+    scale_attention=False,
+    scale_embedding=False,
+    share_embeddings=True,
+    scale_output=True,
+    final_dropout=True,
+    attention_dropout=0.1,
+)
+"""The ModelConfig fields of a T5 v1.0 (RMS norms, relative bias, unscaled attention, one
+embedding table, the tied head's input scaled, no biases, dropout everywhere at one rate)."""
+
 TINY_MODEL = [f"model.{name}={size}" for name, size in {**TINY_SIZES, "n_layers": 1}.items()]
 """Settings that make a recipe's model tiny (one layer: a run's tests need no depth)."""
 TINY_RUN = [*TINY_MODEL, "train.max_steps=6", "train.eval_every=3", "train.batch_size=4"]

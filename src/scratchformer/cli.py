@@ -305,7 +305,8 @@ COMMANDS = (
     Command(
         "import-hf",
         "hf:import_checkpoint",
-        f"make a run directory from a Hugging Face checkpoint ({family_names()})",
+        "make a run directory from a Hugging Face checkpoint "
+        f"({family_names('encoder')}, {family_names('decoder')})",
         (arg("hf_dir", help="Hugging Face checkpoint directory"), OUT_RUN),
         description="HF_DIR holds config.json, model.safetensors (or the shards of "
         "model.safetensors.index.json, or pytorch_model.bin) and tokenizer.json. A causal LM "
@@ -322,8 +323,8 @@ COMMANDS = (
         description="The model is written as the first family it fits: "
         + ", ".join(f"{family.name} ({family.summary})" for family in FAMILIES.values())
         + ". Others fail naming what differs. transformers.AutoModel(ForCausalLM, "
-        "ForMaskedLM, ForQuestionAnswering).from_pretrained(HF_DIR) loads the result. HF_DIR "
-        "may not be a run directory.",
+        "ForMaskedLM, ForQuestionAnswering, ForSeq2SeqLM).from_pretrained(HF_DIR) loads the "
+        "result. HF_DIR may not be a run directory.",
     ),
     Command(
         "export-peft",

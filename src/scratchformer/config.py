@@ -204,7 +204,8 @@ class ModelConfig(ConfigBase):
     positional: str = "sinusoidal"
     """Added ``sinusoidal`` encodings (the paper) or ``learned`` embeddings; or a scheme that
     positions every self-attention instead, e.g. ``rotary`` (RoPE), which rotates queries
-    and keys by their positions (every name: ``scratchformer.models.POSITIONALS``)."""
+    and keys by their positions, or ``relative`` (T5), a learned score bias of their
+    distance (every name: ``scratchformer.models.POSITIONALS``)."""
     rope_theta: float = 10000.0
     """The base of the rotary frequencies (Llama 3: 500000)."""
     rope_scaling: str | None = None
@@ -222,6 +223,22 @@ class ModelConfig(ConfigBase):
     kept; those between are blended."""
     rope_original_max_len: int = 8192
     """The context length the model was pre-trained with (``llama3`` scaling)."""
+    relative_buckets: int = 32
+    """``positional='relative'`` (T5): buckets of the distance between a query and a key,
+    each with a learned score bias per head; a distance below half the buckets has one of
+    its own, longer ones share buckets that widen logarithmically. An encoder gives half the
+    buckets to keys on each side of the query."""
+    relative_max_distance: int = 128
+    """``positional='relative'``: distances from this on share the last bucket."""
+    scale_attention: bool = True
+    """Divide attention scores by sqrt(d_model / n_heads), as in the paper; ``False``: T5's
+    unscaled scores, whose initialisation draws the query weights sqrt(d_model / n_heads)
+    times smaller instead."""
+    scale_output: bool = False
+    """Multiply the last hidden states by d_model^-0.5 before the output projection (T5 with
+    its projection tied to the embeddings, whose entries have unit variance)."""
+    final_dropout: bool = False
+    """Dropout on each stack's output, after its final norm (T5)."""
     max_len: int = 512
     """Longest sequence for learned positions (sinusoidal and rotary ones extend on demand)."""
     sliding_window: int | None = None
@@ -290,6 +307,15 @@ class ModelConfig(ConfigBase):
                 f"rope_low_freq_factor={self.rope_low_freq_factor} and rope_high_freq_factor="
                 f"{self.rope_high_freq_factor} must satisfy 0 < low < high",
             )
+        _require(
+            self.relative_buckets >= 4,
+            f"relative_buckets={self.relative_buckets} must be >= 4 (at least two a direction)",
+        )
+        _require(
+            self.relative_max_distance > self.relative_buckets // 2,
+            f"relative_max_distance={self.relative_max_distance} must exceed the distances "
+            f"with a bucket each (relative_buckets // 2 = {self.relative_buckets // 2})",
+        )
         if self.sliding_window is not None:
             _positive(self, "sliding_window")
             _require(self.arch == "decoder", "sliding_window needs arch='decoder'")

@@ -37,7 +37,7 @@ NORMS = declare("norm", "layer", "rms")
 """``scratchformer.nn.norm.NORMS``."""
 ROPE_SCALINGS = declare("rope_scaling", "linear", "llama3")
 """``scratchformer.nn.rotary.ROPE_SCALINGS``."""
-POSITIONALS = declare("positional", "sinusoidal", "learned", "rotary", "alibi")
+POSITIONALS = declare("positional", "sinusoidal", "learned", "rotary", "alibi", "relative")
 """``scratchformer.models.positional.POSITIONALS``."""
 HEADS = declare(
     "head", "classification", "regression", "similarity", "token_classification", "span", "mlm"

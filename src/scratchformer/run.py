@@ -200,6 +200,12 @@ def import_hf(hf_dir: Path, run_dir: Path) -> Recipe:
         raise FileNotFoundError(f"{hf_dir} has no {TOKENIZER_FILE}, which a run directory needs")
     model, tokenizer = from_pretrained(hf_dir)
     assert tokenizer is not None
+    if model.config.arch not in IMPORTED_TASKS:
+        raise ValueError(
+            f"{hf_dir}: an {model.config.arch} checkpoint has no task to make a run of "
+            "(ours decode from the bos token, T5 from the pad token); load it in Python "
+            "with scratchformer.from_pretrained"
+        )
     lost = sorted(tokenizer.special_tokens.items() - recognise_roles(tokenizer.backend).items())
     if lost:
         warnings.warn(

@@ -115,7 +115,7 @@ def test_no_run_directory_is_written_over(tiny_gpt2: Path, tmp_path: Path, capsy
             ["cannot export as gpt2", "norm_first=False (needs True)", "positional='sinusoidal'"],
         ),
         (dict(arch="encoder", type_vocab_size=0), ["cannot export as bert", "type_vocab_size=0"]),
-        (dict(arch="seq2seq"), ["arch='seq2seq' has no Hugging Face counterpart"]),
+        (dict(arch="seq2seq"), ["cannot export as t5", "positional='sinusoidal'"]),
     ],
 )
 def test_incompatible_models_are_not_exported(overrides, fragments, tmp_path: Path) -> None:
@@ -135,4 +135,4 @@ def test_export_of_an_incompatible_run_is_a_one_line_error(tmp_path: Path, capsy
     capsys.readouterr()
     assert main(["export-hf", str(run_dir), "--out", str(tmp_path / "hf")]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "arch='seq2seq' has no Hugging Face counterpart" in err
+    assert err.count("\n") == 1 and "cannot export as t5: " in err

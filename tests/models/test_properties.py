@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers import LLAMA_STYLE, tiny_config
+from helpers import LLAMA_STYLE, T5_STYLE, tiny_config
 from scratchformer import build_model
 
 VOCAB = 23
@@ -31,6 +31,8 @@ CONFIGS = {
     "decoder-alibi": dict(arch="decoder", positional="alibi", norm_first=True),
     "encoder-alibi": dict(arch="encoder", head="token_classification", positional="alibi"),
     "seq2seq-alibi": dict(arch="seq2seq", tgt_vocab_size=19, positional="alibi"),
+    "seq2seq-t5": dict(T5_STYLE, gated=True, activation="gelu_tanh"),
+    "decoder-relative": dict(arch="decoder", positional="relative", norm_first=True),
 }
 ALL = pytest.mark.parametrize("name", CONFIGS)
 PROPERTY = settings(max_examples=15, deadline=None)
@@ -80,7 +82,10 @@ def test_more_padding_changes_nothing_at_real_positions(name, lengths, extra) ->
         torch.testing.assert_close(long[:, :7][mask], short[mask], atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("name", ["decoder", "decoder-learned", "seq2seq", "seq2seq-pre-LN"])
+@pytest.mark.parametrize(
+    "name",
+    ["decoder", "decoder-learned", "seq2seq", "seq2seq-pre-LN", "seq2seq-t5", "decoder-relative"],
+)
 @PROPERTY
 @given(t=st.integers(0, 5), padded=st.booleans())
 def test_outputs_before_t_ignore_tokens_after_t(name, t, padded) -> None:

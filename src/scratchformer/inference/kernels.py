@@ -45,11 +45,14 @@ Kernel = tuple[nn.Module, str, Callable[..., object]]
 """``(module, name, kernel)``: ``kernel`` installed as the module's attribute ``name``."""
 
 
-def few_query_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:
+def few_query_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, scale: float | None = None
+) -> Tensor:
     """:func:`~scratchformer.nn.scaled_dot_product_attention`'s output, from sums of
     elementwise products in place of matrix products: for a few queries a row,
     ``torch.compile`` fuses each sum into one kernel that reads the keys (or values) once."""
-    scores = (q.unsqueeze(-2) * k.unsqueeze(-3)).sum(dim=-1) / math.sqrt(q.shape[-1])
+    scores = (q.unsqueeze(-2) * k.unsqueeze(-3)).sum(dim=-1)
+    scores = scores / math.sqrt(q.shape[-1]) if scale is None else scores * scale
     weights = masked_softmax(scores, mask)
     return (weights.unsqueeze(-1) * v.unsqueeze(-3)).sum(dim=-2)
 
@@ -112,7 +115,7 @@ class DecodingAttention:
         k, v = expand_kv_heads(k, v, q.shape[1])
         if is_causal:
             mask = combine_masks(mask, causal_mask(q_len, k.shape[-2], device=q.device))
-        return few_query_attention(q, k, v, mask), None
+        return few_query_attention(q, k, v, mask, self.attention.scale), None
 
 
 def transposed_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:

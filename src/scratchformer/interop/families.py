@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..config import ModelConfig
-from .hf_weights import Source, Table, bert_table, gpt2_table, linear, llama_table
+from .hf_weights import Source, Table, bert_table, gpt2_table, linear, llama_table, t5_table
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -79,6 +79,18 @@ class Family:
     takes its value from."""
     rotary: bool = False
     """Whether the rotary settings are read and written (``rope_theta``, ``rope_scaling``)."""
+    head_dim: str | None = None
+    """The key of an attention head's width, which must be ``d_model / n_heads`` here (may
+    be absent)."""
+    start_tokens: tuple[str, ...] = ()
+    """The special tokens a decoder may start from, by preference: ``decoder_start_token_id``
+    is written as the first that the tokenizer has."""
+    implied: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    """A ``config.json`` with the keys it leaves out that its other keys imply, as the
+    family's config class derives them, before :attr:`fields` are read."""
+    implying: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    """Keys written on export besides :attr:`fields`, computed from their values: those
+    that older versions of the family's config class read in their place."""
 
     def table(self, config: ModelConfig) -> Table:
         """Our tensors -> the checkpoint's, the head's included."""
@@ -125,6 +137,15 @@ class Family:
             f"{name}={getattr(config, name)!r} (needs >= {least})"
             for name, least in self.at_least.items()
             if getattr(config, name) < least
+        ]
+        sharing: dict[str, list[str]] = {}
+        for name, (key, _) in self.fields.items():
+            sharing.setdefault(key, []).append(name)
+        differ += [
+            f"{' and '.join(f'{name}={getattr(config, name)!r}' for name in names)} "
+            f"(need one value: {key})"
+            for key, names in sharing.items()
+            if len({getattr(config, name) for name in names}) > 1
         ]
         if config.head is not None and config.head not in self.heads:
             differ.append(f"head={config.head!r} (needs {' or '.join(['none', *self.heads])})")
@@ -275,6 +296,7 @@ LLAMA = Family(
     ignored=re.compile(r"model\.(layers\.\d+\.self_attn\.)?rotary_emb\..*"),  # old frequencies
     imported={"dropout": 0.0},
     rotary=True,
+    head_dim="head_dim",
 )
 
 QWEN2 = dataclasses.replace(
@@ -299,7 +321,80 @@ MISTRAL = dataclasses.replace(
     hf_fixed={},
 )
 
-FAMILIES = {family.model_type: family for family in (BERT, GPT2, LLAMA, QWEN2, MISTRAL)}
+
+def t5_implied(hf: dict[str, Any]) -> dict[str, Any]:
+    """A T5 ``config.json`` with what ``T5Config`` derives: the activation and gating from
+    ``feed_forward_proj`` (``gated-gelu`` is ``gelu_new``), and the scaling of the output
+    from ``tie_word_embeddings`` (``transformers`` 4 scales exactly when tied)."""
+    projection = hf.get("feed_forward_proj", "relu")
+    activation = "gelu_new" if projection == "gated-gelu" else projection.split("-")[-1]
+    derived = {
+        "dense_act_fn": activation,
+        "is_gated_act": projection.startswith("gated-"),
+        "scale_decoder_outputs": hf.get("tie_word_embeddings", True),
+    }
+    return derived | hf
+
+
+def t5_implying(hf: dict[str, Any]) -> dict[str, Any]:
+    """``feed_forward_proj`` of the activation and gating written (``transformers`` 4)."""
+    return {"feed_forward_proj": ("gated-" if hf["is_gated_act"] else "") + hf["dense_act_fn"]}
+
+
+T5 = Family(
+    name="T5",
+    model_type="t5",
+    architecture="T5ForConditionalGeneration",
+    summary="an encoder-decoder: pre-LN with RMS norms, relative position bias, unscaled "
+    "attention, no biases, one embedding table; ReLU (v1.0) or gated GELU (v1.1)",
+    fields={
+        "vocab_size": ("vocab_size", 32128),
+        "d_model": ("d_model", 512),
+        "n_layers": ("num_layers", 6),
+        "n_decoder_layers": ("num_decoder_layers", None),  # None: num_layers
+        "n_heads": ("num_heads", 8),
+        "d_ff": ("d_ff", 2048),
+        "activation": ("dense_act_fn", "relu"),
+        "gated": ("is_gated_act", False),
+        "dropout": ("dropout_rate", 0.1),
+        "attention_dropout": ("dropout_rate", 0.1),
+        "layer_norm_eps": ("layer_norm_epsilon", 1e-6),
+        "relative_buckets": ("relative_attention_num_buckets", 32),
+        "relative_max_distance": ("relative_attention_max_distance", 128),
+        "tie_output": ("tie_word_embeddings", True),
+        "scale_output": ("scale_decoder_outputs", True),
+    },
+    fixed={
+        "arch": "seq2seq",
+        "norm_first": True,
+        "use_final_norm": True,
+        "norm": "rms",
+        "positional": "relative",
+        "scale_attention": False,
+        "scale_embedding": False,
+        "embedding_norm": False,
+        "share_embeddings": True,
+        "final_dropout": True,
+        "bias": False,
+        "use_qkv_bias": False,
+        "n_kv_heads": None,
+        "type_vocab_size": 0,
+    },
+    hf_fixed={"is_encoder_decoder": True},
+    base_table=t5_table,
+    prefix="",  # our full names are the conditional generation model's
+    ignored=re.compile(
+        r"(encoder|decoder)\.embed_tokens\.weight"  # copies of the shared table
+        r"|decoder\.block\.0\.layer\.1\.EncDecAttention\.relative_attention_bias\.weight"
+    ),
+    head_dim="d_kv",
+    start_tokens=("bos", "pad"),  # our tasks' decoders start from bos; T5's tokenizers have
+    # none, and start from pad
+    implied=t5_implied,
+    implying=t5_implying,
+)
+
+FAMILIES = {family.model_type: family for family in (BERT, GPT2, LLAMA, QWEN2, MISTRAL, T5)}
 """Every family by its ``model_type``; a model is exported as the first that fits it."""
 
 

@@ -4,9 +4,10 @@
 ``model.safetensors``, in the shards that ``model.safetensors.index.json`` lists, or in
 ``pytorch_model.bin``; ``tokenizer.json``) into our own modules: a BERT-family model (BERT,
 MiniLM, ...) becomes an :class:`EncoderModel` with BERT's embedding LayerNorm and pooler;
-GPT-2, Llama, Qwen2 and Mistral causal LMs a :class:`DecoderModel`. :func:`save_pretrained`
-writes a directory that ``transformers.AutoModel.from_pretrained`` (and, for decoders,
-``AutoModelForCausalLM``) loads. ``transformers`` itself is never imported.
+GPT-2, Llama, Qwen2 and Mistral causal LMs a :class:`DecoderModel`; T5 (v1.0 and v1.1) a
+:class:`Seq2SeqModel`. :func:`save_pretrained` writes a directory that
+``transformers.AutoModel.from_pretrained`` (and, for decoders, ``AutoModelForCausalLM``,
+for T5 ``AutoModelForSeq2SeqLM``) loads. ``transformers`` itself is never imported.
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import Tensor
 
+from ..config import ModelConfig
 from ..data.tokenizer import SPECIAL_TOKENS, Tokenizer
 from ..io import atomic_write_json, listing, load_tensors, safe_torch_load, save_tensors
-from ..models import DecoderModel, EncoderModel, build_model
+from ..models import DecoderModel, EncoderModel, Seq2SeqModel, build_model
 from .families import family_of
 from .hf_config import hf_config, model_config
 from .hf_weights import Table
@@ -40,7 +42,7 @@ TOKENIZER_FILE = "tokenizer.json"
 SPECIAL_TOKENS_FILE = "special_tokens_map.json"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 
-Model = EncoderModel | DecoderModel
+Model = EncoderModel | DecoderModel | Seq2SeqModel
 
 
 def from_pretrained(path: str | Path) -> tuple[Model, Tokenizer | None]:
@@ -50,7 +52,8 @@ def from_pretrained(path: str | Path) -> tuple[Model, Tokenizer | None]:
     ``last_hidden_state`` and ``pooler_output`` (when the checkpoint has a pooler), a
     ``BertForMaskedLM`` (``mlm`` head) the vocabulary ``logits`` at every token too;
     ``model(input_ids).logits`` of a GPT-2 or Llama-family model works with
-    ``scratchformer.inference.generate``.
+    ``scratchformer.inference.generate``; a T5 decodes with
+    ``scratchformer.inference.greedy_decode`` and ``beam_search``, starting from the pad id.
     An unsupported ``model_type`` or setting, or weights that do not fit the config
     (missing, unexpected or misshapen tensors, all named), raise ``ValueError``. Without
     ``tokenizer.json`` the tokenizer is ``None``, with a warning.
@@ -64,8 +67,13 @@ def from_pretrained(path: str | Path) -> tuple[Model, Tokenizer | None]:
     family = family_of(hf)
     origin, tensors = read_weights(directory)
     tensors = family.base_names(tensors, config)
-    if config.tie_output:
-        tensors.pop("lm_head.weight", None)  # a copy of the tied token embedding
+    if config.tie_output and "lm_head.weight" in tensors:
+        head = tensors.pop("lm_head.weight")  # a copy of the tied token embedding, or:
+        if not torch.equal(head, tensors.get(tied_embedding(config, family.table(config)), head)):
+            # a head of its own: transformers 5 writes tie_word_embeddings=true for every T5
+            # and ties the head only when the checkpoint has none
+            config = dataclasses.replace(config, tie_output=False)
+            tensors["lm_head.weight"] = head
     if config.pooler and not any(name.startswith("pooler.") for name in tensors):
         config = dataclasses.replace(config, pooler=False)  # saved without its pooler
     table = family.table(config)
@@ -80,6 +88,15 @@ def from_pretrained(path: str | Path) -> tuple[Model, Tokenizer | None]:
             f"the model's vocab_size={config.vocab_size}"
         )
     return model.eval(), tokenizer
+
+
+def tied_embedding(config: ModelConfig, table: Table) -> str:
+    """The checkpoint's name of the embedding that a tied LM head shares."""
+    with torch.device("meta"):
+        model = build_model(config)
+    head = model.lm_head.weight
+    state = model.state_dict(keep_vars=True)
+    return next(table[name].names[0] for name in table if state[name] is head)
 
 
 def save_pretrained(model: Model, path: str | Path, tokenizer: Tokenizer | None = None) -> None:

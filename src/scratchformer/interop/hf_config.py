@@ -39,6 +39,8 @@ def model_config(hf: dict[str, Any]) -> ModelConfig:
     """Our configuration of the model a Hugging Face ``config.json`` describes (BERT with
     its pooler). Settings we cannot run raise ``ValueError`` naming them."""
     family = family_of(hf)
+    if family.implied is not None:
+        hf = family.implied(hf)
     for key, supported in family.hf_fixed.items():
         if hf.get(key, supported) != supported:
             raise ValueError(f"{key}={hf[key]!r} is not supported (only {supported!r})")
@@ -54,12 +56,13 @@ def model_config(hf: dict[str, Any]) -> ModelConfig:
     values["activation"] = ACTIVATIONS_FROM_HF[activation]
     if family.rotary:
         values |= rope_from_hf(hf, values["max_len"])
-        d_head = values["d_model"] // values["n_heads"]
-        if hf.get("head_dim", d_head) not in (None, d_head):
-            raise ValueError(
-                f"head_dim={hf['head_dim']} is not supported (only hidden_size / "
-                f"num_attention_heads = {d_head})"
-            )
+    d_head = values["d_model"] // values["n_heads"]
+    if family.head_dim is not None and hf.get(family.head_dim, d_head) not in (None, d_head):
+        width, heads = family.fields["d_model"][0], family.fields["n_heads"][0]
+        raise ValueError(
+            f"{family.head_dim}={hf[family.head_dim]} is not supported (only {width} / "
+            f"{heads} = {d_head})"
+        )
     head = family.head_of(hf.get("architectures") or [])
     fields = {_ALIASES.get(name, name): value for name, value in (family.fixed | values).items()}
     pooler = family.pooler and head is None
@@ -112,7 +115,14 @@ def hf_config(config: ModelConfig, tokenizer: Tokenizer | None = None) -> dict[s
     values |= {key: getattr(config, field) for key, field in family.exported.items()}
     if family.rotary:
         values |= rope_to_hf(config)
+    if family.head_dim is not None:
+        values[family.head_dim] = config.d_model // config.n_heads
+    if family.implying is not None:
+        values |= family.implying(values)
     specials = {} if tokenizer is None else tokenizer.specials
+    if family.start_tokens:
+        starts = [specials[role] for role in family.start_tokens if role in specials]
+        values["decoder_start_token_id"] = starts[0] if starts else None
     return {
         "model_type": family.model_type,
         "architectures": [

@@ -1,4 +1,4 @@
-"""Tensor names of Hugging Face BERT, GPT-2 and Llama-family checkpoints <-> ours.
+"""Tensor names of Hugging Face BERT, GPT-2, Llama-family and T5 checkpoints <-> ours.
 
 A table maps each of our tensors to its source in the checkpoint: one tensor, or the
 separate query, key and value of BERT and Llama concatenated into our fused projection
@@ -127,4 +127,60 @@ def llama_table(config: ModelConfig) -> Table:
         if config.use_qkv_bias:
             bias = Source(tuple(f"{n}.bias" for n in qkv), rows=rows)
             table[f"{ours}.self_attn.qkv_proj.bias"] = bias
+    return table
+
+
+def t5_attention(ours: str, theirs: str, cross: bool) -> Table:
+    """T5's query, key, value and output projections (no biases), into our fused ones:
+    queries, keys and values of self-attention; keys and values of cross-attention."""
+    weights = {part: f"{theirs}.{part}.weight" for part in "qkvo"}
+    fused = {f"{ours}.qkv_proj.weight": Source((weights["q"], weights["k"], weights["v"]))}
+    if cross:
+        fused = {
+            f"{ours}.q_proj.weight": Source((weights["q"],)),
+            f"{ours}.kv_proj.weight": Source((weights["k"], weights["v"])),
+        }
+    return fused | {f"{ours}.out_proj.weight": Source((weights["o"],))}
+
+
+def t5_feed_forward(ours: str, theirs: str, gated: bool) -> Table:
+    """T5's ``wi`` and ``wo`` (v1.0), or ``wi_0``, ``wi_1`` and ``wo`` (v1.1, gated)."""
+    inner = {"w1": "wi_0", "w3": "wi_1"} if gated else {"w1": "wi"}
+    return {
+        f"{ours}.{name}.weight": Source((f"{theirs}.{part}.weight",))
+        for name, part in (inner | {"w2": "wo"}).items()
+    }
+
+
+def t5_norm(sublayer: str) -> Source:
+    """The RMS norm (a weight, no bias) before a T5 sub-layer."""
+    return Source((f"{sublayer}.layer_norm.weight",))
+
+
+def t5_table(config: ModelConfig) -> Table:
+    """``T5ForConditionalGeneration``: one embedding table (``shared``) for both stacks,
+    pre-LN blocks of numbered sub-layers (``layer.0`` self-attention, ``layer.1``
+    cross-attention in the decoder, then the feed-forward), RMS norms, no biases. Each
+    stack's relative bias table sits in its first block. A tied LM head is not a tensor
+    of its own."""
+    table = {"src_embedding.tokens.weight": Source(("shared.weight",))}
+    if not config.tie_output:
+        table["lm_head.weight"] = Source(("lm_head.weight",))
+    stacks = (("encoder", config.n_layers), ("decoder", config.decoder_layers))
+    for stack, n_layers in stacks:
+        first = f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight"
+        table[f"{stack}.positional.weight"] = Source((first,))
+        table[f"{stack}.norm.weight"] = Source((f"{stack}.final_layer_norm.weight",))
+        for i in range(n_layers):
+            ours, theirs = f"{stack}.layers.{i}", f"{stack}.block.{i}.layer"
+            sublayers = [("self_attn", "SelfAttention")]
+            if stack == "decoder":
+                sublayers.append(("cross_attn", "EncDecAttention"))
+            for j, (name, part) in enumerate(sublayers):
+                cross = name == "cross_attn"
+                table |= t5_attention(f"{ours}.{name}", f"{theirs}.{j}.{part}", cross)
+                table[f"{ours}.{name}_norm.weight"] = t5_norm(f"{theirs}.{j}")
+            last = f"{theirs}.{len(sublayers)}"
+            table |= t5_feed_forward(f"{ours}.feed_forward", f"{last}.DenseReluDense", config.gated)
+            table[f"{ours}.feed_forward_norm.weight"] = t5_norm(last)
     return table

@@ -9,7 +9,8 @@ from typing import Protocol
 import torch
 from torch import Tensor, nn
 
-from ..nn.attention import CrossAttentionCache, SelfAttentionCache
+from ..config import ModelConfig
+from ..nn.attention import CrossAttentionCache, MultiHeadAttention, SelfAttentionCache
 from ..nn.positional import PositionalAttention, Positioning
 from .heads import LMHead
 
@@ -31,18 +32,33 @@ class ModelOutput:
     loss: Tensor | None = None
 
 
+def output_scale(config: ModelConfig) -> float:
+    """What a language model multiplies its last hidden states by before the LM head:
+    ``d_model^-0.5`` with ``scale_output`` (T5's head tied to embeddings of unit variance),
+    else 1. (The head stays a plain linear map, for decoding kernels and quantization.)"""
+    return config.d_model**-0.5 if config.scale_output else 1.0
+
+
+def head_input(hidden: Tensor, scale: float) -> Tensor:
+    """``hidden`` times the :func:`output_scale` ``scale``."""
+    return hidden if scale == 1.0 else hidden * scale
+
+
 def lm_output(
     head: LMHead,
     hidden: Tensor,
     attentions: dict[str, list[Tensor]] | None,
     labels: Tensor | None,
     label_smoothing: float,
+    scale: float = 1.0,
 ) -> ModelOutput:
-    """A language model's output: the logits of ``hidden``; or, given ``labels``, their
-    mean cross-entropy, computed without forming the logits (which are then ``None``)."""
+    """A language model's output: the logits of ``hidden`` (times ``scale``, see
+    :func:`output_scale`); or, given ``labels``, their mean cross-entropy, computed without
+    forming the logits (which are then ``None``)."""
+    x = head_input(hidden, scale)
     if labels is None:
-        return ModelOutput(head(hidden), hidden, attentions)
-    return ModelOutput(None, hidden, attentions, loss=head.loss(hidden, labels, label_smoothing))
+        return ModelOutput(head(x), hidden, attentions)
+    return ModelOutput(None, hidden, attentions, loss=head.loss(x, labels, label_smoothing))
 
 
 class DecoderCache(Protocol):
@@ -87,12 +103,21 @@ def positioning_for(
 
 def init_linear_weights(model: nn.Module) -> None:
     """Xavier-uniform linear weights and zero biases, as in the reference implementations
-    of the paper; embeddings and norms keep the initialisation of their own modules."""
+    of the paper; embeddings and norms keep the initialisation of their own modules. An
+    attention that scales its scores otherwise than by ``1 / sqrt(d_head)`` (T5's, by 1)
+    has the difference folded into its query weights, as T5 initialises them, so that its
+    first scores are those of the paper's."""
     for module in model.modules():
         if isinstance(module, nn.Linear):
             nn.init.xavier_uniform_(module.weight)
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
+    for module in model.modules():
+        if isinstance(module, MultiHeadAttention) and module.scale is not None:
+            query = module.q_proj if module.cross else module.qkv_proj
+            rows = module.n_heads * module.d_head
+            with torch.no_grad():
+                query.weight[:rows] *= module.d_head**-0.5 / module.scale
 
 
 def count_parameters(model: nn.Module, trainable_only: bool = False) -> int:

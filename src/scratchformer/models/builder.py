@@ -15,7 +15,14 @@ from functools import partial
 from torch import nn
 
 from ..config import ModelConfig
-from ..nn import DecoderLayer, Embedding, EncoderLayer, MultiHeadAttention, TokenEmbedding
+from ..nn import (
+    DecoderLayer,
+    Dropout,
+    Embedding,
+    EncoderLayer,
+    MultiHeadAttention,
+    TokenEmbedding,
+)
 from ..nn.attention import ATTENTIONS
 from ..nn.feedforward import FEED_FORWARDS
 from ..nn.norm import NORMS
@@ -34,6 +41,11 @@ def final_norm(config: ModelConfig) -> nn.Module | None:
     return norm(config) if config.use_final_norm else None
 
 
+def final_dropout(config: ModelConfig) -> Dropout | None:
+    """Dropout on a stack's output, after its final norm, if the config asks for it."""
+    return Dropout(config.dropout) if config.final_dropout else None
+
+
 def attention(config: ModelConfig, cross: bool = False) -> MultiHeadAttention:
     """Self-attention, or cross-attention to the encoder output."""
     return ATTENTIONS[config.attention](
@@ -44,6 +56,7 @@ def attention(config: ModelConfig, cross: bool = False) -> MultiHeadAttention:
         cross=cross,
         n_kv_heads=config.n_kv_heads,
         qkv_bias=config.qkv_bias,
+        scale=None if config.scale_attention else 1.0,
     )
 
 
@@ -94,10 +107,11 @@ def embedding(config: ModelConfig, vocab_size: int) -> Embedding:
     )
 
 
-def positional_attention(config: ModelConfig) -> PositionalAttention | None:
-    """What positions a stack's self-attention, if the config's scheme does."""
+def positional_attention(config: ModelConfig, causal: bool) -> PositionalAttention | None:
+    """What positions a stack's self-attention (``causal`` in a decoder), if the config's
+    scheme does."""
     make = POSITIONALS[config.positional].attention
-    return None if make is None else make(config)
+    return None if make is None else make(config, causal)
 
 
 def head(config: ModelConfig) -> nn.Module | None:

@@ -13,6 +13,7 @@ from .base import (
     cache_positions,
     init_linear_weights,
     lm_output,
+    output_scale,
     positioning_for,
 )
 from .heads import LMHead
@@ -29,7 +30,8 @@ class Decoder(nn.Module):
             builder.decoder_layer(config, cross_attention) for _ in range(n_layers)
         )
         self.norm = builder.final_norm(config)
-        self.positional = builder.positional_attention(config)
+        self.output_dropout = builder.final_dropout(config)
+        self.positional = builder.positional_attention(config, causal=True)
         self.sliding_window = config.sliding_window
 
     def forward(
@@ -82,6 +84,8 @@ class Decoder(nn.Module):
                 cross_weights.append(cw)
         if self.norm is not None:
             x = self.norm(x)
+        if self.output_dropout is not None:
+            x = self.output_dropout(x)
         return x, self_weights, cross_weights
 
 
@@ -98,6 +102,7 @@ class DecoderModel(nn.Module):
         self.embedding = builder.embedding(config, config.vocab_size)
         self.decoder = Decoder(config, config.n_layers, cross_attention=False)
         self.lm_head = LMHead(config.d_model, config.vocab_size)
+        self.output_scale = output_scale(config)
         init_linear_weights(self)
         if config.tie_output:
             self.lm_head.weight = self.embedding.tokens.weight
@@ -130,4 +135,6 @@ class DecoderModel(nn.Module):
             positions=positions,
         )
         attentions = {"decoder": weights} if need_weights else None
-        return lm_output(self.lm_head, hidden, attentions, labels, label_smoothing)
+        return lm_output(
+            self.lm_head, hidden, attentions, labels, label_smoothing, self.output_scale
+        )

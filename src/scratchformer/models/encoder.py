@@ -20,7 +20,8 @@ class Encoder(nn.Module):
         super().__init__()
         self.layers = nn.ModuleList(builder.encoder_layer(config) for _ in range(config.n_layers))
         self.norm = builder.final_norm(config)
-        self.positional = builder.positional_attention(config)
+        self.output_dropout = builder.final_dropout(config)
+        self.positional = builder.positional_attention(config, causal=False)
 
     def forward(
         self,
@@ -48,6 +49,8 @@ class Encoder(nn.Module):
                 weights.append(w)
         if self.norm is not None:
             x = self.norm(x)
+        if self.output_dropout is not None:
+            x = self.output_dropout(x)
         return (x, weights) if packing is None else (packing.unpack(x), weights)
 
 

@@ -14,21 +14,23 @@ from ..config import ModelConfig
 from ..nn import LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding
 from ..nn.alibi import ALiBi
 from ..nn.positional import PositionalAttention
+from ..nn.relative_bias import RelativePositionBias
 from ..nn.rotary import RopeScaling
 from ..registry import Registry
 
 
 class PositionalScheme(NamedTuple):
     """How a scheme is built from a config: the module that adds positions to the token
-    embeddings, and the one that positions a stack's self-attention (either may be
-    ``None``)."""
+    embeddings, and the one that positions a stack's self-attention, given whether that
+    self-attention is causal (a decoder's) or not (either may be ``None``)."""
 
     added: Callable[[ModelConfig], nn.Module] | None = None
-    attention: Callable[[ModelConfig], PositionalAttention] | None = None
+    attention: Callable[[ModelConfig, bool], PositionalAttention] | None = None
 
 
-def rotary_embedding(config: ModelConfig) -> RotaryEmbedding:
-    """The rotary embedding of a stack's heads, its frequencies scaled if the config says."""
+def rotary_embedding(config: ModelConfig, causal: bool) -> RotaryEmbedding:
+    """The rotary embedding of a stack's heads, its frequencies scaled if the config says
+    (the same in a causal stack)."""
     scaling = None
     if config.rope_scaling is not None:
         scaling = RopeScaling(
@@ -41,6 +43,16 @@ def rotary_embedding(config: ModelConfig) -> RotaryEmbedding:
     return RotaryEmbedding(config.d_model // config.n_heads, config.rope_theta, scaling)
 
 
+def relative_bias(config: ModelConfig, causal: bool) -> RelativePositionBias:
+    """T5's bucketed relative bias of a stack, bidirectional unless causal, drawn as T5
+    initialises it (normal, std ``d_model^-0.5``)."""
+    bias = RelativePositionBias(
+        config.n_heads, config.relative_buckets, config.relative_max_distance, not causal
+    )
+    nn.init.normal_(bias.weight, std=config.d_model**-0.5)
+    return bias
+
+
 POSITIONALS: Registry[PositionalScheme] = Registry("positional")
 POSITIONALS.add(
     "sinusoidal", PositionalScheme(added=lambda c: SinusoidalPositionalEncoding(c.d_model))
@@ -49,4 +61,5 @@ POSITIONALS.add(
     "learned", PositionalScheme(added=lambda c: LearnedPositionalEmbedding(c.d_model, c.max_len))
 )
 POSITIONALS.add("rotary", PositionalScheme(attention=rotary_embedding))
-POSITIONALS.add("alibi", PositionalScheme(attention=lambda c: ALiBi(c.n_heads)))
+POSITIONALS.add("alibi", PositionalScheme(attention=lambda c, causal: ALiBi(c.n_heads)))
+POSITIONALS.add("relative", PositionalScheme(attention=relative_bias))

@@ -6,7 +6,15 @@ from torch import Tensor, nn
 
 from ..config import ModelConfig
 from . import builder
-from .base import DecoderCache, ModelOutput, cache_positions, init_linear_weights, lm_output
+from .base import (
+    DecoderCache,
+    ModelOutput,
+    cache_positions,
+    head_input,
+    init_linear_weights,
+    lm_output,
+    output_scale,
+)
 from .decoder import Decoder
 from .encoder import Encoder
 from .heads import LMHead
@@ -34,6 +42,7 @@ class Seq2SeqModel(nn.Module):
         self.encoder = Encoder(config)
         self.decoder = Decoder(config, config.decoder_layers, cross_attention=True)
         self.lm_head = LMHead(config.d_model, config.target_vocab_size)
+        self.output_scale = output_scale(config)
         init_linear_weights(self)
         if config.tie_output:
             self.lm_head.weight = self.tgt_embedding.tokens.weight
@@ -62,7 +71,8 @@ class Seq2SeqModel(nn.Module):
         hidden, self_weights, cross_weights = self._decoder_states(
             tgt_ids, memory, src_mask, tgt_mask, need_weights, cache
         )
-        return self.lm_head(hidden), hidden, self_weights, cross_weights
+        logits = self.lm_head(head_input(hidden, self.output_scale))
+        return logits, hidden, self_weights, cross_weights
 
     def _decoder_states(
         self,
@@ -102,4 +112,6 @@ class Seq2SeqModel(nn.Module):
                 "decoder": self_weights,
                 "cross": cross_weights,
             }
-        return lm_output(self.lm_head, hidden, attentions, labels, label_smoothing)
+        return lm_output(
+            self.lm_head, hidden, attentions, labels, label_smoothing, self.output_scale
+        )

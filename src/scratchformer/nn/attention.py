@@ -51,8 +51,11 @@ def scaled_dot_product_attention(
     mask: Tensor | None = None,
     dropout_p: float = 0.0,
     bias: Tensor | None = None,
+    scale: float | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """``softmax(q k^T / sqrt(d_k) + bias) v``, written out; returns ``(output, weights)``.
+    """``softmax(q k^T * scale + bias) v``, written out; returns ``(output, weights)``.
+    ``scale`` is ``1 / sqrt(d_k)`` unless given (T5's is 1: it folds the factor into the
+    initialisation of the query weights).
 
     ``q``: ``(..., q_len, d_k)``, ``k``: ``(..., k_len, d_k)``, ``v``: ``(..., k_len, d_v)``;
     ``mask`` (True = may attend) and the additive score ``bias`` (a positional scheme's,
@@ -60,7 +63,8 @@ def scaled_dot_product_attention(
     gets all-zero weights and a zero output, never NaN. The weights returned are those
     before dropout, so each row sums to one (or zero).
     """
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    scores = q @ k.transpose(-2, -1)
+    scores = scores / math.sqrt(q.shape[-1]) if scale is None else scores * scale
     if bias is not None:
         scores = scores + bias
     weights = masked_softmax(scores, mask)
@@ -93,6 +97,7 @@ class MultiHeadAttention(nn.Module):
     a group of ``n_heads / n_kv_heads`` consecutive query heads (grouped-query attention;
     multi-query with one); a cache then keeps only those. ``qkv_bias`` (default: ``bias``)
     sets the biases of the query, key and value projections apart from the output's.
+    ``scale`` multiplies the scores (default: ``1 / sqrt(d_head)``; T5's is 1).
 
     ``forward`` = :meth:`project` -> :meth:`attend` -> merge heads -> ``out_proj``; a cached
     decoder can call the steps itself (project new tokens once, keep keys and values).
@@ -111,6 +116,7 @@ class MultiHeadAttention(nn.Module):
         cross: bool = False,
         n_kv_heads: int | None = None,
         qkv_bias: bool | None = None,
+        scale: float | None = None,
     ) -> None:
         super().__init__()
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
@@ -123,6 +129,7 @@ class MultiHeadAttention(nn.Module):
         self.d_head = d_model // n_heads
         self.dropout = dropout
         self.cross = cross
+        self.scale = scale
         qkv_bias = bias if qkv_bias is None else qkv_bias
         kv_width = n_kv_heads * self.d_head
         if cross:
@@ -239,15 +246,15 @@ class MultiHeadAttention(nn.Module):
             mask = combine_masks(mask, causal_mask(q_len, k_len, device=q.device))
             is_causal = False
         if written_out:
-            return scaled_dot_product_attention(q, k, v, mask, dropout_p, bias)
+            return scaled_dot_product_attention(q, k, v, mask, dropout_p, bias, self.scale)
         attn_mask = mask if bias is None else score_mask(bias, mask, q.dtype)
         out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal
+            q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=self.scale
         )
         return out, None
 
 
 ATTENTIONS: Registry[Callable[..., MultiHeadAttention]] = Registry("attention")
 """``ModelConfig.attention`` -> the attention of ``(d_model, n_heads, dropout, bias, cross,
-n_kv_heads, qkv_bias)``."""
+n_kv_heads, qkv_bias, scale)``."""
 ATTENTIONS.add("multi_head", MultiHeadAttention)
