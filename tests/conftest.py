@@ -58,7 +58,7 @@ MLM_SENTENCES = [
 
 @pytest.fixture(scope="session")
 def mlm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny masked-LM run (``recipes/pretrain-encoder.toml``: BERT's layout) trained for
+    """A tiny masked-LM run (``recipes/pretrain-encoder.toml`` in BERT's layout) trained for
     a few steps on a text file written here, so that no dataset is needed."""
     text = tmp_path_factory.mktemp("mlm-text") / "text.txt"
     lines = [" ".join(MLM_SENTENCES[i % 5 :] + MLM_SENTENCES[: i % 5]) for i in range(40)]
@@ -73,6 +73,7 @@ def mlm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "data.vocab_size=120",
         "data.max_len=32",
         "model.max_len=32",
+        "model.norm_first=false",  # BERT's post-LN, to export as a BertForMaskedLM
     )
     return run_dir
 
