@@ -140,6 +140,17 @@ ROWS = {
         Row("squad-minilm", "squad-minilm", "f1", "val", 60, 65.0),
         Row("squad", "squad", "f1", "val", 30, 20.0, required=False),
         Row("pretrain-encoder", "pretrain-encoder", "accuracy", "val", 60, 0.3, required=False),
+        Row("pretrain-t5", "pretrain-t5", "accuracy", "val", 30, 0.5, required=False),
+        Row(
+            "multi30k-de-en-pretrained",
+            "multi30k-de-en-pretrained",
+            "bleu_tokenized_lc",
+            "test",
+            30,
+            36.0,
+            required=False,
+            settings=("model.init_from=runs/results/pretrain-t5",),
+        ),
     )
 }
 
