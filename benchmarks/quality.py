@@ -152,6 +152,17 @@ ROWS = {
                 ("squad-pretrained", "f1", 30, 25.0),
             )
         ),
+        Row("pretrain-t5", "pretrain-t5", "accuracy", "val", 30, 0.5, required=False),
+        Row(
+            "multi30k-de-en-pretrained",
+            "multi30k-de-en-pretrained",
+            "bleu_tokenized_lc",
+            "test",
+            30,
+            36.0,
+            required=False,
+            settings=("model.init_from=runs/results/pretrain-t5",),
+        ),
     )
 }
 

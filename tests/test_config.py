@@ -177,6 +177,13 @@ def test_data_and_train_validation() -> None:
     with pytest.raises(ValueError, match=r"text_columns=.* must name one column or a pair"):
         DataConfig(text_columns=[1, 2, 3])
     assert DataConfig(text_columns=["sentence1", 7]).text_columns == ["sentence1", 7]
+    for density in (0.0, 1.0):
+        with pytest.raises(ValueError, match=rf"noise_density={density} must be between 0 and 1"):
+            DataConfig(noise_density=density)
+    with pytest.raises(ValueError, match=r"mean_span_length=0.5 must be at least 1"):
+        DataConfig(mean_span_length=0.5)
+    with pytest.raises(ValueError, match=r"sentinels=0 must be positive"):
+        DataConfig(sentinels=0)
 
 
 def test_a_recipe_with_a_byte_order_mark_loads_and_other_encodings_name_the_file(

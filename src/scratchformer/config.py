@@ -376,6 +376,7 @@ TASKS = (
     "tagging",
     "qa",
     "mlm",
+    "span_corruption",
 )
 PRECISIONS = ("fp32", "bf16", "auto")
 DEVICES = ("auto", "cpu", "cuda")
@@ -446,9 +447,9 @@ class DataConfig(ConfigBase):
     max_answer_len: int = 30
     """Question answering: the longest answer predicted, in tokens."""
     corpus: list[str] | None = None
-    """Pretraining (``mlm``): named datasets whose training text joins the corpus --
-    ``sst2``, ``stsb``, ``conll2003``, ``squad`` (the contexts), ``multi30k.en`` (``.de``,
-    ``.fr``), ``tinyshakespeare`` -- besides the plain-text files or directories of
+    """Pretraining (``mlm``, ``span_corruption``): named datasets whose training text joins
+    the corpus -- ``sst2``, ``stsb``, ``conll2003``, ``squad`` (the contexts), ``multi30k.en``
+    (``.de``, ``.fr``), ``tinyshakespeare`` -- besides the plain-text files or directories of
     ``train``."""
     document_per_line: bool = False
     """Pretraining: a plain-text file holds a document a line (else documents are
@@ -458,6 +459,13 @@ class DataConfig(ConfigBase):
     ``[MASK]``, 10% a random token, 10% stay."""
     whole_word_mask: bool = False
     """``mlm``: choose whole words (all their WordPiece pieces) rather than pieces."""
+    noise_density: float = 0.15
+    """``span_corruption``: the share of a text's tokens hidden in spans (T5's 15%)."""
+    mean_span_length: float = 3.0
+    """``span_corruption``: the mean length of a hidden span in tokens (T5's 3)."""
+    sentinels: int = 100
+    """``span_corruption``: the sentinel tokens ``<extra_id_N>`` added to the tokenizer,
+    one for each span of an input (T5 has 100)."""
     synthetic_train_size: int = 20000
     """Synthetic task: training examples."""
     synthetic_val_size: int = 500
@@ -478,6 +486,15 @@ class DataConfig(ConfigBase):
             0.0 < self.mask_probability < 1.0,
             f"mask_probability={self.mask_probability} must be between 0 and 1",
         )
+        _require(
+            0.0 < self.noise_density < 1.0,
+            f"noise_density={self.noise_density} must be between 0 and 1",
+        )
+        _require(
+            self.mean_span_length >= 1.0,
+            f"mean_span_length={self.mean_span_length} must be at least 1",
+        )
+        _positive(self, "sentinels")
         _require(
             self.synthetic_max_digits >= self.synthetic_min_digits,
             f"synthetic_max_digits={self.synthetic_max_digits} must be >= "

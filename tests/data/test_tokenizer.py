@@ -13,7 +13,7 @@ from tokenizers import Tokenizer as Backend
 from tokenizers import models, pre_tokenizers
 
 from scratchformer.config import TOKENIZERS
-from scratchformer.data.tokenizer import SPECIAL_TOKENS, Tokenizer
+from scratchformer.data.tokenizer import SENTINEL, SPECIAL_TOKENS, Tokenizer
 
 LM = ("pad", "bos", "eos")
 CLASSIFY = ("pad", "unk", "cls", "sep", "mask")
@@ -164,6 +164,28 @@ def test_special_strings_stay_plain_text_after_load_and_pickle(
     for tokenizer in (Tokenizer.load(tmp_path / "tokenizer.json"), pickle.loads(pickle.dumps(bpe))):
         assert tokenizer.encode("[CLS] <s>") == bpe.encode("[CLS] <s>")
         assert not set(tokenizer.encode("[CLS] <s>")) & set(bpe.special_ids)
+
+
+@pytest.mark.parametrize("kind", TOKENIZERS)
+def test_sentinels_follow_the_specials_and_survive_save_load_and_pickle(
+    kind: str, shakespeare: str, tmp_path: Path
+) -> None:
+    texts = shakespeare[:20_000].splitlines()
+    tokenizer = Tokenizer.train(kind, texts, 400, ("pad", "unk", "bos", "eos"), sentinels=3)
+    assert tokenizer.sentinel_ids == [4, 5, 6] and tokenizer.vocab_size <= 400
+    assert tokenizer.tokens([4, 6]) == [SENTINEL.format(0), SENTINEL.format(2)]
+    assert tokenizer.special_ids == (0, 1, 2, 3, 4, 5, 6)
+    tokenizer.save(tmp_path / "tokenizer.json")
+    copies = Tokenizer.load(tmp_path / "tokenizer.json"), pickle.loads(pickle.dumps(tokenizer))
+    for copy in copies:
+        assert copy.sentinel_ids == [4, 5, 6] and copy.specials == tokenizer.specials
+        text = "my lord <extra_id_0> is dead"
+        assert copy.encode(text) == tokenizer.encode(text)
+        assert not set(copy.encode(text)) & {4, 5, 6}, "never from raw text"
+    ids = [*tokenizer.encode("my lord"), 4, *tokenizer.encode("dead")]
+    assert "<extra_id_0>" not in tokenizer.decode(ids)
+    assert "<extra_id_0>" in tokenizer.decode(ids, skip_special=False)
+    assert Tokenizer.train(kind, texts, 400, ("pad", "unk")).sentinel_ids == []
 
 
 def test_a_failed_save_leaves_the_old_file(tmp_path: Path, monkeypatch) -> None:

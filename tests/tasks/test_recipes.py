@@ -9,13 +9,15 @@ import pytest
 
 from scratchformer.config import TASKS, Recipe
 from scratchformer.nn import Dropout, MultiHeadAttention
-from scratchformer.run import start_run
+from scratchformer.run import start_run, train
 from scratchformer.training.trainer import build_optimizer
 
-RECIPES = sorted((Path(__file__).resolve().parents[2] / "recipes").glob("*.toml"))
+RECIPE_DIR = Path(__file__).resolve().parents[2] / "recipes"
+RECIPES = sorted(RECIPE_DIR.glob("*.toml"))
 SMALL = ["train.batch_size=8", "train.max_tokens=none", "train.weight_decay=0"]
 NO_DROPOUT = ["model.dropout=0", "model.attention_dropout=0", "train.lora_dropout=0"]
 """Dropout off: a clean descent on one batch."""
+ONE_STEP = ["train.max_steps=1", "train.eval_batches=1", "train.max_minutes=none"]
 
 
 def test_there_is_a_recipe_per_task_kind() -> None:
@@ -26,9 +28,11 @@ def test_there_is_a_recipe_per_task_kind() -> None:
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.stem)
 def test_recipe_trains_on_a_fixed_batch(path: Path, data_dir: Path, tmp_path: Path) -> None:
     given = Recipe.load(path)
+    start = pretrained_run(given, tmp_path)
+    # a run of one step is barely trained: its fine-tune learns at a from-scratch rate
     full_fine_tune = given.model.init_from is not None and given.train.lora_rank is None
-    lr = f"train.lr={1e-4 if full_fine_tune else 1e-3}"
-    recipe = Recipe.load(path, [*SMALL, *NO_DROPOUT, lr])
+    lr = f"train.lr={1e-4 if full_fine_tune and not start else 1e-3}"
+    recipe = Recipe.load(path, [*SMALL, *NO_DROPOUT, lr, *start])
     task, model = start_run(recipe, tmp_path)
     model.train()
     rates = [m.p for m in model.modules() if isinstance(m, Dropout)]
@@ -46,3 +50,14 @@ def test_recipe_trains_on_a_fixed_batch(path: Path, data_dir: Path, tmp_path: Pa
     assert losses[-1] < 0.8 * losses[0], losses  # deep models start slowly at a flat lr
     metrics = task.evaluate(model, "val", max_batches=2)
     assert task.metric in metrics
+
+
+def pretrained_run(recipe: Recipe, tmp_path: Path) -> list[str]:
+    """For a recipe that starts from the run of another (``model.init_from =
+    "runs/<recipe>"``), that recipe's run, one step long, and the setting that points to it."""
+    init_from = recipe.model.init_from
+    if init_from is None or Path(init_from).parent != Path("runs"):
+        return []
+    run_dir = tmp_path / init_from
+    train(RECIPE_DIR / f"{Path(init_from).name}.toml", run_dir, overrides=ONE_STEP, quiet=True)
+    return [f"model.init_from='{run_dir}'"]

@@ -7,11 +7,13 @@ loading it recovers the roles; BERT's (``[PAD]``, ``[UNK]``) and GPT-2's
 (``<|endoftext|>``) strings are recognised too (:data:`RECOGNISED`), and roles can be
 given explicitly. Specials are only ever inserted by this class (``add_bos``,
 :meth:`Tokenizer.encode_pair`): the text ``"<s>"`` in the input is encoded as ordinary
-text, never as the bos token.
+text, never as the bos token. A tokenizer may also hold sentinels, T5's ``<extra_id_N>``
+special tokens, which span corruption puts in place of the spans it hides.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -45,6 +47,10 @@ RECOGNISED = {
 """Role -> the special-token strings that take it when no roles are given, first found wins:
 ours, then BERT's and GPT-2's."""
 
+SENTINEL = "<extra_id_{}>"
+"""The string of sentinel number N (from 0), as T5 names them."""
+_SENTINEL_PATTERN = re.compile(r"<extra_id_(\d+)>")
+
 _PREFIX = "##"  # WordPiece's mark of a sub-word that continues a word
 
 
@@ -74,6 +80,7 @@ class Tokenizer:
             if token_id is None:
                 raise ValueError(f"the {role} token {token!r} is not in the vocabulary")
             self._ids[role] = token_id
+        self._sentinel_ids = _sentinels(backend)
 
     # Construction ------------------------------------------------------------------------
 
@@ -86,6 +93,7 @@ class Tokenizer:
         specials: Iterable[str],
         *,
         lowercase: bool = False,
+        sentinels: int = 0,
     ) -> Tokenizer:
         """Train a tokenizer of ``kind`` on ``texts`` (the training split only).
 
@@ -103,13 +111,15 @@ class Tokenizer:
           needs ``"unk"``. ``decode`` joins the pre-tokenized words with single spaces.
 
         ``lowercase`` lower-cases text before everything else (round trips then hold up to
-        case). Accents are kept.
+        case). Accents are kept. ``sentinels`` adds that many sentinel tokens
+        (:data:`SENTINEL`) after the specials, counted in ``vocab_size`` too.
         """
         roles = set(specials)
         _check_roles(roles)
         if kind not in TOKENIZERS:
             raise ValueError(f"kind={kind!r} must be one of {', '.join(TOKENIZERS)}")
         tokens = [token for role, token in SPECIAL_TOKENS.items() if role in roles]
+        tokens += [SENTINEL.format(n) for n in range(sentinels)]
         if vocab_size <= len(tokens):
             raise ValueError(f"vocab_size={vocab_size} leaves no room after {len(tokens)} specials")
         normalizer = normalizers.Lowercase() if lowercase else None
@@ -176,7 +186,13 @@ class Tokenizer:
 
     @property
     def special_ids(self) -> tuple[int, ...]:
-        return tuple(sorted(set(self._ids.values())))
+        """The ids of every special token: those with roles and the sentinels."""
+        return tuple(sorted({*self._ids.values(), *self.sentinel_ids}))
+
+    @property
+    def sentinel_ids(self) -> list[int]:
+        """The ids of the sentinels ``<extra_id_0>``, ``<extra_id_1>``, ..., in that order."""
+        return list(self._sentinel_ids)
 
     @property
     def pad_id(self) -> int | None:
@@ -225,7 +241,7 @@ class Tokenizer:
         -> ``fährt``), whitespace-only tokens made visible (``␣``, ``↵``)."""
         tokens = self.tokens(ids)
         if isinstance(self._backend.pre_tokenizer, pre_tokenizers.ByteLevel):
-            specials = set(self._roles.values())
+            specials = set(self.tokens(self.special_ids))
             decoder = self._backend.decoder
             tokens = [t if t in specials else decoder.decode([t]) for t in tokens]
         return [token.strip() or token.translate(_VISIBLE_SPACE) for token in tokens]
@@ -338,6 +354,16 @@ def recognise_roles(backend: _Backend) -> dict[str, str]:
     specials = {t.content for t in backend.get_added_tokens_decoder().values() if t.special}
     found = {role: [t for t in tokens if t in specials] for role, tokens in RECOGNISED.items()}
     return {role: tokens[0] for role, tokens in found.items() if tokens}
+
+
+def _sentinels(backend: _Backend) -> list[int]:
+    """The ids of the backend's sentinel tokens, by their number."""
+    numbered = {}
+    for token_id, token in backend.get_added_tokens_decoder().items():
+        match = _SENTINEL_PATTERN.fullmatch(token.content)
+        if token.special and match:
+            numbered[int(match.group(1))] = token_id
+    return [numbered[n] for n in sorted(numbered)]
 
 
 def _check_roles(roles: Iterable[str]) -> None:

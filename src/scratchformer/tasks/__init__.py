@@ -9,6 +9,7 @@ from .lm import LanguageModelTask
 from .mlm import MaskedLMTask
 from .qa import QuestionAnsweringTask
 from .similarity import SimilarityTask
+from .span_corruption import SpanCorruptionTask
 from .synthetic import SyntheticTask
 from .tagging import TaggingTask
 from .translation import TranslationTask
@@ -25,6 +26,7 @@ TASKS: dict[str, type[Task]] = {
         TaggingTask,
         QuestionAnsweringTask,
         MaskedLMTask,
+        SpanCorruptionTask,
     )
 }
 
@@ -44,6 +46,7 @@ __all__ = [
     "QuestionAnsweringTask",
     "RegressionTask",
     "SimilarityTask",
+    "SpanCorruptionTask",
     "SyntheticTask",
     "TaggingTask",
     "Task",

@@ -106,9 +106,12 @@ class Task(ABC):
         """Read the training data and learn the tokenizer(s) from it; tasks with classes or
         tags also fix ``data.labels`` (saved with the recipe)."""
 
-    def train_tokenizer(self, texts: Iterable[str], specials: Sequence[str]) -> Tokenizer:
-        """A tokenizer of the recipe's kind and size, learnt from ``texts`` -- or, for a
-        fine-tune, the pretrained model's own (``self.pretrained_tokenizer``)."""
+    def train_tokenizer(
+        self, texts: Iterable[str], specials: Sequence[str], sentinels: int = 0
+    ) -> Tokenizer:
+        """A tokenizer of the recipe's kind and size, learnt from ``texts``, with
+        ``sentinels`` sentinel tokens -- or, for a fine-tune, the pretrained model's own
+        (``self.pretrained_tokenizer``)."""
         if self.pretrained_tokenizer is not None:
             missing = [
                 role
@@ -117,10 +120,18 @@ class Task(ABC):
             ]
             if missing:
                 raise ValueError(f"the pretrained tokenizer has no {', '.join(missing)} token")
+            have = len(self.pretrained_tokenizer.sentinel_ids)
+            if have < sentinels:
+                raise ValueError(f"the pretrained tokenizer has {have} sentinels, not {sentinels}")
             return self.pretrained_tokenizer
         data = self.data
         return Tokenizer.train(
-            data.tokenizer, texts, data.vocab_size, specials, lowercase=data.lowercase
+            data.tokenizer,
+            texts,
+            data.vocab_size,
+            specials,
+            lowercase=data.lowercase,
+            sentinels=sentinels,
         )
 
     def tokenizer(self, name: str = "tokenizer") -> Tokenizer:

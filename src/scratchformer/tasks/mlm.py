@@ -12,19 +12,18 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ..data.batching import TokenStream, consecutive_windows, random_windows
-from ..data.corpus import TokenFiles, corpus_documents, split_held_out
+from ..data.batching import consecutive_windows, random_windows
 from ..data.masking import mask_tokens
-from ..data.readers import iter_documents
 from ..nn.loss import IGNORE_INDEX
-from .base import Batch, Task, TokenLabels
+from .base import Batch, TokenLabels
+from .corpus import CorpusTask
 
 SPECIALS = ("pad", "unk", "cls", "sep", "mask")
 MASK = "[MASK]"
@@ -33,7 +32,7 @@ EVAL_SEED = 2**31 - 1
 """Seeds the masks of evaluation batches: the same masks at every evaluation."""
 
 
-class MaskedLMTask(Task):
+class MaskedLMTask(CorpusTask):
     """Pretrain an encoder to predict masked tokens from their context."""
 
     name = "mlm"
@@ -48,32 +47,9 @@ class MaskedLMTask(Task):
         super().__init__(*args, **kwargs)
         if self.train_config.rdrop:
             raise ValueError("[train] rdrop compares class predictions; mlm has none")
-        self._streams: dict[tuple[str, str | None], TokenStream] = {}
-        self._token_files = TokenFiles()
         self._word_starts: Tensor | None = None
 
     # -- data --------------------------------------------------------------------------
-
-    def documents(self, split: str, path: str | None = None) -> Iterable[str]:
-        """The documents of a split: ``path``, or ``data.<split>`` files; else, for train
-        and val, the corpus (``data.corpus`` and ``data.train``) less or only its held-out
-        slice."""
-        data = self.data
-        per_line = data.document_per_line
-        if path is not None:
-            return iter_documents(path, per_line)
-        if split != "train" and getattr(data, split) is not None:
-            return corpus_documents([], _files(getattr(data, split)), per_line=per_line)
-        if split == "test":
-            raise ValueError("no test text: set data.test to a file or directory")
-        if not data.corpus and data.train is None:
-            raise ValueError("no corpus: set data.corpus to named datasets or data.train to files")
-        corpus = corpus_documents(
-            data.corpus or [], _files(data.train), per_line=per_line, root=data.root
-        )
-        if split == "train" and data.val is not None:
-            return corpus
-        return split_held_out(corpus, held_out=split != "train")
 
     def prepare(self) -> None:
         self.tokenizers = {"tokenizer": self.train_tokenizer(self.documents("train"), SPECIALS)}
@@ -81,14 +57,8 @@ class MaskedLMTask(Task):
     def model_sizes(self) -> dict[str, Any]:
         return {"vocab_size": self.tokenizer().vocab_size}
 
-    def stream(self, split: str, path: str | None = None) -> TokenStream:
-        """The token ids of a split, documents separated by ``[SEP]``: encoded once."""
-        key = (split, path)
-        if key not in self._streams:
-            tokenizer = self.tokenizer()
-            documents = self.documents(split, path)
-            self._streams[key] = self._token_files.write(tokenizer, documents, [tokenizer.sep_id])
-        return self._streams[key]
+    def separator(self) -> list[int]:
+        return [self.tokenizer().sep_id]
 
     def masked(self, windows: np.ndarray, generator: torch.Generator) -> Batch:
         """``[CLS] window [SEP]`` rows, masked with ``generator``'s draws."""
@@ -195,9 +165,3 @@ class MaskedLMTask(Task):
         ids = [*ids[: self.data.max_len - 1], sep]
         labels = self.tokenizer().labels(ids)
         return {"input_ids": torch.tensor([ids])}, {"encoder": (labels, labels)}
-
-
-def _files(value: str | list[str] | None) -> list[str]:
-    if value is None:
-        return []
-    return [value] if isinstance(value, str) else list(value)

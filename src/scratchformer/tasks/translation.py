@@ -92,18 +92,9 @@ class TranslationTask(ExampleTask):
         return max(len(example[0]), len(example[1]) - 1)
 
     def collate(self, examples: Sequence[Pair]) -> Batch:
-        pad = self.target_tokenizer().pad_id
-        src_ids, src_mask = pad_batch([s for s, _ in examples], self.source_tokenizer().pad_id)
-        tgt_ids, tgt_mask = pad_batch([t[:-1] for _, t in examples], pad)
-        targets, target_mask = pad_batch([t[1:] for _, t in examples], pad)
-        targets = targets.masked_fill(~target_mask, IGNORE_INDEX)
-        inputs = {
-            "src_ids": src_ids,
-            "tgt_ids": tgt_ids,
-            "src_mask": src_mask,
-            "tgt_mask": tgt_mask,
-        }
-        return Batch(inputs, targets, int(target_mask.sum()) + int(src_mask.sum()))
+        return seq2seq_batch(
+            examples, self.source_tokenizer().pad_id, self.target_tokenizer().pad_id
+        )
 
     @torch.no_grad()
     def translate(
@@ -199,6 +190,18 @@ class TranslationTask(ExampleTask):
         tokens = {"encoder": (source, source), "decoder": (output, output)}
         tokens["cross"] = (output, source)
         return self.attend(model, batch.inputs), tokens
+
+
+def seq2seq_batch(examples: Sequence[Pair], src_pad: int, tgt_pad: int) -> Batch:
+    """A padded batch of ``(source, target)`` pairs for teacher forcing: the decoder reads
+    the target but its last token (bos first) and predicts it but its first (eos last);
+    padding is masked and ignored by the loss."""
+    src_ids, src_mask = pad_batch([s for s, _ in examples], src_pad)
+    tgt_ids, tgt_mask = pad_batch([t[:-1] for _, t in examples], tgt_pad)
+    targets, target_mask = pad_batch([t[1:] for _, t in examples], tgt_pad)
+    targets = targets.masked_fill(~target_mask, IGNORE_INDEX)
+    inputs = {"src_ids": src_ids, "tgt_ids": tgt_ids, "src_mask": src_mask, "tgt_mask": tgt_mask}
+    return Batch(inputs, targets, int(target_mask.sum()) + int(src_mask.sum()))
 
 
 def clip(ids: list[int], limit: int) -> list[int]:

@@ -1,0 +1,173 @@
+"""Span-corruption pretraining: its batches, exact resume, and translation fine-tunes that
+start from it."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from helpers import RECIPES, TINY_MODEL, set_options
+from scratchformer.cli import main
+from scratchformer.config import Recipe
+from scratchformer.data.noise import corrupted_lengths
+from scratchformer.tasks import build_task
+from scratchformer.tasks.span_corruption import SpanCorruptionTask
+from scratchformer.training.rundir import load_run
+from scratchformer.training.trainer import Trainer
+
+WORDS = ("a", "man", "dog", "woman", "runs", "sits", "on", "the", "in", "red", "park", "with")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """300 sentences of random words, one a line."""
+    rng = random.Random(0)
+    path = tmp_path_factory.mktemp("corpus") / "corpus.txt"
+    lines = (" ".join(rng.choices(WORDS, k=rng.randint(4, 12))) for _ in range(300))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def tiny(corpus: Path) -> list[str]:
+    """Settings that make pretrain-t5.toml a tiny run on ``corpus``."""
+    return [
+        *TINY_MODEL,
+        "data.corpus=none",
+        f"data.train='{corpus}'",
+        "data.document_per_line=true",
+        "data.tokenizer='char'",
+        "data.vocab_size=60",
+        "data.sentinels=8",
+        "data.max_len=40",
+        "model.dropout=0.1",  # so that resume must restore the random state exactly
+        "train.batch_size=4",
+        "train.eval_every=4",
+        "train.warmup_steps=2",
+        "train.max_minutes=none",
+    ]
+
+
+def pretrain(out: Path, corpus: Path, *extra: str) -> int:
+    recipe = str(RECIPES / "pretrain-t5.toml")
+    return main(
+        ["--quiet", "train", recipe, "--out", str(out), *set_options([*tiny(corpus), *extra])]
+    )
+
+
+def prepared(corpus: Path) -> SpanCorruptionTask:
+    task = build_task(Recipe.load(RECIPES / "pretrain-t5.toml", tiny(corpus)))
+    task.prepare()
+    return task
+
+
+def uncorrupt(inputs: list[int], targets: list[int], sentinels: list[int]) -> list[int]:
+    """The text back: each sentinel of the inputs replaced by what follows it in the targets."""
+    spans: dict[int, list[int]] = {}
+    for token in targets:
+        if token in sentinels:
+            span = spans[token] = []
+        else:
+            span.append(token)
+    return [t for token in inputs for t in (spans[token] if token in sentinels else [token])]
+
+
+def test_batches_hide_spans_behind_sentinels_of_windows_of_the_corpus(corpus: Path) -> None:
+    task = prepared(corpus)
+    tokenizer = task.tokenizer()
+    assert len(tokenizer.sentinel_ids) == 8 and tokenizer.bos_id is not None
+    assert task.model_config().tgt_vocab_size == task.model_config().vocab_size
+    stream = task.stream("train").ids.tolist()
+    batch = task.global_batch(3, 2)
+    src, tgt, targets = batch.inputs["src_ids"], batch.inputs["tgt_ids"], batch.targets
+    inputs_length, targets_length = corrupted_lengths(task.window, 0.15, 3.0)
+    assert src.shape == (8, inputs_length) and inputs_length <= 40
+    assert tgt.shape == targets.shape == (8, targets_length)
+    assert batch.inputs["src_mask"].all() and batch.inputs["tgt_mask"].all()  # no padding
+    assert (tgt[:, 0] == tokenizer.bos_id).all() and torch.equal(tgt[:, 1:], targets[:, :-1])
+    assert (src[:, -1] == tokenizer.eos_id).all() and (targets[:, -1] == tokenizer.eos_id).all()
+    for inputs, outputs in zip(src.tolist(), targets.tolist(), strict=True):
+        assert outputs[0] == tokenizer.sentinel_ids[0]
+        window = uncorrupt(inputs[:-1], outputs[:-1], tokenizer.sentinel_ids)
+        assert len(window) == task.window
+        starts = [i for i in range(len(stream)) if stream[i : i + len(window)] == window]
+        assert starts, "the text is a window of the corpus"
+    again = task.global_batch(3, 2)
+    assert torch.equal(again.inputs["src_ids"], src) and torch.equal(again.targets, targets)
+    assert not torch.equal(task.global_batch(4, 2).inputs["src_ids"], src)
+    first, second = list(task.eval_batches("val")), list(task.eval_batches("val"))
+    assert first and all(
+        torch.equal(a.targets, b.targets) for a, b in zip(first, second, strict=True)
+    )
+
+
+def test_too_few_sentinels_for_the_spans_is_an_error(corpus: Path) -> None:
+    with pytest.raises(ValueError, match=r"sentinels=1 is fewer than the 2 spans"):
+        build_task(Recipe.load(RECIPES / "pretrain-t5.toml", [*tiny(corpus), "data.sentinels=1"]))
+
+
+def test_resume_is_bit_identical_mid_pretraining(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, corpus: Path
+) -> None:
+    assert pretrain(tmp_path / "straight", corpus, "train.max_steps=8") == 0
+    evaluate_and_checkpoint = Trainer._evaluate_and_checkpoint
+
+    def interrupted_after_step_4(self, *args):
+        result = evaluate_and_checkpoint(self, *args)
+        if self.state["step"] == 4:
+            raise KeyboardInterrupt
+        return result
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Trainer, "_evaluate_and_checkpoint", interrupted_after_step_4)
+        assert pretrain(tmp_path / "halves", corpus, "train.max_steps=8") == 130
+    recipe = str(RECIPES / "pretrain-t5.toml")
+    assert main(["--quiet", "train", recipe, "--out", str(tmp_path / "halves"), "--resume"]) == 0
+    straight, halves = (
+        load_file(tmp_path / run / "model.safetensors") for run in ("straight", "halves")
+    )
+    assert straight.keys() == halves.keys()
+    assert all(torch.equal(straight[k], halves[k]) for k in straight)
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_translation_fine_tunes_from_a_span_corruption_run(
+    tmp_path: Path, corpus: Path, lora: bool
+) -> None:
+    pretrained = tmp_path / "pretrained"
+    assert pretrain(pretrained, corpus, "train.max_steps=2") == 0
+    source, target = tmp_path / "source.txt", tmp_path / "target.txt"
+    source.write_text("a man runs\nthe dog sits\n" * 4)
+    target.write_text("the man runs\na dog sits\n" * 4)
+    run = tmp_path / "run"
+    files = f"['{source}', '{target}']"
+    options = [
+        f"model.init_from='{pretrained}'",
+        "data.dataset=none",
+        f"data.train={files}",
+        f"data.val={files}",
+        "train.max_steps=2",
+        "train.eval_every=2",
+        "train.max_tokens=none",
+        "train.batch_size=4",
+        "train.lr=1e-9",
+        *(["train.lora_rank=2"] if lora else []),
+    ]
+    recipe = str(RECIPES / "multi30k-de-en-pretrained.toml")
+    assert main(["--quiet", "train", recipe, "--out", str(run), *set_options(options)]) == 0
+    assert (run / "tokenizer.json").read_text() == (pretrained / "tokenizer.json").read_text()
+    config = json.loads((run / "config.json").read_text())["model"]
+    pretrained_config = json.loads((pretrained / "config.json").read_text())["model"]
+    for field in ("d_model", "vocab_size", "tgt_vocab_size", "share_embeddings", "n_layers"):
+        assert config[field] == pretrained_config[field], field
+    if lora:  # the run keeps its adapters only; the frozen base is in the pretrained run
+        assert all(".lora_" in name for name in load_file(run / "model.safetensors"))
+    (_, start), (task, tuned) = load_run(pretrained), load_run(run)
+    ids = torch.randint(tuned.config.vocab_size, (2, 9))
+    difference = (start(ids, ids).logits - tuned(ids, ids).logits).abs().max()
+    assert difference < 1e-4, "lr 1e-9: the pretrained model still"
+    assert len(task.translate(tuned, ["a man runs"], beam_size=2)) == 1
