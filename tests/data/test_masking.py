@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from scratchformer.data.masking import REPLACE_WITH_MASK, mask_tokens
-from scratchformer.nn.loss import IGNORE_INDEX
 
 SPECIALS = (0, 1, 2, 3, 4)
 MASK_ID = 4
@@ -26,9 +25,7 @@ def ordinary_ids(rows: int = 400, length: int = 250) -> torch.Tensor:
 
 def test_fifteen_percent_are_chosen_and_split_80_10_10() -> None:
     ids = ordinary_ids()  # 100,000 tokens: the shares' standard errors are about 0.1%
-    inputs, targets = masked(ids)
-    chosen = targets != IGNORE_INDEX
-    assert torch.equal(targets[chosen], ids[chosen])
+    inputs, chosen = masked(ids)
     assert chosen.float().mean().item() == pytest.approx(0.15, abs=0.005)
     to_mask = (inputs == MASK_ID) & chosen
     kept = (inputs == ids) & chosen
@@ -44,9 +41,9 @@ def test_fifteen_percent_are_chosen_and_split_80_10_10() -> None:
 def test_special_tokens_are_never_chosen() -> None:
     ids = ordinary_ids(50, 100)
     ids[:, 0], ids[:, -1], ids[:, 50] = 2, 3, 0  # [CLS] ... [PAD] ... [SEP]
-    inputs, targets = masked(ids, probability=0.9)
+    inputs, chosen = masked(ids, probability=0.9)
     for column in (0, 50, -1):
-        assert (targets[:, column] == IGNORE_INDEX).all()
+        assert not chosen[:, column].any()
         assert torch.equal(inputs[:, column], ids[:, column])
 
 
@@ -65,8 +62,7 @@ def test_whole_word_masking_chooses_all_pieces_of_a_word_or_none() -> None:
     pieces = torch.randint(1000, VOCAB, (200, 120), generator=generator)
     ids = torch.where(torch.rand(200, 120, generator=generator) < 0.5, starts, pieces)
     ids[:, 0] = 2  # [CLS]: a continuation after it starts no word of its own
-    _, targets = masked(ids, word_starts=word_starts)
-    chosen = targets != IGNORE_INDEX
+    _, chosen = masked(ids, word_starts=word_starts)
     continues = ~word_starts[ids]
     continues[:, 0] = False
     # a continuing piece after a real token is chosen exactly when the piece before it is

@@ -12,8 +12,6 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from ..nn.loss import IGNORE_INDEX
-
 REPLACE_WITH_MASK = 0.8
 """Of the chosen tokens, the share replaced by ``[MASK]``; half of the rest become a random
 token, the other half stay as they are (BERT's 80/10/10)."""
@@ -29,10 +27,10 @@ def mask_tokens(
     probability: float = 0.15,
     word_starts: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """``(inputs, targets)`` for ``(batch, seq)`` token ``ids``: each token that is not
-    special is chosen with ``probability``; chosen tokens are replaced as
-    :data:`REPLACE_WITH_MASK` says, and are the only targets (the rest are
-    ``IGNORE_INDEX``). Random replacements are drawn from the tokens that are not special.
+    """``(inputs, chosen)`` for ``(batch, seq)`` token ``ids``: each token that is not
+    special is chosen with ``probability`` (``chosen`` is True there: the positions to
+    predict); chosen tokens are replaced as :data:`REPLACE_WITH_MASK` says. Random
+    replacements are drawn from the tokens that are not special.
 
     With ``word_starts`` (a ``(vocab,)`` boolean table: the token begins a word), whole
     words are chosen: a word's pieces take the draw of its first piece.
@@ -45,7 +43,6 @@ def mask_tokens(
     if word_starts is not None:
         draws = draws.gather(1, _word_first_piece(ids, word_starts, maskable))
     chosen = maskable & (draws < probability)
-    targets = ids.masked_fill(~chosen, IGNORE_INDEX)
     how = torch.rand(ids.shape, generator=generator)
     to_mask = chosen & (how < REPLACE_WITH_MASK)
     to_random = chosen & (how >= REPLACE_WITH_MASK) & (how < (1 + REPLACE_WITH_MASK) / 2)
@@ -54,7 +51,7 @@ def mask_tokens(
     candidates = ordinary.nonzero().squeeze(1)
     random = candidates[torch.randint(len(candidates), ids.shape, generator=generator)]
     inputs = torch.where(to_random, random, ids.masked_fill(to_mask, mask_id))
-    return inputs, targets
+    return inputs, chosen
 
 
 def _word_first_piece(ids: Tensor, word_starts: Tensor, maskable: Tensor) -> Tensor:

@@ -70,7 +70,7 @@ class MaskedLMTask(CorpusTask):
             rows.new_full(column, tokenizer.sep_id),
         )
         rows = torch.cat([first, rows, last], dim=1)
-        inputs, targets = mask_tokens(
+        inputs, chosen = mask_tokens(
             rows,
             generator,
             mask_id=tokenizer.mask_id,
@@ -79,6 +79,7 @@ class MaskedLMTask(CorpusTask):
             probability=self.data.mask_probability,
             word_starts=self.word_starts(),
         )
+        targets = rows.masked_fill(~chosen, IGNORE_INDEX)
         return Batch({"input_ids": inputs}, targets, inputs.numel())
 
     def word_starts(self) -> Tensor | None:
