@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 
 from scratchformer import ModelConfig, build_model
 from scratchformer.cli import main
+from scratchformer.training.trainer import Trainer
 
 FAULTS_PROPERTY = "faults"
 """The user property in which a fault-injection test reports, by kind, the faults it
@@ -121,3 +124,20 @@ def snapshot(directory: Path) -> dict[str, bytes | None]:
         str(path.relative_to(directory)): None if path.is_dir() else path.read_bytes()
         for path in sorted(directory.rglob("*"))
     }
+
+
+@contextmanager
+def interrupted_after(step: int) -> Iterator[None]:
+    """Training inside the block stops as on Ctrl-C right after the checkpoint of ``step``
+    (the command then exits 130)."""
+    evaluate_and_checkpoint = Trainer._evaluate_and_checkpoint
+
+    def interrupted(self: Trainer, *args: Any) -> Any:
+        result = evaluate_and_checkpoint(self, *args)
+        if self.state["step"] == step:
+            raise KeyboardInterrupt
+        return result
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Trainer, "_evaluate_and_checkpoint", interrupted)
+        yield

@@ -11,13 +11,12 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-from helpers import RECIPES, TINY_SIZES, set_options, tiny_config
+from helpers import RECIPES, TINY_SIZES, interrupted_after, set_options, tiny_config
 from scratchformer import build_model
 from scratchformer.cli import main
 from scratchformer.config import Recipe
 from scratchformer.nn.loss import IGNORE_INDEX
 from scratchformer.run import load_run
-from scratchformer.training.trainer import Trainer
 
 TEXT = "the cat sat on a mat while dogs ran in parks and birds sang"
 WORDS = TEXT.split()
@@ -96,19 +95,10 @@ def test_evaluation_masks_the_held_out_text_the_same_way_every_time(pretrained: 
 
 
 def test_resuming_mid_pretraining_gives_the_weights_of_an_unbroken_run(
-    tmp_path: Path, corpus: Path, monkeypatch
+    tmp_path: Path, corpus: Path
 ) -> None:
     assert pretrain(tmp_path / "straight", corpus) == 0
-    evaluate_and_checkpoint = Trainer._evaluate_and_checkpoint
-
-    def interrupted_after_step_3(self, *args):
-        result = evaluate_and_checkpoint(self, *args)
-        if self.state["step"] == 3:
-            raise KeyboardInterrupt
-        return result
-
-    with monkeypatch.context() as patch:
-        patch.setattr(Trainer, "_evaluate_and_checkpoint", interrupted_after_step_3)
+    with interrupted_after(3):
         assert pretrain(tmp_path / "halves", corpus) == 130
     resumed = ["--quiet", "train", str(RECIPES / "pretrain-encoder.toml")]
     assert main([*resumed, "--out", str(tmp_path / "halves"), "--resume"]) == 0

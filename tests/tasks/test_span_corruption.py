@@ -11,14 +11,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from helpers import RECIPES, TINY_MODEL, set_options
+from helpers import RECIPES, TINY_MODEL, interrupted_after, set_options
 from scratchformer.cli import main
 from scratchformer.config import Recipe
 from scratchformer.data.noise import corrupted_lengths
 from scratchformer.tasks import build_task
 from scratchformer.tasks.span_corruption import SpanCorruptionTask
 from scratchformer.training.rundir import load_run
-from scratchformer.training.trainer import Trainer
 
 WORDS = ("a", "man", "dog", "woman", "runs", "sits", "on", "the", "in", "red", "park", "with")
 
@@ -110,20 +109,9 @@ def test_too_few_sentinels_for_the_spans_is_an_error(corpus: Path) -> None:
         build_task(Recipe.load(RECIPES / "pretrain-t5.toml", [*tiny(corpus), "data.sentinels=1"]))
 
 
-def test_resume_is_bit_identical_mid_pretraining(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, corpus: Path
-) -> None:
+def test_resume_is_bit_identical_mid_pretraining(tmp_path: Path, corpus: Path) -> None:
     assert pretrain(tmp_path / "straight", corpus, "train.max_steps=8") == 0
-    evaluate_and_checkpoint = Trainer._evaluate_and_checkpoint
-
-    def interrupted_after_step_4(self, *args):
-        result = evaluate_and_checkpoint(self, *args)
-        if self.state["step"] == 4:
-            raise KeyboardInterrupt
-        return result
-
-    with monkeypatch.context() as patch:
-        patch.setattr(Trainer, "_evaluate_and_checkpoint", interrupted_after_step_4)
+    with interrupted_after(4):
         assert pretrain(tmp_path / "halves", corpus, "train.max_steps=8") == 130
     recipe = str(RECIPES / "pretrain-t5.toml")
     assert main(["--quiet", "train", recipe, "--out", str(tmp_path / "halves"), "--resume"]) == 0

@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from helpers import RECIPES, TINY_MODEL, set_options, tiny_config
+from helpers import RECIPES, TINY_MODEL, interrupted_after, set_options, tiny_config
 from scratchformer import build_model
 from scratchformer.cli import main
 from scratchformer.config import Recipe, TrainConfig
@@ -18,7 +18,7 @@ from scratchformer.run import load_run, merge
 from scratchformer.training.averaging import exponential_average
 from scratchformer.training.lora import apply_lora, is_adapted, merge_lora
 from scratchformer.training.rundir import MODEL_FILE
-from scratchformer.training.trainer import Trainer, build_optimizer
+from scratchformer.training.trainer import build_optimizer
 
 ALL_TARGETS = ["qkv_proj", "q_proj", "kv_proj", "out_proj", "w1", "w2", "w3"]
 ARCHITECTURES = {
@@ -109,21 +109,10 @@ def lora_run(run_dir: Path, steps: int, *settings: str) -> int:
     return main([*args, *set_options([*LORA_RUN, *every, *settings])])
 
 
-def test_a_lora_run_saves_only_its_adapters_resumes_exactly_and_merges(
-    tmp_path: Path, monkeypatch
-) -> None:
+def test_a_lora_run_saves_only_its_adapters_resumes_exactly_and_merges(tmp_path: Path) -> None:
     ema = "train.ema_decay=0.9"
     assert lora_run(tmp_path / "straight", 6, ema) == 0
-    evaluate_and_checkpoint = Trainer._evaluate_and_checkpoint
-
-    def interrupted_after_step_3(self, *args):
-        result = evaluate_and_checkpoint(self, *args)
-        if self.state["step"] == 3:
-            raise KeyboardInterrupt
-        return result
-
-    with monkeypatch.context() as patch:
-        patch.setattr(Trainer, "_evaluate_and_checkpoint", interrupted_after_step_3)
+    with interrupted_after(3):
         assert lora_run(tmp_path / "halves", 6, ema) == 130
     assert (
         main(

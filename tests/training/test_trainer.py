@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from helpers import RECIPES, TINY_MODEL, set_options, tiny_config
+from helpers import RECIPES, TINY_MODEL, interrupted_after, set_options, tiny_config
 from scratchformer.cli import main
 from scratchformer.config import ModelConfig, Recipe, TrainConfig
 from scratchformer.errors import TrainingError
@@ -52,20 +52,11 @@ def weights(run: Path, step: int, file: str = "model.safetensors") -> dict[str, 
 
 @pytest.mark.parametrize("average", [(), ("train.ema_decay=0.9",)], ids=["plain", "ema"])
 def test_resume_is_bit_identical_to_a_straight_run(
-    tmp_path: Path, monkeypatch, average: tuple[str, ...]
+    tmp_path: Path, average: tuple[str, ...]
 ) -> None:
     assert train(tmp_path / "straight", "train.max_steps=20", *average) == 0
 
-    evaluate_and_checkpoint = Trainer._evaluate_and_checkpoint
-
-    def interrupted_after_step_10(self, *args):
-        result = evaluate_and_checkpoint(self, *args)
-        if self.state["step"] == 10:
-            raise KeyboardInterrupt
-        return result
-
-    with monkeypatch.context() as patch:
-        patch.setattr(Trainer, "_evaluate_and_checkpoint", interrupted_after_step_10)
+    with interrupted_after(10):
         assert train(tmp_path / "halves", "train.max_steps=20", *average) == 130
     resumed = main(["--quiet", "train", str(RECIPE), "--out", str(tmp_path / "halves"), "--resume"])
     assert resumed == 0
