@@ -20,13 +20,14 @@ from .errors import Interrupted
 from .interop.hf import TOKENIZER_FILE, from_pretrained, save_pretrained
 from .interop.peft import save_adapter
 from .tasks import Task, build_task
-from .training.checkpoint import STEP_DIR, latest_checkpoint
+from .training.checkpoint import latest_checkpoint
 from .training.distributed import setup
 from .training.initialisation import copy_pretrained, new_model
 from .training.interrupt import StopSignals
 from .training.lora import apply_lora, is_adapted, merge_lora
 from .training.rundir import (
     QUANTIZATION_KEY,
+    STEP_DIR,
     check_empty,
     check_target,
     claim,

@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import re
 import shutil
 import warnings
 from collections.abc import Callable
@@ -63,11 +62,9 @@ from .rundir import (
     RNG_FILE,
     SCHEDULER_FILE,
     STATE_FILE,
+    STEP_DIR,
     TRAINER_STATE,
 )
-
-STEP_DIR = re.compile(r"step-(\d+)")
-
 
 # Random state ----------------------------------------------------------------------------
 

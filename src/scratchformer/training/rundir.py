@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import re
 import shutil
 import warnings
 from collections.abc import Iterator
@@ -78,6 +79,8 @@ METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_DIR = "tensorboard"
 TRAINER_STATE = "trainer_state.json"
 CHECKPOINTS = "checkpoints"
+STEP_DIR = re.compile(r"step-(\d+)")
+"""A checkpoint's directory in ``checkpoints/``: ``step-N``, N the step it was saved at."""
 OPTIMIZER_FILE = "optimizer.pt"
 SCHEDULER_FILE = "scheduler.pt"
 RNG_FILE = "rng.pt"
@@ -122,7 +125,13 @@ def is_run_file(name: str) -> bool:
 
 
 def has_checkpoint(run_dir: Path) -> bool:
-    return (run_dir / TRAINER_STATE).is_file() or (run_dir / CHECKPOINTS).is_dir()
+    """Whether the run saved a checkpoint (a run killed while writing its first one has
+    a ``checkpoints/`` folder, but none in it)."""
+    checkpoints = run_dir / CHECKPOINTS
+    return (run_dir / TRAINER_STATE).is_file() or (
+        checkpoints.is_dir()
+        and any(STEP_DIR.fullmatch(path.name) for path in checkpoints.iterdir())
+    )
 
 
 def is_run(path: Path) -> bool:
