@@ -73,7 +73,8 @@ def mlm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "data.vocab_size=120",
         "data.max_len=32",
         "model.max_len=32",
-        "model.norm_first=false",  # BERT's post-LN, to export as a BertForMaskedLM
+        "model.norm_first=false",  # BERT's post-LN and positions, to export as a BertForMaskedLM
+        "model.positional='learned'",
     )
     return run_dir
 
