@@ -58,8 +58,10 @@ MLM_SENTENCES = [
 
 @pytest.fixture(scope="session")
 def mlm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny masked-LM run (``recipes/pretrain-encoder.toml`` in BERT's layout) trained for
-    a few steps on a text file written here, so that no dataset is needed."""
+    """A tiny masked-LM run (``recipes/pretrain-encoder.toml`` in BERT's layout, whole words
+    masked, 64 positions) trained for a few steps on a text file written here, so that no
+    dataset is needed: the one pretraining run that the tests read, export, fine-tune from
+    and train again to resume."""
     text = tmp_path_factory.mktemp("mlm-text") / "text.txt"
     lines = [" ".join(MLM_SENTENCES[i % 5 :] + MLM_SENTENCES[: i % 5]) for i in range(40)]
     text.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -72,7 +74,8 @@ def mlm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         f"data.val='{text}'",
         "data.vocab_size=120",
         "data.max_len=32",
-        "model.max_len=32",
+        "data.whole_word_mask=true",
+        "model.max_len=64",
         "model.norm_first=false",  # BERT's post-LN, to export as a BertForMaskedLM
     )
     return run_dir
