@@ -47,6 +47,28 @@ def data_dir() -> Path:
     return path
 
 
+SMALL_COPY = ["data.synthetic_train_size=200", "data.synthetic_val_size=20"]
+"""A small synthetic copy task: a run's evaluations and translations of it take moments."""
+
+
+@pytest.fixture(scope="session")
+def copy_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny translation run (the synthetic copy task, two heads) for the commands that
+    read, draw or quantize a run."""
+    run_dir = tmp_path_factory.mktemp("runs") / "copy"
+    train(run_dir, "copy.toml", *SMALL_COPY, "model.n_heads=2")
+    return run_dir
+
+
+@pytest.fixture(scope="session")
+def lora_copy_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny LoRA run of the synthetic copy task (from its seed's weights), for the tests
+    that merge or quantize one."""
+    run_dir = tmp_path_factory.mktemp("runs") / "lora"
+    train(run_dir, "copy.toml", *SMALL_COPY, "train.lora_rank=2", "train.eval_batches=1")
+    return run_dir
+
+
 MLM_SENTENCES = [
     "the cat sat on the mat .",
     "a dog ran under the old tree .",
