@@ -47,6 +47,28 @@ def data_dir() -> Path:
     return path
 
 
+SMALL_COPY = ["data.synthetic_train_size=200", "data.synthetic_val_size=20"]
+"""A small synthetic copy task: a run's evaluations and translations of it take moments."""
+
+
+@pytest.fixture(scope="session")
+def copy_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny translation run (the synthetic copy task, two heads) for the commands that
+    read, draw or quantize a run."""
+    run_dir = tmp_path_factory.mktemp("runs") / "copy"
+    train(run_dir, "copy.toml", *SMALL_COPY, "model.n_heads=2")
+    return run_dir
+
+
+@pytest.fixture(scope="session")
+def lora_copy_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny LoRA run of the synthetic copy task (from its seed's weights), for the tests
+    that merge or quantize one."""
+    run_dir = tmp_path_factory.mktemp("runs") / "lora"
+    train(run_dir, "copy.toml", *SMALL_COPY, "train.lora_rank=2", "train.eval_batches=1")
+    return run_dir
+
+
 MLM_SENTENCES = [
     "the cat sat on the mat .",
     "a dog ran under the old tree .",
@@ -58,8 +80,10 @@ MLM_SENTENCES = [
 
 @pytest.fixture(scope="session")
 def mlm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny masked-LM run (``recipes/pretrain-encoder.toml`` in BERT's layout) trained for
-    a few steps on a text file written here, so that no dataset is needed."""
+    """A tiny masked-LM run (``recipes/pretrain-encoder.toml`` in BERT's layout, whole words
+    masked, 64 positions) trained for a few steps on a text file written here, so that no
+    dataset is needed: the one pretraining run that the tests read, export, fine-tune from
+    and train again to resume."""
     text = tmp_path_factory.mktemp("mlm-text") / "text.txt"
     lines = [" ".join(MLM_SENTENCES[i % 5 :] + MLM_SENTENCES[: i % 5]) for i in range(40)]
     text.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -72,7 +96,8 @@ def mlm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         f"data.val='{text}'",
         "data.vocab_size=120",
         "data.max_len=32",
-        "model.max_len=32",
+        "data.whole_word_mask=true",
+        "model.max_len=64",
         "model.norm_first=false",  # BERT's post-LN and positions, to export as a BertForMaskedLM
         "model.positional='learned'",
     )

@@ -3,20 +3,10 @@
 from __future__ import annotations
 
 import io
-from pathlib import Path
-
-import pytest
 
 from helpers import run, train
 from scratchformer import demo as demo_module
 from scratchformer.cli import main
-
-
-@pytest.fixture(scope="module")
-def copy_run(tmp_path_factory) -> Path:
-    run_dir = tmp_path_factory.mktemp("runs") / "copy"
-    train(run_dir, "copy.toml", "data.synthetic_train_size=200", "data.synthetic_val_size=20")
-    return run_dir
 
 
 def test_translate_keeps_line_alignment(copy_run, capsys, monkeypatch) -> None:

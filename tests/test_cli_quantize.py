@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from helpers import run, train
+from helpers import run
 from scratchformer.cli import build_parser, main
 from scratchformer.commands.common import run_of
 from scratchformer.inference import quantize
@@ -22,11 +22,9 @@ LINES = "123\n4567\n\n99\n"
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, Path]:
+def runs(copy_run: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A tiny translation run (the synthetic copy task), and its quantized run."""
-    runs = {"float": tmp_path_factory.mktemp("runs") / "copy"}
-    runs["int8"] = runs["float"].with_name("q")
-    train(runs["float"], "copy.toml", "train.eval_batches=1")
+    runs = {"float": copy_run, "int8": tmp_path_factory.mktemp("runs") / "q"}
     assert main(["--quiet", "quantize", str(runs["float"]), "--out", str(runs["int8"])]) == 0
     return runs
 
@@ -128,16 +126,17 @@ def test_what_a_quantized_run_cannot_be_or_go_to(runs, tmp_path, capsys) -> None
     assert not (tmp_path / "hf").exists()
 
 
-def test_a_lora_run_is_quantized_with_its_adapters_merged(tmp_path: Path, capsys) -> None:
-    train(tmp_path / "lora", "copy.toml", "train.lora_rank=2", "train.eval_batches=1")
-    _, adapted = load_run(tmp_path / "lora")
+def test_a_lora_run_is_quantized_with_its_adapters_merged(
+    lora_copy_run: Path, tmp_path: Path, capsys
+) -> None:
+    _, adapted = load_run(lora_copy_run)
     with pytest.raises(ValueError, match="LoRA adapters: merge them"):
         quantize(adapted)
-    assert main(["--quiet", "quantize", str(tmp_path / "lora"), "--out", str(tmp_path / "q")]) == 0
+    assert main(["--quiet", "quantize", str(lora_copy_run), "--out", str(tmp_path / "q")]) == 0
     task, reopened = load_run(tmp_path / "q")
     assert task.recipe.train.lora_rank is None
-    _, quantized = load_run(tmp_path / "lora", quantization="int8")
-    assert main(["--quiet", "merge", str(tmp_path / "lora"), "--out", str(tmp_path / "m")]) == 0
+    _, quantized = load_run(lora_copy_run, quantization="int8")
+    assert main(["--quiet", "merge", str(lora_copy_run), "--out", str(tmp_path / "m")]) == 0
     _, merged = load_run(tmp_path / "m", quantization="int8")
     with torch.no_grad():
         expected = merged(*source_and_target()).logits

@@ -7,22 +7,8 @@ import re
 from pathlib import Path
 
 import matplotlib.image
-import pytest
 
-from helpers import run, train
-
-
-@pytest.fixture(scope="module")
-def copy_run(tmp_path_factory) -> Path:
-    run_dir = tmp_path_factory.mktemp("runs") / "copy"
-    train(
-        run_dir,
-        "copy.toml",
-        "data.synthetic_train_size=200",
-        "data.synthetic_val_size=20",
-        "model.n_heads=2",
-    )
-    return run_dir
+from helpers import run
 
 
 def picture(path: Path):

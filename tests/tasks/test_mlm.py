@@ -18,55 +18,6 @@ from scratchformer.config import Recipe
 from scratchformer.nn.loss import IGNORE_INDEX
 from scratchformer.run import load_run
 
-TEXT = "the cat sat on a mat while dogs ran in parks and birds sang"
-WORDS = TEXT.split()
-BERT_LAYOUT = [
-    "model.positional='learned'",
-    "model.scale_embedding=false",
-    "model.embedding_norm=true",
-    "model.type_vocab_size=2",
-    "model.activation='gelu'",
-    "model.max_len=64",
-]
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Four hundred short documents of plain text, separated by blank lines."""
-    generator = torch.Generator().manual_seed(0)
-    documents = []
-    for _ in range(400):
-        length = int(torch.randint(5, 15, (1,), generator=generator))
-        picks = torch.randint(len(WORDS), (length,), generator=generator)
-        documents.append(" ".join(WORDS[i] for i in picks.tolist()))
-    path = tmp_path_factory.mktemp("corpus") / "corpus.txt"
-    path.write_text("\n\n".join(documents) + "\n")
-    return path
-
-
-def pretrain(run_dir: Path, corpus: Path, *settings: str) -> int:
-    options = [
-        f"data.train='{corpus}'",
-        "data.corpus=[]",
-        "data.vocab_size=60",
-        "data.max_len=32",
-        *BERT_LAYOUT,
-        *(f"model.{name}={size}" for name, size in TINY_SIZES.items()),
-        "train.batch_size=4",
-        "train.max_steps=6",
-        "train.eval_every=3",
-        *settings,
-    ]
-    args = ["--quiet", "train", str(RECIPES / "pretrain-encoder.toml"), "--out", str(run_dir)]
-    return main([*args, *set_options(options)])
-
-
-@pytest.fixture(scope="module")
-def pretrained(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    run_dir = tmp_path_factory.mktemp("mlm") / "run"
-    assert pretrain(run_dir, corpus, "data.whole_word_mask=true") == 0
-    return run_dir
-
 
 def test_the_head_is_tied_and_its_loss_is_cross_entropy_at_the_masked_positions() -> None:
     torch.manual_seed(0)
@@ -83,8 +34,8 @@ def test_the_head_is_tied_and_its_loss_is_cross_entropy_at_the_masked_positions(
         build_model(tiny_config(arch="encoder", head="classification"))(ids, labels=labels)
 
 
-def test_evaluation_masks_the_held_out_text_the_same_way_every_time(pretrained: Path) -> None:
-    task, model = load_run(pretrained)
+def test_evaluation_masks_the_held_out_text_the_same_way_every_time(mlm_run: Path) -> None:
+    task, model = load_run(mlm_run)
     first, again = task.evaluate(model), task.evaluate(model)
     assert first == again and 0.0 <= first["accuracy"] <= 1.0
     batch = next(task.eval_batches("val"))
@@ -95,24 +46,21 @@ def test_evaluation_masks_the_held_out_text_the_same_way_every_time(pretrained: 
 
 
 def test_resuming_mid_pretraining_gives_the_weights_of_an_unbroken_run(
-    tmp_path: Path, corpus: Path
+    tmp_path: Path, mlm_run: Path
 ) -> None:
-    assert pretrain(tmp_path / "straight", corpus) == 0
+    """``mlm_run``'s recipe trained again, stopped after its step 3 and resumed."""
+    args = ["--quiet", "train", str(mlm_run / "config.json"), "--out", str(tmp_path / "halves")]
     with interrupted_after(3):
-        assert pretrain(tmp_path / "halves", corpus) == 130
-    resumed = ["--quiet", "train", str(RECIPES / "pretrain-encoder.toml")]
-    assert main([*resumed, "--out", str(tmp_path / "halves"), "--resume"]) == 0
+        assert main(args) == 130
+    assert main([*args, "--resume"]) == 0
     last = Path("checkpoints") / "step-00000006" / "model.safetensors"
-    straight, halves = (
-        load_file(tmp_path / "straight" / last),
-        load_file(tmp_path / "halves" / last),
-    )
+    straight, halves = load_file(mlm_run / last), load_file(tmp_path / "halves" / last)
     assert straight.keys() == halves.keys()
     assert all(torch.equal(straight[k], halves[k]) for k in straight)
 
 
-def test_fill_mask_gives_the_likeliest_tokens_with_their_probabilities(pretrained: Path) -> None:
-    task, model = load_run(pretrained)
+def test_fill_mask_gives_the_likeliest_tokens_with_their_probabilities(mlm_run: Path) -> None:
+    task, model = load_run(mlm_run)
     (line,) = task.predict_lines(model, ["the cat [MASK] on a [MASK]"], top_k=3)
     masks = line.split(" | ")
     assert len(masks) == 2
@@ -127,13 +75,13 @@ def test_fill_mask_gives_the_likeliest_tokens_with_their_probabilities(pretraine
 
 @pytest.mark.parametrize("lora", [(), ("train.lora_rank=2",)], ids=["full", "lora"])
 def test_a_fine_tune_starts_from_a_pretraining_run(
-    tmp_path: Path, pretrained: Path, lora: tuple[str, ...]
+    tmp_path: Path, mlm_run: Path, lora: tuple[str, ...]
 ) -> None:
     data = tmp_path / "data.tsv"
     data.write_text("text\tlabel\n" + "the cat sat\tpos\ndogs ran\tneg\n" * 8)
     run_dir = tmp_path / "fine-tune"
     options = [
-        f"model.init_from='{pretrained}'",
+        f"model.init_from='{mlm_run}'",
         "data.dataset=none",
         f"data.train='{data}'",
         f"data.val='{data}'",
@@ -148,24 +96,24 @@ def test_a_fine_tune_starts_from_a_pretraining_run(
     ]
     args = ["--quiet", "train", str(RECIPES / "sst2.toml"), "--out", str(run_dir)]
     assert main([*args, *set_options(options)]) == 0
-    assert (run_dir / "tokenizer.json").read_text() == (pretrained / "tokenizer.json").read_text()
+    assert (run_dir / "tokenizer.json").read_text() == (mlm_run / "tokenizer.json").read_text()
     recipe = Recipe.load(run_dir / "config.json")
     assert recipe.model.head == "classification" and recipe.model.d_model == TINY_SIZES["d_model"]
-    _, start = load_run(pretrained)
+    _, start = load_run(mlm_run)
     _, tuned = load_run(run_dir)
     tuned_state, start_state = dict(tuned.named_parameters()), dict(start.named_parameters())
     for name in ("embedding.tokens.weight", "encoder.layers.0.feed_forward.w1.weight"):
         torch.testing.assert_close(tuned_state[name], start_state[name], atol=1e-6, rtol=0)
     assert not any(k.startswith("head.dense") for k in tuned_state)  # the mlm head is left
     info = json.loads((run_dir / "config.json").read_text())
-    assert info["model"]["init_from"] == str(pretrained)
+    assert info["model"]["init_from"] == str(mlm_run)
 
 
 def test_a_fine_tune_longer_than_the_learnt_positions_is_refused(
-    tmp_path: Path, pretrained: Path, capsys
+    tmp_path: Path, mlm_run: Path, capsys
 ) -> None:
     args = ["train", str(RECIPES / "sst2.toml"), "--out", str(tmp_path / "run")]
-    settings = [f"model.init_from='{pretrained}'", "data.max_len=65"]
+    settings = [f"model.init_from='{mlm_run}'", "data.max_len=65"]
     assert main([*args, *set_options(settings)]) == 2
     assert "data.max_len=65 is beyond the 64 positions" in capsys.readouterr().err
     assert not (tmp_path / "run" / "config.json").exists()

@@ -28,10 +28,18 @@ def test_there_is_a_recipe_per_task_kind() -> None:
     assert tasks == set(TASKS)
 
 
+@pytest.fixture(scope="module")
+def pretraining_runs(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> PretrainingRuns:
+    """The pretraining runs that recipes start from, each trained once in a worker."""
+    return PretrainingRuns(tmp_path_factory.mktemp("runs"))
+
+
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.stem)
-def test_recipe_trains_on_a_fixed_batch(path: Path, data_dir: Path, tmp_path: Path) -> None:
+def test_recipe_trains_on_a_fixed_batch(
+    path: Path, pretraining_runs: PretrainingRuns, tmp_path: Path
+) -> None:
     given = Recipe.load(path)
-    start = pretrained_run(given, tmp_path)
+    start = pretraining_runs.start_of(given)
     # encoders fine-tune at a fine-tuning rate (also from a pretraining run of one step); a
     # translator from a barely trained span-corruption run learns at a from-scratch rate
     full_fine_tune = given.model.init_from is not None and given.train.lora_rank is None
@@ -57,13 +65,21 @@ def test_recipe_trains_on_a_fixed_batch(path: Path, data_dir: Path, tmp_path: Pa
     assert task.metric in metrics
 
 
-def pretrained_run(recipe: Recipe, tmp_path: Path) -> list[str]:
+class PretrainingRuns:
     """For a recipe that starts from the run of another (``model.init_from =
-    "runs/<recipe>"``), that recipe's run, one step long, and the setting that points to it."""
-    init_from = recipe.model.init_from
-    if init_from is None or Path(init_from).parent != Path("runs"):
-        return []
-    run_dir = tmp_path / init_from
-    overrides = [*ONE_STEP, *SMALL_CORPUS]
-    train(RECIPE_DIR / f"{Path(init_from).name}.toml", run_dir, overrides=overrides, quiet=True)
-    return [f"model.init_from='{run_dir}'"]
+    "runs/<recipe>"``), that recipe's run, one step long, trained the first time it is asked
+    for: the four encoder fine-tunes start from one pretrain-encoder run."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def start_of(self, recipe: Recipe) -> list[str]:
+        """The setting that points ``recipe`` to its pretraining run (none if it has none)."""
+        init_from = recipe.model.init_from
+        if init_from is None or Path(init_from).parent != Path("runs"):
+            return []
+        run_dir = self.directory / Path(init_from).name
+        if not run_dir.exists():
+            overrides = [*ONE_STEP, *SMALL_CORPUS]
+            train(RECIPE_DIR / f"{run_dir.name}.toml", run_dir, overrides=overrides, quiet=True)
+        return [f"model.init_from='{run_dir}'"]

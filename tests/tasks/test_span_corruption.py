@@ -58,6 +58,15 @@ def pretrain(out: Path, corpus: Path, *extra: str) -> int:
     )
 
 
+@pytest.fixture(scope="module")
+def pretrained(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny span-corruption run of 8 steps: the unbroken run that a resumed one must
+    equal, and the start of the fine-tunes."""
+    run_dir = tmp_path_factory.mktemp("span-corruption") / "run"
+    assert pretrain(run_dir, corpus, "train.max_steps=8") == 0
+    return run_dir
+
+
 def prepared(corpus: Path) -> SpanCorruptionTask:
     task = build_task(Recipe.load(RECIPES / "pretrain-t5.toml", tiny(corpus)))
     task.prepare()
@@ -109,14 +118,15 @@ def test_too_few_sentinels_for_the_spans_is_an_error(corpus: Path) -> None:
         build_task(Recipe.load(RECIPES / "pretrain-t5.toml", [*tiny(corpus), "data.sentinels=1"]))
 
 
-def test_resume_is_bit_identical_mid_pretraining(tmp_path: Path, corpus: Path) -> None:
-    assert pretrain(tmp_path / "straight", corpus, "train.max_steps=8") == 0
+def test_resume_is_bit_identical_mid_pretraining(
+    tmp_path: Path, corpus: Path, pretrained: Path
+) -> None:
     with interrupted_after(4):
         assert pretrain(tmp_path / "halves", corpus, "train.max_steps=8") == 130
     recipe = str(RECIPES / "pretrain-t5.toml")
     assert main(["--quiet", "train", recipe, "--out", str(tmp_path / "halves"), "--resume"]) == 0
     straight, halves = (
-        load_file(tmp_path / run / "model.safetensors") for run in ("straight", "halves")
+        load_file(run / "model.safetensors") for run in (pretrained, tmp_path / "halves")
     )
     assert straight.keys() == halves.keys()
     assert all(torch.equal(straight[k], halves[k]) for k in straight)
@@ -124,10 +134,8 @@ def test_resume_is_bit_identical_mid_pretraining(tmp_path: Path, corpus: Path) -
 
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
 def test_translation_fine_tunes_from_a_span_corruption_run(
-    tmp_path: Path, corpus: Path, lora: bool
+    tmp_path: Path, pretrained: Path, lora: bool
 ) -> None:
-    pretrained = tmp_path / "pretrained"
-    assert pretrain(pretrained, corpus, "train.max_steps=2") == 0
     source, target = tmp_path / "source.txt", tmp_path / "target.txt"
     source.write_text("a man runs\nthe dog sits\n" * 4)
     target.write_text("the man runs\na dog sits\n" * 4)
