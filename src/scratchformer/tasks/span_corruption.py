@@ -26,7 +26,7 @@ from ..data.batching import consecutive_windows, random_windows
 from ..data.noise import corrupt, noise_counts, random_spans_noise_mask, raw_length
 from .base import Batch
 from .corpus import CorpusTask
-from .translation import SPECIALS, seq2seq_batch
+from .translation import seq2seq_batch, specials, start_id
 
 EVAL_SEED = 2**31 - 1
 """Seeds the noise of evaluation batches: the same spans hidden at every evaluation."""
@@ -57,7 +57,8 @@ class SpanCorruptionTask(CorpusTask):
 
     def prepare(self) -> None:
         texts = self.documents("train")
-        tokenizer = self.train_tokenizer(texts, SPECIALS, sentinels=self.data.sentinels)
+        roles = specials(self.recipe.model.decoder_start)
+        tokenizer = self.train_tokenizer(texts, roles, sentinels=self.data.sentinels)
         self.tokenizers = {"tokenizer": tokenizer}
 
     def model_sizes(self) -> dict[str, Any]:
@@ -68,13 +69,14 @@ class SpanCorruptionTask(CorpusTask):
         """The windows with spans hidden by ``generator``'s draws, as ``(input, target)``
         pairs of a seq2seq batch."""
         tokenizer, data = self.tokenizer(), self.data
+        start = start_id(tokenizer, self.recipe.model.decoder_start)
         pairs = []
         for ids in windows.tolist():
             noise = random_spans_noise_mask(
                 len(ids), data.noise_density, data.mean_span_length, generator
             )
             inputs, targets = corrupt(ids, noise, tokenizer.sentinel_ids, tokenizer.eos_id)
-            pairs.append((inputs, [tokenizer.bos_id, *targets]))
+            pairs.append((inputs, [start, *targets]))
         return seq2seq_batch(pairs, tokenizer.pad_id, tokenizer.pad_id)
 
     def global_batch(self, index: int, parts: int) -> Batch:
