@@ -12,12 +12,12 @@ import torch
 import transformers
 from safetensors.torch import load_file
 
-from helpers import T5_STYLE, run, tiny_config
+from helpers import RECIPES, T5_STYLE, run, set_options, tiny_config
 from scratchformer import build_model, from_pretrained, save_pretrained
 from scratchformer.cli import main
 from scratchformer.data.tokenizer import Tokenizer
 from scratchformer.inference import CompiledModel, beam_search, greedy_decode
-from scratchformer.run import import_hf
+from scratchformer.run import import_hf, load_run
 
 PAD, EOS = 0, 1  # T5's: the decoder starts from the pad id
 VERSIONS = {
@@ -261,18 +261,21 @@ SENTENCES = ["the quick brown fox", "a man in a red shirt sits on a bench", "Hel
 
 
 @pytest.fixture(scope="module")
-def t5_run(checkpoint: Path, t5_tokenizer, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The checkpoint with a T5-style tokenizer, imported as a translation run with T5's
-    task prefix."""
+def t5_dir(checkpoint: Path, t5_tokenizer, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The checkpoint with a tokenizer laid out as T5's."""
     directory = tmp_path_factory.mktemp("t5-with-tokenizer")
     for name in ("model.safetensors", "config.json"):
         (directory / name).write_bytes((checkpoint / name).read_bytes())
     t5_tokenizer.save(str(directory / "tokenizer.json"))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def t5_run(t5_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The checkpoint imported as a translation run with T5's task prefix."""
     run_dir = tmp_path_factory.mktemp("runs") / "t5"
     prefix = f"data.source_prefix='{PREFIX}'"
-    assert (
-        main(["--quiet", "import-hf", str(directory), "--out", str(run_dir), "--set", prefix]) == 0
-    )
+    assert main(["--quiet", "import-hf", str(t5_dir), "--out", str(run_dir), "--set", prefix]) == 0
     return run_dir
 
 
@@ -342,3 +345,28 @@ def test_an_imported_run_takes_data_and_train_settings_only(checkpoint: Path, tm
     with pytest.raises(ValueError, match=r"takes data.\* and train.\* settings"):
         import_hf(checkpoint, tmp_path / "run", ["model.d_model=8"])
     assert not (tmp_path / "run").exists()
+
+
+def test_a_translation_fine_tune_starts_from_a_t5_checkpoint(t5_dir: Path, tmp_path) -> None:
+    """The fine-tune keeps T5's tokenizer, which has no bos token, and its decoder's start."""
+    source, target = tmp_path / "source.txt", tmp_path / "target.txt"
+    source.write_text("the quick brown fox\na man sits\n" * 4)
+    target.write_text("der schnelle braune Fuchs\nein Mann sitzt\n" * 4)
+    files = f"['{source}', '{target}']"
+    options = [
+        f"model.init_from='{t5_dir}'",
+        "data.dataset=none",
+        f"data.train={files}",
+        f"data.val={files}",
+        f"data.source_prefix='{PREFIX}'",
+        "train.max_steps=1",
+        "train.eval_every=1",
+        "train.max_tokens=none",
+        "train.batch_size=4",
+        "train.precision='fp32'",
+    ]
+    recipe, out = str(RECIPES / "multi30k-de-en-pretrained.toml"), str(tmp_path / "run")
+    assert main(["--quiet", "train", recipe, "--out", out, *set_options(options)]) == 0
+    task, model = load_run(tmp_path / "run")
+    assert task.recipe.model.decoder_start == "pad" and task.tokenizer().bos_id is None
+    assert task.start_id() == PAD and len(task.translate(model, ["a man"], beam_size=2)) == 1
