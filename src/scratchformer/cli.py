@@ -303,6 +303,20 @@ COMMANDS = (
         "line without [MASK] is an error.",
     ),
     Command(
+        "fill-spans",
+        "predict:fill_spans",
+        "fill the sentinels <extra_id_N> of each line of stdin",
+        (
+            arg("run", help="run directory of a span-corruption model (task span_corruption)"),
+            QUANTIZE,
+            PRECISION,
+        ),
+        description="One line out per line in: the spans the model writes greedily for the "
+        "line's sentinels (<extra_id_0>, <extra_id_1>, ...), in the line's order, separated "
+        "by tabs. The text around a sentinel is encoded as written. A line without a "
+        "sentinel is an error.",
+    ),
+    Command(
         "import-hf",
         "hf:import_checkpoint",
         "make a run directory from a Hugging Face checkpoint "

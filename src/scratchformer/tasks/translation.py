@@ -17,7 +17,7 @@ from ..data.tokenizer import Tokenizer
 from ..inference.beam import beam_search, greedy_decode
 from ..metrics import translation_scores
 from ..nn.loss import IGNORE_INDEX
-from .base import Attentions, Batch, ExampleTask, TokenLabels, warn_cut
+from .base import Attentions, Batch, ExampleTask, Task, TokenLabels, warn_cut
 
 SPECIALS = ("pad", "unk", "bos", "eos")
 """The special tokens of a translation tokenizer whose decoder starts from bos (ours)."""
@@ -213,13 +213,23 @@ class TranslationTask(ExampleTask):
         translation when None); the decoder's queries are its inputs, its start token first."""
         if target is None:
             target = self.translate(model, [text], beam_size=1)[0]
-        device = next(model.parameters()).device
-        batch = self.collate(self.encode([(text, target)])).to(device)
-        source = self.source_tokenizer().labels(batch.inputs["src_ids"][0].tolist())
-        output = self.target_tokenizer().labels(batch.inputs["tgt_ids"][0].tolist())
-        tokens = {"encoder": (source, source), "decoder": (output, output)}
-        tokens["cross"] = (output, source)
-        return self.attend(model, batch.inputs), tokens
+        (pair,) = self.encode([(text, target)])
+        return pair_attention(self, model, pair, self.source_tokenizer(), self.target_tokenizer())
+
+
+def pair_attention(
+    task: Task, model: nn.Module, pair: Pair, source: Tokenizer, target: Tokenizer
+) -> tuple[Attentions, TokenLabels]:
+    """The attention of an encoder-decoder ``model`` on one ``(source, target)`` pair as
+    teacher forcing feeds it: every kind (encoder, decoder, cross), with the labels of the
+    source tokens and of the decoder's inputs."""
+    device = next(model.parameters()).device
+    batch = seq2seq_batch([pair], source.pad_id, target.pad_id).to(device)
+    inputs = source.labels(batch.inputs["src_ids"][0].tolist())
+    outputs = target.labels(batch.inputs["tgt_ids"][0].tolist())
+    tokens = {"encoder": (inputs, inputs), "decoder": (outputs, outputs)}
+    tokens["cross"] = (outputs, inputs)
+    return task.attend(model, batch.inputs), tokens
 
 
 def seq2seq_batch(examples: Sequence[Pair], src_pad: int, tgt_pad: int) -> Batch:
