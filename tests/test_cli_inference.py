@@ -32,6 +32,7 @@ def test_commands_refuse_runs_of_another_task(copy_run, capsys, monkeypatch) -> 
         (["tag"], "a tagging run"),
         (["generate", "--prompt", "1"], "a lm run"),
         (["fill-mask"], "a mlm run"),
+        (["fill-spans"], "a span_corruption run"),
     ]:
         command, *options = args
         status, _, err = run(capsys, monkeypatch, "x\n", command, str(copy_run), *options)

@@ -50,6 +50,8 @@ def test_every_architecture_and_task_named_here_is_implemented() -> None:
         (dict(sliding_window=4), "sliding_window needs arch='decoder'"),
         (dict(arch="decoder", sliding_window=0), "sliding_window=0 must be positive"),
         (dict(qkv_bias="yes"), "qkv_bias='yes' must be of type bool or None"),
+        (dict(decoder_start="eos"), "decoder_start='eos' must be one of bos, pad"),
+        (dict(arch="decoder", decoder_start="pad"), "decoder_start='pad' needs arch='seq2seq'"),
     ],
 )
 def test_bad_values_name_the_field(overrides, message) -> None:

@@ -303,14 +303,41 @@ COMMANDS = (
         "line without [MASK] is an error.",
     ),
     Command(
+        "fill-spans",
+        "predict:fill_spans",
+        "fill the sentinels <extra_id_N> of each line of stdin",
+        (
+            arg("run", help="run directory of a span-corruption model (task span_corruption)"),
+            QUANTIZE,
+            PRECISION,
+        ),
+        description="One line out per line in: the spans the model writes greedily for the "
+        "line's sentinels (<extra_id_0>, <extra_id_1>, ...), in the line's order, separated "
+        "by tabs. The text around a sentinel is encoded as written. A line without a "
+        "sentinel is an error.",
+    ),
+    Command(
         "import-hf",
         "hf:import_checkpoint",
         "make a run directory from a Hugging Face checkpoint "
-        f"({family_names('encoder')}, {family_names('decoder')})",
-        (arg("hf_dir", help="Hugging Face checkpoint directory"), OUT_RUN),
+        f"({family_names('encoder')}, {family_names('decoder')}, {family_names('seq2seq')})",
+        (
+            arg("hf_dir", help="Hugging Face checkpoint directory"),
+            OUT_RUN,
+            arg(
+                "--set",
+                action="append",
+                default=[],
+                metavar="SECTION.KEY=VALUE",
+                help="a data or train setting of the run (repeatable), e.g. "
+                "data.source_prefix='translate English to German: '",
+            ),
+        ),
         description="HF_DIR holds config.json, model.safetensors (or the shards of "
         "model.safetensors.index.json, or pytorch_model.bin) and tokenizer.json. A causal LM "
         f"({family_names('decoder')}) becomes a language-model run, ready for generate; a "
+        "T5ForConditionalGeneration a translation run, ready for translate (its decoder "
+        "starts from decoder_start_token_id); a "
         "BertForQuestionAnswering a qa run, ready for answer; a BertForMaskedLM an mlm run, "
         f"ready for fill-mask; another encoder ({family_names('encoder')}) a classification "
         "run awaiting a fine-tune.",

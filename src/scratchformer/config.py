@@ -34,6 +34,8 @@ from .registry import (
 )
 
 POOLINGS = ("mean", "first")
+DECODER_STARTS = ("bos", "pad")
+"""The special tokens, by role, that an encoder-decoder's decoder may start from."""
 TOKENIZERS = ("char", "bpe", "wordpiece")
 SCHEDULES = ("noam", "cosine", "constant", "inverse_sqrt")
 LORA_TARGETS = ("qkv_proj", "q_proj", "kv_proj", "out_proj", "w1", "w2", "w3")
@@ -239,6 +241,11 @@ class ModelConfig(ConfigBase):
     its projection tied to the embeddings, whose entries have unit variance)."""
     final_dropout: bool = False
     """Dropout on each stack's output, after its final norm (T5)."""
+    decoder_start: str = "bos"
+    """``seq2seq``: the special token the decoder reads first, by its role: ``bos`` (ours)
+    or ``pad`` (T5's, whose tokenizers have no bos); a Hugging Face checkpoint's
+    ``decoder_start_token_id``. Its tokenizer must have it; a fine-tune keeps the pretrained
+    model's."""
     max_len: int = 512
     """Longest sequence for learned positions (sinusoidal and rotary ones extend on demand)."""
     sliding_window: int | None = None
@@ -325,6 +332,11 @@ class ModelConfig(ConfigBase):
                 f"positional='rotary' needs an even head width, got d_model / n_heads = "
                 f"{self.d_model // self.n_heads}",
             )
+        _one_of(self, "decoder_start", DECODER_STARTS)
+        _require(
+            self.decoder_start == "bos" or self.arch == "seq2seq",
+            f"decoder_start={self.decoder_start!r} needs arch='seq2seq'",
+        )
         _one_of(self, "pooling", POOLINGS)
         if self.head is not None:
             _one_of(self, "head", HEADS)
@@ -432,6 +444,10 @@ class DataConfig(ConfigBase):
     as large as the alphabet)."""
     shared_vocab: bool = True
     """Translation: one vocabulary for both languages (else one each)."""
+    source_prefix: str = ""
+    """Translation: text put before every source sentence in training, evaluation,
+    ``translate`` and ``attention``: T5's task prefix, e.g. ``"translate English to German:
+    "``, for a T5 checkpoint trained with one."""
     lowercase: bool = False
     """Lower-case all text before tokenizing."""
     max_len: int = 128

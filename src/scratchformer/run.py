@@ -42,12 +42,21 @@ from .training.rundir import (
 )
 from .training.trainer import Trainer
 
-IMPORTED_TASKS = {"encoder": "classification", "decoder": "lm", "span": "qa", "mlm": "mlm"}
+IMPORTED_TASKS = {
+    "encoder": "classification",
+    "decoder": "lm",
+    "seq2seq": "translation",
+    "span": "qa",
+    "mlm": "mlm",
+}
 """The task of an imported model's run, by its head or else its architecture: a language
-model generates right away, a question-answering model (``span`` head) answers, a masked
-language model (``mlm`` head) fills masks; a pretrained encoder waits for a fine-tune
-(``--set task=...`` picks another task)."""
-TOKENIZER_KINDS = {"encoder": "wordpiece", "decoder": "bpe"}
+model generates right away, an encoder-decoder (T5) translates, a question-answering model
+(``span`` head) answers, a masked language model (``mlm`` head) fills masks; a pretrained
+encoder waits for a fine-tune (``--set task=...`` picks another task)."""
+TOKENIZER_KINDS = {"encoder": "wordpiece", "decoder": "bpe", "seq2seq": "bpe"}
+"""The kind of tokenizer an imported run's recipe names, the nearest of ours to the
+family's (the run reads the checkpoint's own ``tokenizer.json``; T5's is SentencePiece's
+unigram model)."""
 
 
 def start_run(recipe: Recipe, run_dir: Path) -> tuple[Task, nn.Module]:
@@ -60,6 +69,9 @@ def start_run(recipe: Recipe, run_dir: Path) -> tuple[Task, nn.Module]:
     start = None
     if recipe.model.init_from is not None:
         start, task.pretrained_tokenizer = pretrained(recipe.model.init_from)
+        # the fine-tune's decoder starts from the pretrained one's token, which the
+        # tokenizer must have
+        recipe.model.decoder_start = start.config.decoder_start
     task.prepare()
     recipe.model = task.model_config(None if start is None else start.config)
     write_run(run_dir, recipe, task.tokenizers)
@@ -191,22 +203,23 @@ def _save_run(
     write_run(out_dir, recipe, task.tokenizers, model, metadata)
 
 
-def import_hf(hf_dir: Path, run_dir: Path) -> Recipe:
+def import_hf(hf_dir: Path, run_dir: Path, overrides: Sequence[str] = ()) -> Recipe:
     """A run directory from a Hugging Face checkpoint (of a family in
     :data:`~.interop.families.FAMILIES`): the recipe (its model section describes the
-    architecture), the tokenizer and the weights, so that later
-    commands start from it. Returns the recipe."""
+    architecture; ``overrides``, ``section.key=value``, set its data and train sections,
+    e.g. ``data.source_prefix``), the tokenizer and the weights, so that later commands
+    start from it. Returns the recipe."""
+    for override in overrides:
+        if override.partition(".")[0].strip() not in ("data", "train"):
+            raise ValueError(
+                f"override {override!r}: an imported run takes data.* and train.* settings "
+                "(its task and model are the checkpoint's)"
+            )
     check_empty(run_dir)
     if not (hf_dir / TOKENIZER_FILE).is_file():
         raise FileNotFoundError(f"{hf_dir} has no {TOKENIZER_FILE}, which a run directory needs")
     model, tokenizer = from_pretrained(hf_dir)
     assert tokenizer is not None
-    if model.config.arch not in IMPORTED_TASKS:
-        raise ValueError(
-            f"{hf_dir}: an {model.config.arch} checkpoint has no task to make a run of "
-            "(ours decode from the bos token, T5 from the pad token); load it in Python "
-            "with scratchformer.from_pretrained"
-        )
     lost = sorted(tokenizer.special_tokens.items() - recognise_roles(tokenizer.backend).items())
     if lost:
         warnings.warn(
@@ -222,6 +235,7 @@ def import_hf(hf_dir: Path, run_dir: Path) -> Recipe:
         block_size=min(DataConfig.block_size, config.max_len),
     )
     recipe = Recipe(IMPORTED_TASKS[config.head or config.arch], config, data, TrainConfig())
+    recipe = Recipe.from_dict(recipe.to_dict(), overrides)
     write_run(run_dir, recipe, {"tokenizer": tokenizer}, model)
     return recipe
 

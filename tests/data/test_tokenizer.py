@@ -188,6 +188,21 @@ def test_sentinels_follow_the_specials_and_survive_save_load_and_pickle(
     assert Tokenizer.train(kind, texts, 400, ("pad", "unk")).sentinel_ids == []
 
 
+def test_encode_sentinels_puts_each_marked_sentinel_between_the_texts_pieces() -> None:
+    tokenizer = Tokenizer.train("char", ["my lord is dead</s>"], 40, ("pad", "eos"), sentinels=2)
+    encode = tokenizer.encode
+    assert tokenizer.encode_sentinels("my<extra_id_1> is <extra_id_0><s>") == [
+        *encode("my"),
+        3,
+        *encode(" is "),
+        2,
+        *encode("<s>"),
+    ]
+    assert tokenizer.encode_sentinels("lord") == encode("lord")
+    with pytest.raises(ValueError, match="<extra_id_2>: this tokenizer has 2 sentinels"):
+        tokenizer.encode_sentinels("my <extra_id_2>")
+
+
 def test_a_failed_save_leaves_the_old_file(tmp_path: Path, monkeypatch) -> None:
     """The file is replaced whole or not at all: here the disk fills up at the flush."""
     path = tmp_path / "tokenizer.json"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 from pathlib import Path
 
@@ -206,3 +207,48 @@ def tiny_llama_family(request, tmp_path_factory: pytest.TempPathFactory) -> Path
 def llama_checkpoint():
     """:func:`save_llama_family`, for tests that save checkpoints of their own."""
     return save_llama_family
+
+
+T5_TEXT = (
+    "translate English to German: the quick brown fox jumps over the lazy dog\n"
+    "a man in a red shirt sits on a bench in the park with his small dog\n"
+    "two women are walking along the river while children play football nearby\n"
+    "Hello, world! Zwei Männer stehen am Fluss und schauen auf die Stadt.\n"
+) * 8 + "\n".join(
+    " ".join(
+        "".join(random.Random(line * 9 + word).choices("aeioubdgklmnprst", k=5))
+        for word in range(9)
+    )
+    for line in range(40)
+)
+
+
+def sentencepiece_unigram(vocab_size: int, sentinels: int) -> tokenizers.Tokenizer:
+    """A tokenizer laid out as T5's: SentencePiece's unigram model (spaces as ``▁``, one
+    before every word), ``<pad>``, ``</s>`` and ``<unk>`` first, ``</s>`` appended by the
+    post-processor, and ``sentinels`` sentinels ``<extra_id_N>`` last, ``vocab_size`` tokens
+    in all."""
+    from tokenizers import decoders, models, pre_tokenizers, processors, trainers
+
+    specials = ["<pad>", "</s>", "<unk>"]
+    backend = tokenizers.Tokenizer(models.Unigram())
+    backend.pre_tokenizer = pre_tokenizers.Metaspace()
+    backend.decoder = decoders.Metaspace()
+    trainer = trainers.UnigramTrainer(
+        vocab_size=vocab_size - sentinels,
+        special_tokens=specials,
+        unk_token="<unk>",
+        show_progress=False,
+    )
+    backend.train_from_iterator(T5_TEXT.splitlines(), trainer)
+    backend.add_special_tokens([f"<extra_id_{n}>" for n in range(sentinels)])
+    backend.post_processor = processors.TemplateProcessing(
+        single="$A </s>", pair="$A </s> $B </s>", special_tokens=[("</s>", 1)]
+    )
+    return backend
+
+
+@pytest.fixture(scope="session")
+def t5_tokenizer() -> tokenizers.Tokenizer:
+    """:func:`sentencepiece_unigram` of 200 tokens, 10 of them sentinels."""
+    return sentencepiece_unigram(200, sentinels=10)

@@ -10,11 +10,14 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
+from safetensors.torch import load_file
 
-from helpers import T5_STYLE, tiny_config
+from helpers import RECIPES, T5_STYLE, run, set_options, tiny_config
 from scratchformer import build_model, from_pretrained, save_pretrained
+from scratchformer.cli import main
 from scratchformer.data.tokenizer import Tokenizer
 from scratchformer.inference import CompiledModel, beam_search, greedy_decode
+from scratchformer.run import import_hf, load_run
 
 PAD, EOS = 0, 1  # T5's: the decoder starts from the pad id
 VERSIONS = {
@@ -192,18 +195,41 @@ def test_a_from_scratch_t5_exports_and_loads(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("specials", "start"),
-    [(("pad", "unk", "bos", "eos"), 2), (("pad", "unk", "eos"), 0)],
+    ("decoder_start", "specials", "start"),
+    [("bos", ("pad", "unk", "bos", "eos"), 2), ("pad", ("pad", "unk", "eos"), 0)],
 )
-def test_the_decoder_starts_from_bos_if_the_tokenizer_has_one_else_pad(
-    specials: tuple[str, ...], start: int, tmp_path: Path
+def test_decoder_start_token_id_is_the_id_of_the_models_decoder_start(
+    decoder_start: str, specials: tuple[str, ...], start: int, tmp_path: Path
 ) -> None:
-    """Our translation task's decoders start from bos; T5's tokenizers have none."""
+    """Our translation task's decoders start from bos; T5's tokenizers have none, and its
+    decoders start from pad."""
     tokenizer = Tokenizer.train("char", ["a small text"], 29, specials)
-    save_pretrained(build_model(tiny_config(**T5_STYLE)), tmp_path, tokenizer)
+    model = build_model(tiny_config(**T5_STYLE, decoder_start=decoder_start))
+    save_pretrained(model, tmp_path, tokenizer)
     written = json.loads((tmp_path / "config.json").read_text())
     assert written["decoder_start_token_id"] == start
     assert (written["pad_token_id"], written["eos_token_id"]) == (0, len(specials) - 1)
+    assert from_pretrained(tmp_path)[0].config.decoder_start == decoder_start
+
+
+def test_a_tokenizer_without_the_decoder_start_token_is_not_exported(tmp_path: Path) -> None:
+    tokenizer = Tokenizer.train("char", ["a small text"], 29, ("pad", "unk", "eos"))
+    with pytest.raises(ValueError, match="decoder_start='bos', but the tokenizer has no bos"):
+        save_pretrained(build_model(tiny_config(**T5_STYLE)), tmp_path / "hf", tokenizer)
+    assert not (tmp_path / "hf").exists()
+
+
+def test_a_decoder_start_token_id_of_no_known_role_is_named(checkpoint: Path, tmp_path) -> None:
+    for name in ("model.safetensors", "config.json"):
+        (tmp_path / name).write_bytes((checkpoint / name).read_bytes())
+    hf = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(hf | {"decoder_start_token_id": 5}))
+    with pytest.raises(ValueError, match="decoder_start_token_id=5 is not supported"):
+        from_pretrained(tmp_path)
+    del hf["decoder_start_token_id"]
+    (tmp_path / "config.json").write_text(json.dumps(hf))
+    with pytest.warns(UserWarning, match="no tokenizer.json"):
+        assert from_pretrained(tmp_path)[0].config.decoder_start == "pad"
 
 
 @pytest.mark.parametrize(
@@ -228,3 +254,119 @@ def test_a_head_width_other_than_d_model_over_heads_is_named(checkpoint: Path, t
     (tmp_path / "config.json").write_text(json.dumps(hf | {"d_kv": 32}))
     with pytest.raises(ValueError, match="d_kv=32 is not supported"):
         from_pretrained(tmp_path)
+
+
+PREFIX = "translate English to German: "
+SENTENCES = ["the quick brown fox", "a man in a red shirt sits on a bench", "Hello, world!"]
+
+
+@pytest.fixture(scope="module")
+def t5_dir(checkpoint: Path, t5_tokenizer, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The checkpoint with a tokenizer laid out as T5's."""
+    directory = tmp_path_factory.mktemp("t5-with-tokenizer")
+    for name in ("model.safetensors", "config.json"):
+        (directory / name).write_bytes((checkpoint / name).read_bytes())
+    t5_tokenizer.save(str(directory / "tokenizer.json"))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def t5_run(t5_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The checkpoint imported as a translation run with T5's task prefix."""
+    run_dir = tmp_path_factory.mktemp("runs") / "t5"
+    prefix = f"data.source_prefix='{PREFIX}'"
+    assert main(["--quiet", "import-hf", str(t5_dir), "--out", str(run_dir), "--set", prefix]) == 0
+    return run_dir
+
+
+def their_translations(theirs, t5_tokenizer, beams: int) -> list[str]:
+    """``generate``'s output for each sentence alone, with T5's task prefix, up to 50 tokens
+    more than the source (our decoders' default), detokenised by ``transformers``."""
+    reader = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=t5_tokenizer,
+        pad_token="<pad>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        clean_up_tokenization_spaces=False,
+    )
+    search = dict(num_beams=beams, length_penalty=0.0, early_stopping=True) if beams > 1 else {}
+    outputs = []
+    for sentence in SENTENCES:
+        source = reader(PREFIX + sentence, return_tensors="pt")
+        assert source.input_ids[0, -1] == EOS
+        generated = theirs.generate(
+            **source,
+            max_new_tokens=source.input_ids.shape[1] + 50,
+            do_sample=False,
+            **search,
+        )
+        outputs.append(reader.decode(generated[0], skip_special_tokens=True))
+    return outputs
+
+
+@pytest.mark.parametrize("beams", [1, 4])
+def test_an_imported_t5_translates_as_transformers_generates(
+    t5_run: Path, theirs, t5_tokenizer, beams: int, capsys, monkeypatch
+) -> None:
+    """``scratchformer translate`` of the imported run (the sentences batched together)
+    against ``generate`` (one at a time): the same text, greedy and with 4 beams."""
+    recipe = json.loads((t5_run / "config.json").read_text())
+    assert recipe["task"] == "translation" and recipe["model"]["decoder_start"] == "pad"
+    assert recipe["data"]["source_prefix"] == PREFIX
+    options = ["--beam", str(beams), "--length-penalty", "0"]
+    status, out, err = run(
+        capsys, monkeypatch, "\n".join(SENTENCES), "translate", str(t5_run), *options
+    )
+    assert status == 0, err
+    assert out == their_translations(theirs, t5_tokenizer, beams)
+    assert all(out) and len(set(out)) == len(out)
+
+
+def test_an_imported_t5_exports_as_it_came(t5_run: Path, checkpoint: Path, tmp_path) -> None:
+    """export-hf of the imported run: T5's config values (the decoder starting from pad)
+    and the checkpoint's weights; imported again, the same run."""
+    assert main(["--quiet", "export-hf", str(t5_run), "--out", str(tmp_path / "hf")]) == 0
+    original = json.loads((checkpoint / "config.json").read_text())
+    written = json.loads((tmp_path / "hf" / "config.json").read_text())
+    keys = ("decoder_start_token_id", "pad_token_id", "eos_token_id", "d_model", "d_kv", "d_ff")
+    keys += ("num_layers", "num_heads", "dense_act_fn", "is_gated_act", "vocab_size")
+    assert {key: written[key] for key in keys} == {key: original[key] for key in keys}
+    assert written["decoder_start_token_id"] == PAD
+    exported = load_file(tmp_path / "hf" / "model.safetensors")
+    weights = load_file(checkpoint / "model.safetensors")
+    assert exported.keys() <= weights.keys()
+    assert all(torch.equal(exported[name], weights[name]) for name in exported)
+    assert main(["--quiet", "import-hf", str(tmp_path / "hf"), "--out", str(tmp_path / "run")]) == 0
+    again = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert again["model"] == json.loads((t5_run / "config.json").read_text())["model"]
+
+
+def test_an_imported_run_takes_data_and_train_settings_only(checkpoint: Path, tmp_path) -> None:
+    with pytest.raises(ValueError, match=r"takes data.\* and train.\* settings"):
+        import_hf(checkpoint, tmp_path / "run", ["model.d_model=8"])
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_translation_fine_tune_starts_from_a_t5_checkpoint(t5_dir: Path, tmp_path) -> None:
+    """The fine-tune keeps T5's tokenizer, which has no bos token, and its decoder's start."""
+    source, target = tmp_path / "source.txt", tmp_path / "target.txt"
+    source.write_text("the quick brown fox\na man sits\n" * 4)
+    target.write_text("der schnelle braune Fuchs\nein Mann sitzt\n" * 4)
+    files = f"['{source}', '{target}']"
+    options = [
+        f"model.init_from='{t5_dir}'",
+        "data.dataset=none",
+        f"data.train={files}",
+        f"data.val={files}",
+        f"data.source_prefix='{PREFIX}'",
+        "train.max_steps=1",
+        "train.eval_every=1",
+        "train.max_tokens=none",
+        "train.batch_size=4",
+        "train.precision='fp32'",
+    ]
+    recipe, out = str(RECIPES / "multi30k-de-en-pretrained.toml"), str(tmp_path / "run")
+    assert main(["--quiet", "train", recipe, "--out", out, *set_options(options)]) == 0
+    task, model = load_run(tmp_path / "run")
+    assert task.recipe.model.decoder_start == "pad" and task.tokenizer().bos_id is None
+    assert task.start_id() == PAD and len(task.translate(model, ["a man"], beam_size=2)) == 1

@@ -5,18 +5,20 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from helpers import RECIPES, TINY_MODEL, interrupted_after, set_options
+from helpers import RECIPES, TINY_MODEL, interrupted_after, run, set_options
 from scratchformer.cli import main
 from scratchformer.config import Recipe
 from scratchformer.data.noise import corrupted_lengths
+from scratchformer.inference import greedy_decode
 from scratchformer.tasks import build_task
-from scratchformer.tasks.span_corruption import SpanCorruptionTask
+from scratchformer.tasks.span_corruption import SpanCorruptionTask, split_spans
 from scratchformer.training.rundir import load_run
 
 WORDS = ("a", "man", "dog", "woman", "runs", "sits", "on", "the", "in", "red", "park", "with")
@@ -167,3 +169,60 @@ def test_translation_fine_tunes_from_a_span_corruption_run(
     difference = (start(ids, ids).logits - tuned(ids, ids).logits).abs().max()
     assert difference < 1e-4, "lr 1e-9: the pretrained model still"
     assert len(task.translate(tuned, ["a man runs"], beam_size=2)) == 1
+
+
+@pytest.fixture(scope="module")
+def span_run(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = tmp_path_factory.mktemp("runs") / "span"
+    assert pretrain(run_dir, corpus, "train.max_steps=2") == 0
+    return run_dir
+
+
+def test_spans_are_the_tokens_after_each_sentinel() -> None:
+    assert split_spans([7, 1, 5, 6, 2, 1, 8], {1, 2}) == {1: [8], 2: []}
+    assert split_spans([5, 2, 6, 6], {1, 2}) == {2: [6, 6]}
+
+
+def test_fill_spans_prints_the_greedy_span_of_each_sentinel(
+    span_run: Path, capsys, monkeypatch
+) -> None:
+    lines = ["the man<extra_id_0> in the park", "a dog <extra_id_1> on<extra_id_0> red"]
+    status, out, err = run(capsys, monkeypatch, "\n".join(lines), "fill-spans", str(span_run))
+    assert status == 0, err
+    task, model = load_run(span_run)
+    tokenizer = task.tokenizer()
+    s0, s1 = tokenizer.sentinel_ids[:2]
+    second = task.encode_input(lines[1])
+    pieces = [*tokenizer.encode("a dog "), s1, *tokenizer.encode(" on"), s0]
+    assert second == [*pieces, *tokenizer.encode(" red"), tokenizer.eos_id]
+    (output,) = greedy_decode(
+        model, torch.tensor([second]), bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id
+    )
+    spans = split_spans(output, {s0, s1})
+    fills = [tokenizer.decode(spans.get(s, [])) for s in (s1, s0)]
+    assert len(out) == 2 and out[1].split("\t") == fills and out[0].count("\t") == 0
+    for text, message in [("no sentinel", "no <extra_id_0> in"), ("<extra_id_8>", "8 sentinels")]:
+        status, _, err = run(capsys, monkeypatch, text, "fill-spans", str(span_run))
+        assert status == 2 and message in err and len(err.splitlines()) == 1
+
+
+def test_attention_of_a_span_corruption_run(span_run: Path, tmp_path, capsys, monkeypatch):
+    """The text with its sentinel is the encoder's input; the decoder reads the model's own
+    fill (or ``--target``) from its start token."""
+    text, png, page = "the man<extra_id_0> in the park", tmp_path / "a.png", tmp_path / "a.html"
+    status, lines, err = run(
+        capsys, monkeypatch, "", "attention", str(span_run), text, "--out", str(png)
+    )
+    assert status == 0, err
+    task, _ = load_run(span_run)
+    keys = len(task.encode_input(text))
+    assert re.fullmatch(rf"{png}: cross attention, \d+ query x {keys} key tokens", lines[0])
+    target = ["--target", "<extra_id_0> sits", "--kind", "decoder", "--layer", "0", "--head", "1"]
+    status, lines, err = run(
+        capsys, monkeypatch, "", "attention", str(span_run), text, *target, "--out", str(page)
+    )
+    assert status == 0, err
+    data = re.search(r'id="attention-data">(.*?)</script>', page.read_text())
+    shown = json.loads(data.group(1))
+    assert {"encoder", "decoder", "cross"} <= set(shown["attention"])
+    assert "<extra_id_0>" in json.dumps(shown)

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from scratchformer.config import Recipe
 from scratchformer.data.readers import DataError
+from scratchformer.inference import greedy_decode
 from scratchformer.models import build_model
 from scratchformer.nn.loss import IGNORE_INDEX
 from scratchformer.tasks import build_task
@@ -195,6 +196,34 @@ def test_translation_shifts_targets_and_masks_padding(tmp_path: Path) -> None:
     assert targets[torch.arange(2), lengths - 1].eq(tokenizer.eos_id).all()
     with pytest.raises(ValueError, match=r"data\.val must list two files"):
         build_task(recipe("translation", data={"val": "one.txt"})).read("val")
+
+
+def test_a_translation_decoder_may_start_from_pad_and_sources_may_carry_a_prefix(
+    tmp_path: Path,
+) -> None:
+    """T5's layout: no bos token, the decoder starting from pad; its task prefix before
+    every source, in training and in translation."""
+    source, target = tmp_path / "src.txt", tmp_path / "tgt.txt"
+    source.write_text("ein Haus\nzwei kleine Katzen\n")
+    target.write_text("a house\ntwo small cats\n")
+    files = [str(source), str(target)]
+    data = {"train": files, "tokenizer": "char", "vocab_size": 40, "source_prefix": "de: "}
+    sizes = {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 16, "decoder_start": "pad"}
+    task = build_task(recipe("translation", model=sizes, data=data))
+    task.prepare()
+    tokenizer = task.target_tokenizer()
+    assert tokenizer.bos_id is None and task.start_id() == tokenizer.pad_id == 0
+    batch = task.collate(task.examples("train"))
+    assert batch.inputs["tgt_ids"][:, 0].eq(tokenizer.pad_id).all()
+    (first, _), _ = task.examples("train")
+    assert first == tokenizer.encode("de: ein Haus", add_eos=True)
+    task.recipe.model = task.model_config()
+    model = build_model(task.recipe.model).eval()
+    expected = greedy_decode(model, torch.tensor([first]), bos_id=0, eos_id=tokenizer.eos_id)
+    assert task.translate(model, ["ein Haus"], beam_size=1) == [tokenizer.decode(expected[0])]
+    with pytest.raises(ValueError, match=r"model\.decoder_start='bos', but the tokenizer has no"):
+        task.recipe.model.decoder_start = "bos"
+        task.translate(model, ["ein Haus"])
 
 
 def test_synthetic_validation_is_held_out_and_reversal_is_right() -> None:

@@ -9,8 +9,9 @@ from ..run import export_hf, export_peft, import_hf
 
 
 def import_checkpoint(args: argparse.Namespace) -> int:
-    """``scratchformer import-hf HF_DIR --out DIR``: a run directory from a checkpoint."""
-    recipe = import_hf(Path(args.hf_dir), Path(args.out))
+    """``scratchformer import-hf HF_DIR --out DIR [--set data.KEY=VALUE]``: a run directory
+    from a checkpoint."""
+    recipe = import_hf(Path(args.hf_dir), Path(args.out), args.set)
     print(f"imported {args.hf_dir} into {args.out} (task={recipe.task}, arch={recipe.model.arch})")
     return 0
 

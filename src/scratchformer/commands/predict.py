@@ -1,5 +1,5 @@
 """The commands that use a trained model: ``eval``, ``generate``, ``translate``,
-``classify``, ``tag``, ``answer`` and ``fill-mask``."""
+``classify``, ``tag``, ``answer``, ``fill-mask`` and ``fill-spans``."""
 
 from __future__ import annotations
 
@@ -132,4 +132,13 @@ def fill_mask(args: argparse.Namespace) -> int:
     """``scratchformer fill-mask DIR < texts``: the likeliest tokens for each ``[MASK]``."""
     task, model = run_of(args, "fill-mask")
     output_lines(task.predict_lines(model, input_lines(), top_k=args.top_k))
+    return 0
+
+
+@in_precision
+def fill_spans(args: argparse.Namespace) -> int:
+    """``scratchformer fill-spans DIR < texts``: the spans the model writes for each line's
+    sentinels."""
+    task, model = run_of(args, "fill-spans")
+    output_lines(task.predict_lines(model, input_lines()))
     return 0

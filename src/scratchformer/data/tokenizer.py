@@ -256,6 +256,21 @@ class Tokenizer:
             raise self._encode_error([text], error) from None
         return head + ids + tail
 
+    def encode_sentinels(self, text: str) -> list[int]:
+        """``text`` encoded with each ``<extra_id_N>`` in it as sentinel N, as T5 marks the
+        spans to fill (the other special tokens' strings stay plain text); a sentinel the
+        tokenizer lacks is an error."""
+        pieces = _SENTINEL_PATTERN.split(text)  # text, number, text, number, ..., text
+        ids = self.encode(pieces[0])
+        for number, piece in zip(pieces[1::2], pieces[2::2], strict=True):
+            if int(number) >= len(self._sentinel_ids):
+                raise ValueError(
+                    f"{SENTINEL.format(number)}: this tokenizer has "
+                    f"{len(self._sentinel_ids)} sentinels"
+                )
+            ids += [self._sentinel_ids[int(number)], *self.encode(piece)]
+        return ids
+
     def encode_batch(
         self, texts: Sequence[str], *, add_bos: bool = False, add_eos: bool = False
     ) -> list[list[int]]:

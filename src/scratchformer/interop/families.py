@@ -82,9 +82,10 @@ class Family:
     head_dim: str | None = None
     """The key of an attention head's width, which must be ``d_model / n_heads`` here (may
     be absent)."""
-    start_tokens: tuple[str, ...] = ()
-    """The special tokens a decoder may start from, by preference: ``decoder_start_token_id``
-    is written as the first that the tokenizer has."""
+    decoder_start: str | None = None
+    """For encoder-decoders: the role of the token the decoder starts from when
+    ``config.json`` has no ``decoder_start_token_id`` (``ModelConfig.decoder_start``, read
+    from and written to that key)."""
     implied: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     """A ``config.json`` with the keys it leaves out that its other keys imply, as the
     family's config class derives them, before :attr:`fields` are read."""
@@ -388,8 +389,7 @@ T5 = Family(
         r"|decoder\.block\.0\.layer\.1\.EncDecAttention\.relative_attention_bias\.weight"
     ),
     head_dim="d_kv",
-    start_tokens=("bos", "pad"),  # our tasks' decoders start from bos; T5's tokenizers have
-    # none, and start from pad
+    decoder_start="pad",
     implied=t5_implied,
     implying=t5_implying,
 )

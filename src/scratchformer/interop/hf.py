@@ -53,7 +53,8 @@ def from_pretrained(path: str | Path) -> tuple[Model, Tokenizer | None]:
     ``BertForMaskedLM`` (``mlm`` head) the vocabulary ``logits`` at every token too;
     ``model(input_ids).logits`` of a GPT-2 or Llama-family model works with
     ``scratchformer.inference.generate``; a T5 decodes with
-    ``scratchformer.inference.greedy_decode`` and ``beam_search``, starting from the pad id.
+    ``scratchformer.inference.greedy_decode`` and ``beam_search``, starting from the token
+    its ``config.decoder_start`` names (the checkpoint's ``decoder_start_token_id``: pad).
     An unsupported ``model_type`` or setting, or weights that do not fit the config
     (missing, unexpected or misshapen tensors, all named), raise ``ValueError``. Without
     ``tokenizer.json`` the tokenizer is ``None``, with a warning.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..config import ModelConfig
+from ..config import DECODER_STARTS, ModelConfig
 from ..data.tokenizer import Tokenizer
 from .families import family_for, family_of
 
@@ -63,10 +63,26 @@ def model_config(hf: dict[str, Any]) -> ModelConfig:
             f"{family.head_dim}={hf[family.head_dim]} is not supported (only {width} / "
             f"{heads} = {d_head})"
         )
+    if family.decoder_start is not None:
+        values["decoder_start"] = decoder_start_from_hf(hf, family.decoder_start)
     head = family.head_of(hf.get("architectures") or [])
     fields = {_ALIASES.get(name, name): value for name, value in (family.fixed | values).items()}
     pooler = family.pooler and head is None
     return ModelConfig(**fields, **family.imported, pooler=pooler, head=head)
+
+
+def decoder_start_from_hf(hf: dict[str, Any], default: str) -> str:
+    """The role of the token a ``config.json``'s ``decoder_start_token_id`` names: the
+    first of :data:`DECODER_STARTS` whose ``<role>_token_id`` it is (``default`` when
+    absent)."""
+    start = hf.get("decoder_start_token_id")
+    if start is None:
+        return default
+    roles = [role for role in DECODER_STARTS if hf.get(f"{role}_token_id") == start]
+    if not roles:
+        keys = " or ".join(f"{role}_token_id" for role in DECODER_STARTS)
+        raise ValueError(f"decoder_start_token_id={start} is not supported (only the {keys})")
+    return roles[0]
 
 
 def rope_from_hf(hf: dict[str, Any], max_len: int) -> dict[str, Any]:
@@ -106,6 +122,19 @@ def rope_to_hf(config: ModelConfig) -> dict[str, Any]:
     return {"rope_theta": config.rope_theta, "rope_scaling": scaling}
 
 
+def decoder_start_to_hf(config: ModelConfig, tokenizer: Tokenizer | None) -> int | None:
+    """The ``decoder_start_token_id`` of our model: the id of its ``decoder_start`` token
+    in ``tokenizer`` (``None`` without one); a tokenizer without it is an error."""
+    if tokenizer is None:
+        return None
+    if config.decoder_start not in tokenizer.specials:
+        raise ValueError(
+            f"decoder_start={config.decoder_start!r}, but the tokenizer has no "
+            f"{config.decoder_start} token to write as decoder_start_token_id"
+        )
+    return tokenizer.specials[config.decoder_start]
+
+
 def hf_config(config: ModelConfig, tokenizer: Tokenizer | None = None) -> dict[str, Any]:
     """The Hugging Face ``config.json`` of our model (see :func:`family_for`); the special
     token ids come from the tokenizer, if given."""
@@ -120,9 +149,8 @@ def hf_config(config: ModelConfig, tokenizer: Tokenizer | None = None) -> dict[s
     if family.implying is not None:
         values |= family.implying(values)
     specials = {} if tokenizer is None else tokenizer.specials
-    if family.start_tokens:
-        starts = [specials[role] for role in family.start_tokens if role in specials]
-        values["decoder_start_token_id"] = starts[0] if starts else None
+    if family.decoder_start is not None:
+        values["decoder_start_token_id"] = decoder_start_to_hf(config, tokenizer)
     return {
         "model_type": family.model_type,
         "architectures": [

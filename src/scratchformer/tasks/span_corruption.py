@@ -8,6 +8,8 @@ batch (:mod:`scratchformer.data.noise`): the encoder reads the window with a sen
 each span, and the decoder, teacher-forced as in translation, predicts the spans after
 their sentinels. Evaluation walks the held-out stream in consecutive windows, the same
 spans hidden at every evaluation, and reports the loss and accuracy on the targets.
+A trained model fills the sentinels (``<extra_id_0>``, ...) of a text greedily
+(``scratchformer fill-spans``), and shows its attention on such a text.
 
 The tokenizer (with ``data.sentinels`` sentinels and translation's specials) is one
 vocabulary for both sides, so that a translation fine-tune (``model.init_from``) reads and
@@ -16,17 +18,20 @@ writes with it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
-from ..data.batching import consecutive_windows, random_windows
+from ..data.batching import consecutive_windows, pad_batch, random_windows
 from ..data.noise import corrupt, noise_counts, random_spans_noise_mask, raw_length
-from .base import Batch
+from ..data.tokenizer import SENTINEL
+from ..inference.beam import greedy_decode
+from .base import Attentions, Batch, TokenLabels, warn_cut
 from .corpus import CorpusTask
-from .translation import SPECIALS, seq2seq_batch
+from .translation import clip, pair_attention, seq2seq_batch, specials, start_id
 
 EVAL_SEED = 2**31 - 1
 """Seeds the noise of evaluation batches: the same spans hidden at every evaluation."""
@@ -40,6 +45,7 @@ class SpanCorruptionTask(CorpusTask):
     metric = "loss"
     higher_is_better = False
     loss_in_forward = True
+    command = "fill-spans"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -57,7 +63,8 @@ class SpanCorruptionTask(CorpusTask):
 
     def prepare(self) -> None:
         texts = self.documents("train")
-        tokenizer = self.train_tokenizer(texts, SPECIALS, sentinels=self.data.sentinels)
+        roles = specials(self.recipe.model.decoder_start)
+        tokenizer = self.train_tokenizer(texts, roles, sentinels=self.data.sentinels)
         self.tokenizers = {"tokenizer": tokenizer}
 
     def model_sizes(self) -> dict[str, Any]:
@@ -68,13 +75,14 @@ class SpanCorruptionTask(CorpusTask):
         """The windows with spans hidden by ``generator``'s draws, as ``(input, target)``
         pairs of a seq2seq batch."""
         tokenizer, data = self.tokenizer(), self.data
+        start = start_id(tokenizer, self.recipe.model.decoder_start)
         pairs = []
         for ids in windows.tolist():
             noise = random_spans_noise_mask(
                 len(ids), data.noise_density, data.mean_span_length, generator
             )
             inputs, targets = corrupt(ids, noise, tokenizer.sentinel_ids, tokenizer.eos_id)
-            pairs.append((inputs, [tokenizer.bos_id, *targets]))
+            pairs.append((inputs, [start, *targets]))
         return seq2seq_batch(pairs, tokenizer.pad_id, tokenizer.pad_id)
 
     def global_batch(self, index: int, parts: int) -> Batch:
@@ -90,3 +98,73 @@ class SpanCorruptionTask(CorpusTask):
         for i, batch in enumerate(windows):
             if batch.shape[1] >= 2:  # a last window of one token has nothing to hide
                 yield self.corrupted(batch, torch.Generator().manual_seed(EVAL_SEED + i))
+
+    # -- inference ---------------------------------------------------------------------
+
+    def start_id(self) -> int:
+        """The token the decoder reads first: ``model.decoder_start``'s."""
+        return start_id(self.tokenizer(), self.recipe.model.decoder_start)
+
+    def encode_input(self, text: str) -> list[int]:
+        """The encoder's ids of ``text``: each ``<extra_id_N>`` in it sentinel N, then eos;
+        cut to ``data.max_len`` (with a warning)."""
+        tokenizer = self.tokenizer()
+        ids = [*tokenizer.encode_sentinels(text), tokenizer.eos_id]
+        if not set(ids) & set(tokenizer.sentinel_ids):
+            first = SENTINEL.format(0)
+            raise ValueError(f"no {first} in {text!r}: mark the spans to fill with {first}, ...")
+        warn_cut([1] if len(ids) > self.data.max_len else [], self.data.max_len)
+        return clip(ids, self.data.max_len)
+
+    def fill(self, model: nn.Module, inputs: Sequence[list[int]]) -> list[list[int]]:
+        """The model's greedy output for each input (:meth:`encode_input`), 64 at a time:
+        each sentinel followed by the span it fills, without the start token and eos."""
+        tokenizer = self.tokenizer()
+        outputs: list[list[int]] = []
+        for start in range(0, len(inputs), 64):
+            ids, mask = pad_batch(inputs[start : start + 64], tokenizer.pad_id)
+            outputs += greedy_decode(
+                model, ids, mask, bos_id=self.start_id(), eos_id=tokenizer.eos_id
+            )
+        return outputs
+
+    def predict_lines(self, model: nn.Module, lines: Sequence[str], **options: Any) -> list[str]:
+        """For each line, the spans the model writes for its sentinels, in the order the
+        line has them, separated by tabs (a sentinel the model leaves out: empty)."""
+        tokenizer = self.tokenizer()
+        sentinels = set(tokenizer.sentinel_ids)
+        inputs = [self.encode_input(line) for line in lines]
+        results = []
+        for ids, output in zip(inputs, self.fill(model, inputs), strict=True):
+            spans = split_spans(output, sentinels)
+            asked = [i for i in ids if i in sentinels]
+            results.append("\t".join(tokenizer.decode(spans.get(i, [])) for i in asked))
+        return results
+
+    def attention(
+        self, model: nn.Module, text: str, target: str | None = None
+    ) -> tuple[Attentions, TokenLabels]:
+        """The ``text`` with its sentinels (``<extra_id_N>``) as the encoder's input; as
+        the decoder's, ``target`` (the spans after their sentinels, ``<extra_id_0> ...
+        <extra_id_1> ...``), or the model's own greedy fill when None. The decoder's
+        queries are its inputs, its start token first."""
+        tokenizer = self.tokenizer()
+        source = self.encode_input(text)
+        if target is None:
+            output = self.fill(model, [source])[0]
+        else:
+            output = tokenizer.encode_sentinels(target)
+        pair = (source, [self.start_id(), *output, tokenizer.eos_id])
+        return pair_attention(self, model, pair, tokenizer, tokenizer)
+
+
+def split_spans(output: Sequence[int], sentinels: set[int]) -> dict[int, list[int]]:
+    """The tokens after each sentinel of a decoder's ``output``, up to the next one."""
+    spans: dict[int, list[int]] = {}
+    span: list[int] = []  # tokens before the first sentinel belong to no span
+    for token in output:
+        if token in sentinels:
+            span = spans[token] = []
+        else:
+            span.append(token)
+    return spans

@@ -17,20 +17,39 @@ from ..data.tokenizer import Tokenizer
 from ..inference.beam import beam_search, greedy_decode
 from ..metrics import translation_scores
 from ..nn.loss import IGNORE_INDEX
-from .base import Attentions, Batch, ExampleTask, TokenLabels, warn_cut
+from .base import Attentions, Batch, ExampleTask, Task, TokenLabels, warn_cut
 
 SPECIALS = ("pad", "unk", "bos", "eos")
+"""The special tokens of a translation tokenizer whose decoder starts from bos (ours)."""
 SPLIT_FILES = {"train": "train", "val": "val", "test": "test_2016_flickr"}
 """Multi30k's names of the standard splits (test: the 2016 Flickr test set)."""
 
 Pair = tuple[list[int], list[int]]
-"""Source ids ending in eos; target ids between bos and eos."""
+"""Source ids ending in eos; target ids between the decoder's start token and eos."""
+
+
+def specials(decoder_start: str) -> tuple[str, ...]:
+    """The special tokens of an encoder-decoder's tokenizer whose decoder starts from the
+    token of role ``decoder_start``: :data:`SPECIALS`, without bos when it starts from pad
+    (T5's layout)."""
+    return tuple(role for role in SPECIALS if role != "bos" or decoder_start == "bos")
+
+
+def start_id(tokenizer: Tokenizer, decoder_start: str) -> int:
+    """The id of the token the decoder reads first (``model.decoder_start``)."""
+    if decoder_start not in tokenizer.specials:
+        raise ValueError(
+            f"model.decoder_start={decoder_start!r}, but the tokenizer has no {decoder_start} "
+            f"token (its specials: {', '.join(tokenizer.specials) or 'none'})"
+        )
+    return tokenizer.specials[decoder_start]
 
 
 class TranslationTask(ExampleTask):
-    """Source ids (with eos) feed the encoder; the decoder reads the target shifted right
-    (bos first) and predicts it shifted left (eos last). Padding is masked and ignored by
-    the loss, which uses label smoothing as in the paper."""
+    """Source ids (``data.source_prefix`` and the sentence, with eos) feed the encoder; the
+    decoder reads the target shifted right (its start token first: bos, or T5's pad) and
+    predicts it shifted left (eos last). Padding is masked and ignored by the loss, which
+    uses label smoothing as in the paper."""
 
     name = "translation"
     arch = "seq2seq"
@@ -57,12 +76,13 @@ class TranslationTask(ExampleTask):
     def prepare(self) -> None:
         pairs = self.read("train")
         sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
+        roles = specials(self.recipe.model.decoder_start)
         if self.data.shared_vocab:
-            self.tokenizers = {"tokenizer": self.train_tokenizer(sources + targets, SPECIALS)}
+            self.tokenizers = {"tokenizer": self.train_tokenizer(sources + targets, roles)}
         else:
             self.tokenizers = {
-                "tokenizer-src": self.train_tokenizer(sources, SPECIALS),
-                "tokenizer-tgt": self.train_tokenizer(targets, SPECIALS),
+                "tokenizer-src": self.train_tokenizer(sources, roles),
+                "tokenizer-tgt": self.train_tokenizer(targets, roles),
             }
 
     def source_tokenizer(self) -> Tokenizer:
@@ -70,6 +90,15 @@ class TranslationTask(ExampleTask):
 
     def target_tokenizer(self) -> Tokenizer:
         return self.tokenizer("tokenizer" if "tokenizer" in self.tokenizers else "tokenizer-tgt")
+
+    def start_id(self) -> int:
+        """The target token the decoder reads first: ``model.decoder_start``'s."""
+        return start_id(self.target_tokenizer(), self.recipe.model.decoder_start)
+
+    def encode_sources(self, texts: Sequence[str]) -> list[list[int]]:
+        """The encoder's ids of source texts: ``data.source_prefix`` and the text, then eos."""
+        prefix = self.data.source_prefix
+        return self.source_tokenizer().encode_batch([prefix + t for t in texts], add_eos=True)
 
     def model_sizes(self) -> dict[str, Any]:
         sizes = {
@@ -81,12 +110,13 @@ class TranslationTask(ExampleTask):
         return sizes
 
     def encode(self, raw: Sequence[tuple[str, str]]) -> list[Pair]:
-        limit = self.data.max_len
-        sources = self.source_tokenizer().encode_batch([s for s, _ in raw], add_eos=True)
-        targets = self.target_tokenizer().encode_batch(
-            [t for _, t in raw], add_bos=True, add_eos=True
-        )
-        return [(clip(s, limit), clip(t, limit + 1)) for s, t in zip(sources, targets, strict=True)]
+        limit, start = self.data.max_len, self.start_id()
+        sources = self.encode_sources([s for s, _ in raw])
+        targets = self.target_tokenizer().encode_batch([t for _, t in raw], add_eos=True)
+        return [
+            (clip(s, limit), clip([start, *t], limit + 1))
+            for s, t in zip(sources, targets, strict=True)
+        ]
 
     def length(self, example: Pair) -> int:
         return max(len(example[0]), len(example[1]) - 1)
@@ -114,8 +144,8 @@ class TranslationTask(ExampleTask):
         default), whatever the batch. ``use_cache=False`` decodes without the KV cache (for
         benchmarks)."""
         source, target = self.source_tokenizer(), self.target_tokenizer()
-        limit = self.data.max_len
-        encoded = source.encode_batch(list(lines), add_eos=True)
+        limit, start = self.data.max_len, self.start_id()
+        encoded = self.encode_sources(lines)
         warn_cut([i + 1 for i, ids in enumerate(encoded) if len(ids) > limit], limit)
         encoded = [clip(ids, limit) for ids in encoded]
         todo = sorted(
@@ -135,7 +165,7 @@ class TranslationTask(ExampleTask):
                         model,
                         src_ids,
                         src_mask,
-                        bos_id=target.bos_id,
+                        bos_id=start,
                         eos_id=target.eos_id,
                         beam_size=beam_size,
                         length_penalty=length_penalty,
@@ -147,7 +177,7 @@ class TranslationTask(ExampleTask):
                     model,
                     src_ids,
                     src_mask,
-                    bos_id=target.bos_id,
+                    bos_id=start,
                     eos_id=target.eos_id,
                     use_cache=use_cache,
                 )
@@ -180,21 +210,31 @@ class TranslationTask(ExampleTask):
         self, model: nn.Module, text: str, target: str | None = None
     ) -> tuple[Attentions, TokenLabels]:
         """The source ``text`` against the output ``target`` (the model's own greedy
-        translation when None); the decoder's queries are its inputs, BOS first."""
+        translation when None); the decoder's queries are its inputs, its start token first."""
         if target is None:
             target = self.translate(model, [text], beam_size=1)[0]
-        device = next(model.parameters()).device
-        batch = self.collate(self.encode([(text, target)])).to(device)
-        source = self.source_tokenizer().labels(batch.inputs["src_ids"][0].tolist())
-        output = self.target_tokenizer().labels(batch.inputs["tgt_ids"][0].tolist())
-        tokens = {"encoder": (source, source), "decoder": (output, output)}
-        tokens["cross"] = (output, source)
-        return self.attend(model, batch.inputs), tokens
+        (pair,) = self.encode([(text, target)])
+        return pair_attention(self, model, pair, self.source_tokenizer(), self.target_tokenizer())
+
+
+def pair_attention(
+    task: Task, model: nn.Module, pair: Pair, source: Tokenizer, target: Tokenizer
+) -> tuple[Attentions, TokenLabels]:
+    """The attention of an encoder-decoder ``model`` on one ``(source, target)`` pair as
+    teacher forcing feeds it: every kind (encoder, decoder, cross), with the labels of the
+    source tokens and of the decoder's inputs."""
+    device = next(model.parameters()).device
+    batch = seq2seq_batch([pair], source.pad_id, target.pad_id).to(device)
+    inputs = source.labels(batch.inputs["src_ids"][0].tolist())
+    outputs = target.labels(batch.inputs["tgt_ids"][0].tolist())
+    tokens = {"encoder": (inputs, inputs), "decoder": (outputs, outputs)}
+    tokens["cross"] = (outputs, inputs)
+    return task.attend(model, batch.inputs), tokens
 
 
 def seq2seq_batch(examples: Sequence[Pair], src_pad: int, tgt_pad: int) -> Batch:
     """A padded batch of ``(source, target)`` pairs for teacher forcing: the decoder reads
-    the target but its last token (bos first) and predicts it but its first (eos last);
+    the target but its last token (its start token first) and predicts it but its first (eos last);
     padding is masked and ignored by the loss."""
     src_ids, src_mask = pad_batch([s for s, _ in examples], src_pad)
     tgt_ids, tgt_mask = pad_batch([t[:-1] for _, t in examples], tgt_pad)
