@@ -87,6 +87,11 @@ class Command:
         return getattr(importlib.import_module(f"scratchformer.commands.{module}"), function)
 
 
+def settings(help: str) -> Argument:
+    """``--set SECTION.KEY=VALUE``, repeatable: recipe settings given on the command line."""
+    return arg("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help=help)
+
+
 RUN = arg("run", help="run directory")
 OUT_RUN = arg("--out", required=True, help="run directory to write, e.g. runs/NAME")
 QUANTIZE = arg(
@@ -122,13 +127,7 @@ COMMANDS = (
         (
             arg("recipe", help="recipe file (TOML), e.g. recipes/shakespeare-char.toml"),
             OUT_RUN,
-            arg(
-                "--set",
-                action="append",
-                default=[],
-                metavar="SECTION.KEY=VALUE",
-                help="override a recipe setting (repeatable), e.g. train.max_steps=200",
-            ),
+            settings("override a recipe setting (repeatable), e.g. train.max_steps=200"),
             arg(
                 "--resume",
                 action="store_true",
@@ -324,13 +323,9 @@ COMMANDS = (
         (
             arg("hf_dir", help="Hugging Face checkpoint directory"),
             OUT_RUN,
-            arg(
-                "--set",
-                action="append",
-                default=[],
-                metavar="SECTION.KEY=VALUE",
-                help="a data or train setting of the run (repeatable), e.g. "
-                "data.source_prefix='translate English to German: '",
+            settings(
+                "a data or train setting of the run (repeatable), e.g. "
+                "data.source_prefix='translate English to German: '"
             ),
         ),
         description="HF_DIR holds config.json, model.safetensors (or the shards of "
