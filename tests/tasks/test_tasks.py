@@ -221,6 +221,10 @@ def test_a_translation_decoder_may_start_from_pad_and_sources_may_carry_a_prefix
     model = build_model(task.recipe.model).eval()
     expected = greedy_decode(model, torch.tensor([first]), bos_id=0, eos_id=tokenizer.eos_id)
     assert task.translate(model, ["ein Haus"], beam_size=1) == [tokenizer.decode(expected[0])]
+    lines = ["ein Haus", "zwei kleine Katzen", "ein Haus"]
+    for beam in (1, 2):  # batches after the first start from the same token
+        whole = task.translate(model, lines, beam_size=beam)
+        assert task.translate(model, lines, beam_size=beam, batch_size=1) == whole
     with pytest.raises(ValueError, match=r"model\.decoder_start='bos', but the tokenizer has no"):
         task.recipe.model.decoder_start = "bos"
         task.translate(model, ["ein Haus"])

@@ -144,7 +144,7 @@ class TranslationTask(ExampleTask):
         default), whatever the batch. ``use_cache=False`` decodes without the KV cache (for
         benchmarks)."""
         source, target = self.source_tokenizer(), self.target_tokenizer()
-        limit, start = self.data.max_len, self.start_id()
+        limit, start_token = self.data.max_len, self.start_id()
         encoded = self.encode_sources(lines)
         warn_cut([i + 1 for i, ids in enumerate(encoded) if len(ids) > limit], limit)
         encoded = [clip(ids, limit) for ids in encoded]
@@ -165,7 +165,7 @@ class TranslationTask(ExampleTask):
                         model,
                         src_ids,
                         src_mask,
-                        bos_id=start,
+                        bos_id=start_token,
                         eos_id=target.eos_id,
                         beam_size=beam_size,
                         length_penalty=length_penalty,
@@ -177,7 +177,7 @@ class TranslationTask(ExampleTask):
                     model,
                     src_ids,
                     src_mask,
-                    bos_id=start,
+                    bos_id=start_token,
                     eos_id=target.eos_id,
                     use_cache=use_cache,
                 )
