@@ -6,8 +6,8 @@ from scratchformer.nn import linear_cross_entropy
 from scratchformer.nn.loss import IGNORE_INDEX
 
 
-def reference(hidden, weight, targets, label_smoothing=0.0) -> torch.Tensor:
-    logits = F.linear(hidden, weight).flatten(0, -2)
+def reference(hidden, weight, targets, label_smoothing=0.0, bias=None) -> torch.Tensor:
+    logits = F.linear(hidden, weight, bias).flatten(0, -2)
     return F.cross_entropy(
         logits, targets.flatten(), ignore_index=IGNORE_INDEX, label_smoothing=label_smoothing
     )
@@ -41,12 +41,33 @@ def test_matches_cross_entropy_of_the_logits(shape, label_smoothing, ignored) ->
         assert torch.all(ours_h.grad[targets == IGNORE_INDEX] == 0)
 
 
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
+def test_a_bias_matches_cross_entropy_of_the_biased_logits(label_smoothing) -> None:
+    """With a bias (BERT's masked-LM decoder): loss and all three gradients as unfused."""
+    torch.manual_seed(0)
+    hidden, weight, bias = torch.randn(70, 24), torch.randn(50, 24) * 0.3, torch.randn(50)
+    targets = torch.randint(0, 50, (70,))
+    targets[::4] = IGNORE_INDEX
+    ours, ref = leaves(hidden, weight, bias), leaves(hidden, weight, bias)
+    loss = linear_cross_entropy(
+        ours[0], ours[1], targets, label_smoothing, chunk_rows=32, bias=ours[2]
+    )
+    expected = reference(ref[0], ref[1], targets, label_smoothing, bias=ref[2])
+    torch.testing.assert_close(loss, expected, atol=1e-6, rtol=1e-6)
+    (2.5 * loss).backward()
+    (2.5 * expected).backward()
+    for mine, theirs in zip(ours, ref):
+        torch.testing.assert_close(mine.grad, theirs.grad, atol=1e-7, rtol=1e-5)
+
+
 def test_gradcheck_in_double_precision() -> None:
     hidden = torch.randn(7, 5, dtype=torch.float64, requires_grad=True)
     weight = torch.randn(11, 5, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(11, dtype=torch.float64, requires_grad=True)
     targets = torch.tensor([0, 3, IGNORE_INDEX, 10, 2, 2, 7])
     torch.autograd.gradcheck(
-        lambda h, w: linear_cross_entropy(h, w, targets, 0.2, chunk_rows=3), (hidden, weight)
+        lambda h, w, b: linear_cross_entropy(h, w, targets, 0.2, chunk_rows=3, bias=b),
+        (hidden, weight, bias),
     )
 
 

@@ -131,14 +131,14 @@ class MaskedLMHead(nn.Module):
     def loss(self, hidden: Tensor, labels: Tensor, label_smoothing: float = 0.0) -> Tensor:
         """Mean cross-entropy at the positions whose label is not ``IGNORE_INDEX`` (the
         masked ones): only they go through the head, and their logits are never formed
-        whole (:func:`~scratchformer.nn.linear_cross_entropy`, the bias a column of the
-        weight)."""
+        whole (:func:`~scratchformer.nn.linear_cross_entropy`)."""
         counted = labels != IGNORE_INDEX
-        rows = self.transform(hidden[counted])
-        ones = rows.new_ones(rows.shape[0], 1)
-        weight = torch.cat([self.weight, self.bias[:, None].to(self.weight.dtype)], dim=1)
         return linear_cross_entropy(
-            torch.cat([rows, ones], dim=1), weight, labels[counted], label_smoothing
+            self.transform(hidden[counted]),
+            self.weight,
+            labels[counted],
+            label_smoothing,
+            bias=self.bias,
         )
 
 

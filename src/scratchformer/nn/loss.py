@@ -34,10 +34,12 @@ def linear_cross_entropy(
     label_smoothing: float = 0.0,
     ignore_index: int = IGNORE_INDEX,
     chunk_rows: int = CHUNK_ROWS,
+    bias: Tensor | None = None,
 ) -> Tensor:
-    """``F.cross_entropy(F.linear(hidden, weight), targets, ...)`` averaged over the targets
-    that are not ``ignore_index``: ``hidden`` is ``(..., d)``, ``weight`` ``(vocab, d)``,
-    ``targets`` has ``hidden``'s leading shape.
+    """``F.cross_entropy(F.linear(hidden, weight, bias), targets, ...)`` averaged over the
+    targets that are not ``ignore_index``: ``hidden`` is ``(..., d)``, ``weight``
+    ``(vocab, d)``, ``bias`` (optional) ``(vocab,)``, ``targets`` has ``hidden``'s leading
+    shape.
 
     Computed block by block (see the module's docstring) for float32 or float64 outside
     autocast; under autocast, or for other dtypes, as the two steps it stands for.
@@ -52,23 +54,24 @@ def linear_cross_entropy(
         raise ValueError(f"{targets.shape[0]} targets for {hidden.shape[0]} hidden states")
     blockwise = (
         hidden.dtype == weight.dtype
+        and (bias is None or bias.dtype == weight.dtype)
         and hidden.dtype in (torch.float32, torch.float64)
         and not torch.is_autocast_enabled(hidden.device.type)
     )
     if not blockwise:
-        logits = F.linear(hidden, weight).float()
+        logits = F.linear(hidden, weight, bias).float()
         return F.cross_entropy(
             logits, targets, ignore_index=ignore_index, label_smoothing=label_smoothing
         )
     counted = targets != ignore_index
     return _LinearCrossEntropy.apply(
-        hidden[counted], weight, targets[counted], label_smoothing, chunk_rows
+        hidden[counted], weight, bias, targets[counted], label_smoothing, chunk_rows
     )
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
-    """Mean cross-entropy of ``hidden @ weight.T`` against ``targets`` (all counted), with
-    label smoothing; the gradients are computed in the forward pass.
+    """Mean cross-entropy of ``hidden @ weight.T + bias`` against ``targets`` (all counted),
+    with label smoothing; the gradients are computed in the forward pass.
 
     Per row, with logits ``z``, smoothing ``e`` and ``V`` classes, the loss is
     ``logsumexp(z) - (1 - e) z[target] - e mean(z)`` and its gradient with respect to ``z``
@@ -80,26 +83,32 @@ class _LinearCrossEntropy(torch.autograd.Function):
         ctx: Any,
         hidden: Tensor,
         weight: Tensor,
+        bias: Tensor | None,
         targets: Tensor,
         label_smoothing: float,
         chunk_rows: int,
     ) -> Tensor:
         rows, vocab = hidden.shape[0], weight.shape[0]
         smoothing, sharpness = label_smoothing, 1.0 - label_smoothing
-        need_hidden, need_weight = ctx.needs_input_grad[:2]
+        need_hidden, need_weight, need_bias = ctx.needs_input_grad[:3]
         target_rows = weight[targets]
         mean_row = weight.mean(0) if smoothing else None
         losses = -sharpness * (hidden * target_rows).sum(-1)  # the target logits' part
         if mean_row is not None:
             losses -= smoothing * (hidden @ mean_row)  # mean(z) = hidden . mean_row
+        if bias is not None:
+            losses -= sharpness * bias[targets] + smoothing * bias.mean()
         d_hidden = torch.empty_like(hidden) if need_hidden else None
         d_weight = torch.zeros_like(weight) if need_weight else None
+        d_bias = torch.zeros_like(bias) if need_bias else None
         buffer = hidden.new_empty(vocab * min(chunk_rows, rows))
         for start in range(0, rows, chunk_rows):
             block = hidden[start : start + chunk_rows]
             end = start + block.shape[0]
             # (vocab, rows): the orientation in which the CPU multiplies fastest
             exps = torch.mm(weight, block.T, out=buffer[: vocab * len(block)].view(vocab, -1))
+            if bias is not None:
+                exps.add_(bias[:, None])
             shift = exps.amax(0)
             sums = exps.sub_(shift).exp_().sum(0)
             losses[start:end] += sums.log() + shift
@@ -109,6 +118,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 torch.mm(exps.T, weight, out=d_hidden[start:end]).mul_(inverse)
             if need_weight:
                 d_weight.addmm_(exps, block * inverse)
+            if need_bias:
+                d_bias.add_(exps @ inverse[:, 0])
         # the target distribution's part of the gradient: (1 - e) onehot + e / V
         if need_hidden:
             d_hidden.sub_(target_rows, alpha=sharpness)
@@ -118,18 +129,15 @@ class _LinearCrossEntropy(torch.autograd.Function):
             d_weight.index_add_(0, targets, hidden, alpha=-sharpness)
             if smoothing:
                 d_weight.sub_(hidden.sum(0), alpha=smoothing / vocab)
-        ctx.save_for_backward(d_hidden, d_weight)
+        if need_bias:
+            d_bias.index_add_(0, targets, d_bias.new_full(targets.shape, -sharpness))
+            d_bias.sub_(smoothing * rows / vocab)
+        ctx.save_for_backward(d_hidden, d_weight, d_bias)
         ctx.rows = rows
         return losses.mean()
 
     @staticmethod
     def backward(ctx: Any, grad_loss: Tensor) -> tuple[Tensor | None, ...]:
-        d_hidden, d_weight = ctx.saved_tensors
         scale = grad_loss / ctx.rows
-        return (
-            None if d_hidden is None else d_hidden * scale,
-            None if d_weight is None else d_weight * scale,
-            None,
-            None,
-            None,
-        )
+        gradients = tuple(None if d is None else d * scale for d in ctx.saved_tensors)
+        return (*gradients, None, None, None)
