@@ -32,6 +32,26 @@ TINY_SIZES = {"d_model": 32, "n_heads": 4, "n_layers": 2, "d_ff": 64}
 TINY_VOCAB = 29
 
 
+def compiled_graphs() -> int:
+    """How many graphs Dynamo has compiled in this process so far."""
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"]
+
+
+def compile_without_inductor(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``torch.compile`` through Dynamo and AOTAutograd with eager kernels (Inductor's
+    options dropped) for the rest of the test: what a command does under ``--compile`` is
+    then checked in seconds. What Inductor's kernels compute is checked in
+    ``tests/inference``, at tens of seconds a graph."""
+    compile_ = torch.compile
+
+    def aot_eager(model: Any, *args: Any, options: Any = None, **kwargs: Any) -> Any:
+        return compile_(model, *args, backend="aot_eager", **kwargs)
+
+    monkeypatch.setattr(torch, "compile", aot_eager)
+
+
 def tiny_config(**fields: Any) -> ModelConfig:
     """A :class:`ModelConfig` of the tiny sizes and vocabulary; ``fields`` set the other
     fields or override them."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from helpers import run, train
+from helpers import compile_without_inductor, compiled_graphs, run, train
 from scratchformer import demo as demo_module
 from scratchformer.cli import main
 
@@ -23,7 +23,10 @@ def test_translate_compiled_gives_the_eager_translations(copy_run, capsys, monke
     args = ["translate", str(copy_run), "--beam", "3"]
     eager = run(capsys, monkeypatch, "123\n\n4567\n99x9\n", *args)
     assert eager[0] == 0 and len(eager[1]) == 4
+    compile_without_inductor(monkeypatch)
+    before = compiled_graphs()
     assert run(capsys, monkeypatch, "123\n\n4567\n99x9\n", *args, "--compile")[:2] == eager[:2]
+    assert compiled_graphs() > before
 
 
 def test_commands_refuse_runs_of_another_task(copy_run, capsys, monkeypatch) -> None:
@@ -132,11 +135,14 @@ def test_generate_is_reproducible_with_a_seed(tmp_path, capsys, monkeypatch) -> 
     assert first[1][0].startswith("to be")
     greedy = [*args[:6], "--greedy"]
     eager = run(capsys, monkeypatch, "", *greedy)
-    assert run(capsys, monkeypatch, "", *greedy, "--compile")[:2] == eager[:2]
     int8 = [*greedy, "--quantize", "int8"]
     quantized = run(capsys, monkeypatch, "", *int8)
     assert quantized[0] == 0 and quantized[1][0].startswith("to be")
+    compile_without_inductor(monkeypatch)
+    before = compiled_graphs()
+    assert run(capsys, monkeypatch, "", *greedy, "--compile")[:2] == eager[:2]
     assert run(capsys, monkeypatch, "", *int8, "--compile")[:2] == quantized[:2]
+    assert compiled_graphs() > before
 
 
 def test_demo_trains_decodes_and_draws(tmp_path, capsys, monkeypatch) -> None:

@@ -26,7 +26,8 @@ def prompt_and_step_logits(model: torch.nn.Module, cache_of: torch.nn.Module) ->
     return torch.cat([prompt, step], dim=1)
 
 
-POSITIONS = ("learned", "rotary")
+POSITIONS = ("sinusoidal", "rotary")
+"""The positions of the compiled LMs (learned ones are compiled in ``test_quantize.py``)."""
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +44,10 @@ def compiled_lms() -> dict[str, tuple[torch.nn.Module, CompiledLM]]:
 
 @pytest.mark.parametrize("positional", POSITIONS)
 def test_compiled_decoding_gives_the_eager_logits_and_tokens(positional: str, compiled_lms) -> None:
+    """The logits of a prompt and a step, then greedy tokens of a short and a long run (the
+    graphs reused: the cache's length varies), the long one 6 + 40 positions from a model of
+    ``max_len`` 32: nothing limits sinusoidal or rotary positions. The compiled runs go
+    first: a table grown on demand by an eager run would hide a limit."""
     model, compiled = compiled_lms[positional]
     torch.testing.assert_close(
         prompt_and_step_logits(compiled, model),
@@ -50,25 +55,17 @@ def test_compiled_decoding_gives_the_eager_logits_and_tokens(positional: str, co
         rtol=1e-5,
         atol=1e-5,
     )
-    for max_new_tokens in (7, 12):  # a longer run reuses the graphs: the cache's length varies
-        expected = generate(model, PROMPTS, max_new_tokens=max_new_tokens, greedy=True)
-        assert generate(compiled, PROMPTS, max_new_tokens=max_new_tokens, greedy=True) == expected
-
-
-def test_compiled_sinusoidal_positions_go_past_max_len_as_eager_ones_do() -> None:
-    """Nothing limits sinusoidal positions: 6 + 40 positions from a model of ``max_len`` 32.
-    The compiled run goes first: a table grown on demand by the eager run would hide a limit."""
-    model = tiny_lm("sinusoidal")
-    compiled = generate(CompiledLM(model), PROMPTS, max_new_tokens=40, greedy=True)
-    assert compiled == generate(model, PROMPTS, max_new_tokens=40, greedy=True)
+    lengths = (7, 40)
+    found = [generate(compiled, PROMPTS, max_new_tokens=n, greedy=True) for n in lengths]
+    assert found == [generate(model, PROMPTS, max_new_tokens=n, greedy=True) for n in lengths]
 
 
 def test_two_compiled_models_of_one_shape_each_decode_as_themselves(compiled_lms) -> None:
     """Their weights are frozen into their own graphs: the second must not reuse the first's
     (the first is this file's shared model, whose graphs the first test to decode compiles)."""
-    first, first_compiled = compiled_lms["learned"]
+    first, first_compiled = compiled_lms["sinusoidal"]
     torch.manual_seed(1)
-    second = tiny_lm()
+    second = tiny_lm("sinusoidal")
     expected = [generate(m, PROMPTS, max_new_tokens=8, greedy=True) for m in (first, second)]
     assert expected[0] != expected[1]
     compiled = [first_compiled, CompiledLM(second)]

@@ -15,12 +15,13 @@ from scratchformer.training.trainer import build_optimizer
 
 RECIPE_DIR = Path(__file__).resolve().parents[2] / "recipes"
 RECIPES = sorted(RECIPE_DIR.glob("*.toml"))
-SMALL = ["train.batch_size=8", "train.max_tokens=none", "train.weight_decay=0"]
+SMALL = ["train.batch_size=4", "train.max_tokens=none", "train.weight_decay=0"]
 NO_DROPOUT = ["model.dropout=0", "model.attention_dropout=0", "train.lora_dropout=0"]
 """Dropout off: a clean descent on one batch."""
 ONE_STEP = ["train.max_steps=1", "train.eval_batches=1", "train.max_minutes=none"]
 SMALL_CORPUS = ["data.corpus=['stsb']"]
-"""A pretraining run's text for these tests: one small corpus (the model is the recipe's)."""
+"""A pretraining recipe's text in these tests: one small corpus (the model is the recipe's;
+every named corpus is read in ``tests/data/test_corpus.py``)."""
 
 
 def test_there_is_a_recipe_per_task_kind() -> None:
@@ -45,7 +46,8 @@ def test_recipe_trains_on_a_fixed_batch(
     full_fine_tune = given.model.init_from is not None and given.train.lora_rank is None
     encoder = TASK_CLASSES[given.task].arch == "encoder"
     lr = f"train.lr={1e-4 if full_fine_tune and encoder else 1e-3}"
-    recipe = Recipe.load(path, [*SMALL, *NO_DROPOUT, lr, *start])
+    corpus = SMALL_CORPUS if given.data.corpus else []
+    recipe = Recipe.load(path, [*SMALL, *NO_DROPOUT, lr, *start, *corpus])
     task, model = start_run(recipe, tmp_path)
     model.train()
     rates = [m.p for m in model.modules() if isinstance(m, Dropout)]
