@@ -56,7 +56,7 @@ def test_a_bias_matches_cross_entropy_of_the_biased_logits(label_smoothing) -> N
     torch.testing.assert_close(loss, expected, atol=1e-6, rtol=1e-6)
     (2.5 * loss).backward()
     (2.5 * expected).backward()
-    for mine, theirs in zip(ours, ref):
+    for mine, theirs in zip(ours, ref, strict=True):
         torch.testing.assert_close(mine.grad, theirs.grad, atol=1e-7, rtol=1e-5)
 
 
