@@ -30,6 +30,9 @@ RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 TINY_SIZES = {"d_model": 32, "n_heads": 4, "n_layers": 2, "d_ff": 64}
 """The sizes of the tests' tiny models."""
 TINY_VOCAB = 29
+COMPILED = {"n_layers": 1}
+"""The compiled tests' models have one layer a stack: compiling takes time in proportion to
+the layers, and how layers stack is the same code that the eager tests check."""
 
 
 def compiled_graphs() -> int:
@@ -132,9 +135,9 @@ def peaked(scale: float, **fields: Any) -> torch.nn.Module:
     return model
 
 
-def tiny_lm(positional: str = "learned", peaked_by: float = 4.0) -> torch.nn.Module:
+def tiny_lm(positional: str = "learned", peaked_by: float = 4.0, **fields: Any) -> torch.nn.Module:
     """A tiny random decoder-only LM with peaked output distributions (:func:`peaked`)."""
-    return peaked(peaked_by, arch="decoder", positional=positional, max_len=32)
+    return peaked(peaked_by, arch="decoder", positional=positional, max_len=32, **fields)
 
 
 def snapshot(directory: Path) -> dict[str, bytes | None]:

@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import pytest
 import torch
 
-from helpers import compiled_graphs, peaked
+from helpers import COMPILED, compiled_graphs, peaked
 from scratchformer.inference import beam_search, greedy_decode
 
 BOS, EOS = 1, 2
 
 
-def tiny_seq2seq(tgt_vocab_size: int = 23, peaked_by: float = 3.0) -> torch.nn.Module:
+def tiny_seq2seq(
+    tgt_vocab_size: int = 23, peaked_by: float = 3.0, **fields: Any
+) -> torch.nn.Module:
     """A tiny random encoder-decoder with peaked output distributions (:func:`peaked`)."""
-    return peaked(peaked_by, arch="seq2seq", vocab_size=19, tgt_vocab_size=tgt_vocab_size)
+    return peaked(peaked_by, arch="seq2seq", vocab_size=19, tgt_vocab_size=tgt_vocab_size, **fields)
 
 
 def sources() -> tuple[torch.Tensor, torch.Tensor]:
@@ -200,7 +203,7 @@ def test_compiled_decoding_compiles_a_few_graphs_and_finds_the_eager_outputs() -
     test, as compiling is slow.)"""
     from scratchformer.inference import CompiledModel
 
-    model = tiny_seq2seq(peaked_by=1.5)
+    model = tiny_seq2seq(peaked_by=1.5, **COMPILED)
     src, mask = sources()
     eos = emitted_token(model, src, mask)
     compiled = CompiledModel(model)

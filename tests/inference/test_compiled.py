@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch._inductor.exc import InvalidCxxCompiler
 
-from helpers import PROMPTS, tiny_lm
+from helpers import COMPILED, PROMPTS, tiny_lm
 from scratchformer.data.batching import pad_batch
 from scratchformer.inference import CompiledLM, DecoderCache, generate
 
@@ -38,7 +38,7 @@ def compiled_lms() -> dict[str, tuple[torch.nn.Module, CompiledLM]]:
     for positional in POSITIONS:
         with torch.random.fork_rng():
             torch.manual_seed(0)
-            models[positional] = tiny_lm(positional)
+            models[positional] = tiny_lm(positional, **COMPILED)
     return {name: (model, CompiledLM(model)) for name, model in models.items()}
 
 
@@ -65,7 +65,7 @@ def test_two_compiled_models_of_one_shape_each_decode_as_themselves(compiled_lms
     (the first is this file's shared model, whose graphs the first test to decode compiles)."""
     first, first_compiled = compiled_lms["sinusoidal"]
     torch.manual_seed(1)
-    second = tiny_lm("sinusoidal")
+    second = tiny_lm("sinusoidal", **COMPILED)
     expected = [generate(m, PROMPTS, max_new_tokens=8, greedy=True) for m in (first, second)]
     assert expected[0] != expected[1]
     compiled = [first_compiled, CompiledLM(second)]

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torch._dynamo.utils import counters
 
-from helpers import PROMPTS, peaked, tiny_config, tiny_lm
+from helpers import COMPILED, PROMPTS, peaked, tiny_config, tiny_lm
 from scratchformer import build_model
 from scratchformer.config import TrainConfig
 from scratchformer.inference import CompiledLM, beam_search, generate, quantize
@@ -83,7 +83,7 @@ def test_generation_and_beam_search_take_the_quantized_model() -> None:
 
 
 def test_compiled_quantized_decoding_gives_the_eager_quantized_tokens() -> None:
-    model = quantize(tiny_lm())
+    model = quantize(tiny_lm(**COMPILED))
     expected = generate(model, PROMPTS, max_new_tokens=8, greedy=True)
     assert generate(CompiledLM(model), PROMPTS, max_new_tokens=8, greedy=True) == expected
 
@@ -91,7 +91,7 @@ def test_compiled_quantized_decoding_gives_the_eager_quantized_tokens() -> None:
 def test_compiled_under_bfloat16_autocast_the_int8_weights_reach_an_int8_kernel() -> None:
     """In bfloat16 the compiler keeps the int8 weights rather than folding them into float
     constants, and its weight-only int8 product gives the eager model's tokens."""
-    model = quantize(tiny_lm())
+    model = quantize(tiny_lm(**COMPILED))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         expected = generate(model, PROMPTS, max_new_tokens=8, greedy=True)
         matched = counters["inductor"]["woq_matcher_count"]
