@@ -119,13 +119,13 @@ class SpanCorruptionTask(CorpusTask):
     def fill(self, model: nn.Module, inputs: Sequence[list[int]]) -> list[list[int]]:
         """The model's greedy output for each input (:meth:`encode_input`), 64 at a time:
         each sentinel followed by the span it fills, without the start token and eos."""
-        tokenizer, first = self.tokenizer(), self.start_id()
+        tokenizer, start_token = self.tokenizer(), self.start_id()
         device = next(model.parameters()).device
         outputs: list[list[int]] = []
         for offset in range(0, len(inputs), 64):
             ids, mask = pad_batch(inputs[offset : offset + 64], tokenizer.pad_id)
             outputs += greedy_decode(
-                model, ids.to(device), mask.to(device), bos_id=first, eos_id=tokenizer.eos_id
+                model, ids.to(device), mask.to(device), bos_id=start_token, eos_id=tokenizer.eos_id
             )
         return outputs
 
