@@ -21,20 +21,23 @@ class KVCache:
     buffers of which the first ``length`` positions are filled (grouped-query attention
     keeps only its shared key/value heads)."""
 
-    def __init__(
-        self,
+    def __init__(self, keys: Tensor, values: Tensor, length: int = 0) -> None:
+        self.keys, self.values = keys, values
+        self.spare: tuple[Tensor, Tensor] | None = None
+        self.length = length
+
+    @classmethod
+    def empty(
+        cls,
         batch: int,
         n_heads: int,
         d_head: int,
         max_len: int,
         dtype: torch.dtype = torch.float32,
         device: torch.device | None = None,
-    ) -> None:
-        self.keys, self.values = self.buffers(
-            (batch, n_heads, max_len, d_head), dtype=dtype, device=device
-        )
-        self.spare: tuple[Tensor, Tensor] | None = None
-        self.length = 0
+    ) -> KVCache:
+        """A cache with room for ``max_len`` positions a row, none filled."""
+        return cls(*cls.buffers((batch, n_heads, max_len, d_head), dtype=dtype, device=device))
 
     @staticmethod
     def buffers(shape: tuple[int, ...], **options: Any) -> tuple[Tensor, Tensor]:
@@ -97,7 +100,7 @@ class DecoderCache:
         parameter = next(decoder.parameters())
         dtype = product_dtype(parameter)
         self.self_attn = [
-            KVCache(batch, first.n_kv_heads, first.d_head, max_len, dtype, parameter.device)
+            KVCache.empty(batch, first.n_kv_heads, first.d_head, max_len, dtype, parameter.device)
             for _ in decoder.layers
         ]
         self.cross_attn = [

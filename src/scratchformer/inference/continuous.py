@@ -1,0 +1,236 @@
+"""Continuous batching: decoding requests that join and leave one running batch.
+
+A server answers requests that arrive at any time and want different numbers of tokens.
+Decoding them one at a time leaves most of a step's work unshared; decoding them in fixed
+batches holds a short request behind the longest of its batch. Here every request owns a
+row (a *slot*) of one KV cache for as long as it decodes: it joins at a step boundary (its
+prompt run through the model alone, its keys and values copied into a free row) and leaves
+when it ends, its row free for the next request.
+
+Rows are kept right-aligned: the tokens of every row end at the cache's shared length,
+each row starting where its own length puts it, the columns before masked out, as in the
+left-padded batches of :func:`~.generate.stream`. A step feeds every live row its last
+token at that row's own position and writes the keys and values at the shared length. A
+prompt longer than the shared length moves every row right (padding on the left); when the
+shared length reaches the end of the cache, the columns that no live row uses are cut from
+the left. Each row thus computes what it would compute alone, so greedy tokens do not
+depend on what else is in the batch.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+
+from .cache import DecoderCache, KVCache
+from .generate import Sampling, decoding_device
+from .kernels import attention_kernels, installed
+
+GREEDY = Sampling(greedy=True)
+
+
+@dataclass(eq=False)
+class Request:
+    """A prompt to continue, how, and (filled in by decoding) what came of it.
+
+    ``tokens`` grows by one token a step; ``finish_reason`` becomes ``"stop"`` (at
+    ``eos_id``, which is not kept, or after a token for which ``stop(tokens)`` is true) or
+    ``"length"`` (``max_new_tokens`` reached). Setting ``cancelled`` frees the request's
+    row at the next step boundary."""
+
+    prompt: list[int]
+    max_new_tokens: int
+    sampling: Sampling = GREEDY
+    seed: int | None = None
+    eos_id: int | None = None
+    stop: Callable[[list[int]], bool] | None = None
+    tokens: list[int] = field(default_factory=list)
+    finish_reason: str | None = None
+    cancelled: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.prompt:
+            raise ValueError("the prompt needs at least one token")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens={self.max_new_tokens} must be >= 1")
+        self.generator = torch.Generator()
+        if self.seed is None:
+            self.generator.seed()
+        else:
+            self.generator.manual_seed(self.seed)
+
+    @property
+    def done(self) -> bool:
+        return self.finish_reason is not None
+
+    def choose(self, logits: Tensor) -> None:
+        """Draw the next token from the logits ``(vocab,)`` of the last position, and
+        finish if it ends the request."""
+        history = torch.tensor([self.prompt + self.tokens])
+        token = int(self.sampling(logits[None], history, torch.ones_like(history), self.generator))
+        if token == self.eos_id:
+            self.finish_reason = "stop"
+            return
+        self.tokens.append(token)
+        if self.stop is not None and self.stop(self.tokens):
+            self.finish_reason = "stop"
+        elif len(self.tokens) >= self.max_new_tokens:
+            self.finish_reason = "length"
+
+
+@dataclass
+class RowsCache:
+    """The first rows of the batcher's keys and values, as a decoder-only stack's cache."""
+
+    self_attn: list[KVCache]
+
+    @property
+    def cross_attn(self) -> list[None]:
+        return [None] * len(self.self_attn)
+
+    @property
+    def length(self) -> int:
+        return self.self_attn[0].length
+
+
+class ContinuousBatcher:
+    """Decode the requests :meth:`add` gives it, up to ``max_batch`` at once, in a KV cache
+    of ``max_len`` positions a row: a request's prompt and new tokens must fit there.
+    :meth:`step` runs one step; the caller (a server's decoding thread) loops on it."""
+
+    def __init__(self, model: nn.Module, max_batch: int, max_len: int) -> None:
+        self.model = model
+        self.device = decoding_device(model)
+        self.max_batch = max_batch
+        self.max_len = max_len
+        self.waiting: deque[Request] = deque()
+        self.slots: list[Request | None] = [None] * max_batch
+        layout = DecoderCache(model.decoder, max_batch, max_len)
+        self.buffers = [(cache.keys, cache.values) for cache in layout.self_attn]
+        self.mask = torch.zeros(max_batch, max_len, dtype=torch.bool, device=self.device)
+        self.positions = torch.zeros(max_batch, dtype=torch.long, device=self.device)
+        self.last = torch.zeros(max_batch, dtype=torch.long, device=self.device)
+        self.length = 0
+        """The shared length: every live row's tokens end here."""
+
+    def add(self, request: Request) -> None:
+        """Queue ``request``; it takes a row at the next step with one free. Safe to call
+        from another thread than the one stepping."""
+        needed = len(request.prompt) + request.max_new_tokens
+        if needed > self.max_len:
+            raise ValueError(
+                f"the prompt ({len(request.prompt)} tokens) + max_new_tokens="
+                f"{request.max_new_tokens} exceeds the {self.max_len} positions of a row"
+            )
+        self.waiting.append(request)
+
+    @property
+    def live(self) -> list[Request]:
+        return [request for request in self.slots if request is not None]
+
+    @property
+    def idle(self) -> bool:
+        return not self.waiting and not self.live
+
+    @torch.no_grad()
+    def step(self) -> list[Request]:
+        """Free the rows of cancelled requests, let waiting requests join (each drawing its
+        first token from its prompt), and decode one token for every live row. Returns the
+        requests that moved on, done or not; their rows are free again once done."""
+        for slot, request in enumerate(self.slots):
+            if request is not None and request.cancelled:
+                self.free(slot)
+        moved = self.admit()
+        self.free_finished()
+        running = [(slot, request) for slot, request in enumerate(self.slots) if request]
+        if running:
+            with installed(attention_kernels(self.model)):
+                logits = self.decode_step(running[-1][0] + 1)
+            for slot, request in running:
+                request.choose(logits[slot])
+                self.last[slot] = request.tokens[-1] if request.tokens else 0
+                if request not in moved:
+                    moved.append(request)
+        self.free_finished()
+        return moved
+
+    def free_finished(self) -> None:
+        for slot, request in enumerate(self.slots):
+            if request is not None and request.done:
+                self.free(slot)
+
+    def admit(self) -> list[Request]:
+        """Give free rows to waiting requests: each prompt run alone, its first token
+        drawn, its keys and values copied in right-aligned."""
+        joined = []
+        while self.waiting and None in self.slots:
+            request = self.waiting.popleft()
+            if request.cancelled:
+                continue
+            slot = self.slots.index(None)
+            self.slots[slot] = request
+            self.prefill(slot, request)
+            joined.append(request)
+        return joined
+
+    def prefill(self, slot: int, request: Request) -> None:
+        size = len(request.prompt)
+        ids = torch.tensor([request.prompt], device=self.device)
+        cache = DecoderCache(self.model.decoder, 1, size)
+        with installed(attention_kernels(self.model)):
+            output = self.model(ids, torch.ones_like(ids, dtype=torch.bool), cache=cache)
+        request.choose(output.logits[0, -1].float())
+        if self.length < size:
+            self.shift(size - self.length)
+        elif self.length == self.max_len:
+            self.shift(-self.unused_columns())
+        start = self.length - size
+        for (keys, values), layer in zip(self.buffers, cache.self_attn, strict=True):
+            keys[slot, :, start : self.length] = layer.keys[0]
+            values[slot, :, start : self.length] = layer.values[0]
+        self.mask[slot] = False
+        self.mask[slot, start : self.length] = True
+        self.positions[slot] = size
+        self.last[slot] = request.tokens[-1] if request.tokens else 0
+
+    def decode_step(self, rows: int) -> Tensor:
+        """The logits ``(rows, vocab)`` after feeding rows ``0 .. rows - 1`` their last
+        token (free rows among them compute on what their row holds, and are ignored)."""
+        if self.length == self.max_len:
+            self.shift(-self.unused_columns())
+        end = self.length + 1
+        self.mask[:rows, self.length] = True
+        cache = RowsCache([KVCache(k[:rows], v[:rows], self.length) for k, v in self.buffers])
+        output = self.model(
+            self.last[:rows, None],
+            self.mask[:rows, :end],
+            cache=cache,
+            positions=self.positions[:rows, None],
+        )
+        self.length = end
+        self.positions[:rows] += 1
+        return output.logits[:, -1].float()
+
+    def unused_columns(self) -> int:
+        """Columns on the left that no live row reads (every column, with no live row)."""
+        live = [slot for slot, request in enumerate(self.slots) if request is not None]
+        starts = [int(self.mask[slot].int().argmax()) for slot in live]
+        return min(starts, default=self.length)
+
+    def shift(self, by: int) -> None:
+        """Move the columns of every row ``by`` to the right (negative: to the left); the
+        columns that come in are masked out."""
+        kept = self.length - max(0, -by)
+        for tensor, dim in [(self.mask, 1), *((t, 2) for pair in self.buffers for t in pair)]:
+            moved = tensor.narrow(dim, max(0, -by), kept).clone()
+            tensor.narrow(dim, max(0, by), kept).copy_(moved)
+        self.mask[:, : max(0, by)] = False
+        self.length += by
+
+    def free(self, slot: int) -> None:
+        self.slots[slot] = None
+        self.mask[slot] = False

@@ -1,0 +1,94 @@
+"""Continuous batching: requests that join a running batch at any step and leave when done
+get the tokens they would get alone, whatever else shares the batch."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from helpers import TINY_VOCAB, tiny_lm
+from scratchformer.inference import ContinuousBatcher, Request, Sampling, generate
+
+PROMPTS = [[5, 9, 2], [7], [3, 1, 4, 1, 5, 9, 2, 6], [8, 8], [1, 2, 3, 4], [6]]
+LENGTHS = [7, 3, 5, 9, 2, 6]
+"""New tokens asked of each prompt: rows leave the batch at different steps."""
+
+
+def run(batcher: ContinuousBatcher, joins: dict[int, list[Request]]) -> int:
+    """Step ``batcher`` until idle, adding ``joins[step]`` before each step; the steps."""
+    steps = 0
+    while steps <= max(joins) or not batcher.idle:
+        for request in joins.get(steps, []):
+            batcher.add(request)
+        batcher.step()
+        steps += 1
+    return steps
+
+
+@pytest.mark.parametrize("positional", ["learned", "rotary", "alibi"])
+def test_requests_joining_and_leaving_get_their_tokens_alone(positional: str) -> None:
+    torch.manual_seed(0)
+    model = tiny_lm(positional)
+    alone = [
+        generate(model, [prompt], max_new_tokens=n, greedy=True)[0]
+        for prompt, n in zip(PROMPTS, LENGTHS, strict=True)
+    ]
+    requests = [Request(p, n) for p, n in zip(PROMPTS, LENGTHS, strict=True)]
+    # three rows for six requests: later ones wait for a free row; a long prompt joins
+    # after short ones (the rows move right), and the cache of 16 positions fills up
+    # (the columns no row uses are cut)
+    batcher = ContinuousBatcher(model, max_batch=3, max_len=16)
+    run(batcher, {0: requests[:2], 2: requests[2:4], 3: requests[4:]})
+    assert [r.tokens for r in requests] == alone
+    assert [r.finish_reason for r in requests] == ["length"] * len(requests)
+    assert batcher.length <= 16
+
+
+def test_a_row_is_reused_and_the_batch_never_exceeds_its_rows() -> None:
+    model = tiny_lm("rotary")
+    batcher = ContinuousBatcher(model, max_batch=2, max_len=12)
+    requests = [Request([1 + i], 4) for i in range(5)]
+    for request in requests:
+        batcher.add(request)
+    most = 0
+    while not batcher.idle:
+        batcher.step()
+        most = max(most, len(batcher.live))
+    assert most == 2
+    assert all(len(r.tokens) == 4 for r in requests)
+
+
+def test_eos_and_stop_end_a_request_and_cancelling_frees_its_row() -> None:
+    model = tiny_lm("rotary")
+    free_run = generate(model, [[3, 4]], max_new_tokens=6, greedy=True)[0]
+    at_eos = Request([3, 4], 6, eos_id=free_run[2])
+    stopped = Request([3, 4], 6, stop=lambda tokens: len(tokens) == 2)
+    cancelled = Request([3, 4], 6)
+    batcher = ContinuousBatcher(model, max_batch=3, max_len=12)
+    for request in (at_eos, stopped, cancelled):
+        batcher.add(request)
+    batcher.step()
+    cancelled.cancelled = True
+    run(batcher, {0: []})
+    assert (at_eos.tokens, at_eos.finish_reason) == (free_run[:2], "stop")
+    assert (stopped.tokens, stopped.finish_reason) == (free_run[:2], "stop")
+    assert cancelled.finish_reason is None and len(cancelled.tokens) == 2
+    assert batcher.live == []
+
+
+def test_seeded_sampling_repeats_whatever_else_is_in_the_batch() -> None:
+    model = tiny_lm("rotary", peaked_by=1.0)
+    sampling = Sampling(temperature=1.0, top_p=0.9)
+    alone = Request([5, 9], 8, sampling, seed=7)
+    run(ContinuousBatcher(model, 1, 16), {0: [alone]})
+    crowded = Request([5, 9], 8, sampling, seed=7)
+    others = [Request([i + 1] * (i + 1), 6, sampling) for i in range(3)]
+    run(ContinuousBatcher(model, 4, 16), {0: others, 1: [crowded]})
+    assert crowded.tokens == alone.tokens
+    assert all(0 <= t < TINY_VOCAB for t in crowded.tokens)
+
+
+def test_a_request_longer_than_a_row_is_refused() -> None:
+    batcher = ContinuousBatcher(tiny_lm("rotary"), max_batch=2, max_len=8)
+    with pytest.raises(ValueError, match=r"prompt \(3 tokens\) \+ max_new_tokens=6 exceeds"):
+        batcher.add(Request([1, 2, 3], 6))
