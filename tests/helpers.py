@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -164,3 +165,51 @@ def interrupted_after(step: int) -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Trainer, "_evaluate_and_checkpoint", interrupted)
         yield
+
+
+@contextmanager
+def live(run_dir: Path, **options) -> Iterator[str]:
+    """The base URL of ``run_dir`` served with ``options`` until the block ends: uvicorn
+    on 127.0.0.1 (a free port), in a thread of the test process."""
+    import uvicorn
+
+    from scratchformer.serve import ServeOptions, create_app
+
+    config = uvicorn.Config(
+        create_app(run_dir, ServeOptions(**options)),
+        host="127.0.0.1",
+        port=0,
+        log_level="warning",
+        timeout_graceful_shutdown=5,
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        if not thread.is_alive():
+            raise RuntimeError("the server did not start")
+        threading.Event().wait(0.02)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+def http(url: str, body: Any = None, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    """The status and JSON answer of a request to ``url``: a POST of ``body`` as JSON (or
+    of ``body`` itself if it is bytes), a GET without one."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
+    request = urllib.request.Request(
+        url, data, {"Content-Type": "application/json", **(headers or {})}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())

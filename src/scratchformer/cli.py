@@ -316,6 +316,56 @@ COMMANDS = (
         "sentinel is an error.",
     ),
     Command(
+        "serve",
+        "serve:serve",
+        "serve a run over HTTP: OpenAI's API for language models, task endpoints for the rest",
+        (
+            arg("run", help="run directory"),
+            arg(
+                "--host",
+                default="127.0.0.1",
+                help="address to listen on (default: this machine only)",
+            ),
+            arg(
+                "--port",
+                type=bounded(int, 0, high=65535),
+                default=8000,
+                help="port (0: any free one)",
+            ),
+            arg(
+                "--api-key",
+                default=None,
+                help="require 'Authorization: Bearer KEY' (default: none)",
+            ),
+            arg(
+                "--max-batch",
+                type=POSITIVE_INT,
+                default=8,
+                help="requests decoded together, or inputs run in one call",
+            ),
+            arg(
+                "--max-queue",
+                type=POSITIVE_INT,
+                default=64,
+                help="requests (decoding) or inputs that may wait; more get 429",
+            ),
+            arg(
+                "--timeout",
+                type=bounded(float, 0, above=True),
+                default=300.0,
+                help="seconds before an unanswered request gets 504",
+            ),
+            QUANTIZE,
+            PRECISION,
+        ),
+        description="Endpoints by the run's task: /v1/completions and /v1/chat/completions "
+        "(with a chat_template.jinja in the run directory) for language models, with "
+        "continuous batching; /v1/embeddings for similarity runs; /v1/classify, /v1/tag, "
+        "/v1/answer, /v1/translate, /v1/fill-mask, /v1/fill-spans for the others; and for "
+        "every run GET /v1/models, /health, /metrics (Prometheus) and / (a page to try it). "
+        "SIGTERM or Ctrl-C finishes the requests in flight, then stops.",
+    ),
+    Command(
         "import-hf",
         "hf:import_checkpoint",
         "make a run directory from a Hugging Face checkpoint "

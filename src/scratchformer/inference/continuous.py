@@ -117,16 +117,27 @@ class ContinuousBatcher:
         self.length = 0
         """The shared length: every live row's tokens end here."""
 
-    def add(self, request: Request) -> None:
-        """Queue ``request``; it takes a row at the next step with one free. Safe to call
-        from another thread than the one stepping."""
+    def check(self, request: Request) -> None:
+        """ValueError unless ``request``'s prompt and new tokens fit a row."""
         needed = len(request.prompt) + request.max_new_tokens
         if needed > self.max_len:
             raise ValueError(
                 f"the prompt ({len(request.prompt)} tokens) + max_new_tokens="
                 f"{request.max_new_tokens} exceeds the {self.max_len} positions of a row"
             )
+
+    def add(self, request: Request) -> None:
+        """Queue ``request`` (checked as :meth:`check` does); it takes a row at the first
+        step with one free."""
+        self.check(request)
         self.waiting.append(request)
+
+    def reset(self) -> None:
+        """Drop every request, live or waiting: the batch starts afresh."""
+        self.waiting.clear()
+        self.slots = [None] * self.max_batch
+        self.mask.zero_()
+        self.length = 0
 
     @property
     def live(self) -> list[Request]:

@@ -1,0 +1,350 @@
+"""The server's application: a run loaded once, the endpoints its task has, and the rules
+every request meets (an API key, a body-size limit, errors in OpenAI's shape, metrics).
+
+    app = create_app(Path("runs/shakespeare"), ServeOptions(max_batch=16))
+    uvicorn.run(app, host="127.0.0.1", port=8000)
+
+``scratchformer serve RUN`` does just that (:mod:`scratchformer.commands.serve`).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hmac
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..device import bf16_autocast, default_device, uses_bf16
+from ..inference.continuous import ContinuousBatcher
+from ..run import load_run
+from ..tasks.base import Task
+from . import schema
+from .completions import Choice, Decoding, identity, read_chat_template, sse
+from .errors import ApiError
+from .metrics import Metrics
+from .page import page
+from .tasks import ENDPOINTS
+from .workers import BatchWorker, Busy, DecodingWorker
+
+OPEN_PATHS = {"/", "/health"}
+"""Paths that need no API key."""
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """How a run is served (the options of ``scratchformer serve``)."""
+
+    quantize: str | None = None
+    precision: str = "auto"
+    device: str = "auto"
+    api_key: str | None = None
+    max_batch: int = 8
+    """Requests decoded together (rows of the KV cache), or inputs run in one call."""
+    max_queue: int = 64
+    """Requests (decoding) or inputs (other endpoints) that may wait; beyond: 429."""
+    batch_wait_ms: float = 5.0
+    """How long a batching call waits for more inputs once it has one."""
+    timeout_s: float = 300.0
+    """A request still unanswered after this is answered 504."""
+    max_body_bytes: int = 4_000_000
+
+
+def create_app(run_dir: Path, options: ServeOptions = ServeOptions()) -> FastAPI:
+    """The application serving ``run_dir``'s best model."""
+    task, model = load_run(run_dir, quantization=options.quantize)
+    device = default_device(options.device)
+    model = model.to(device)
+    bf16 = uses_bf16(options.precision, device)
+
+    @contextlib.contextmanager
+    def computing() -> Iterator[None]:
+        """The setting the model runs in, on the worker's thread (autocast is per thread)."""
+        with torch.no_grad(), bf16_autocast(device, bf16):
+            yield
+
+    name = run_dir.resolve().name
+    metrics = Metrics()
+    workers: list[Any] = []
+    decoding = None
+    if task.command == "generate":
+        context = model.config.max_len
+        batcher = ContinuousBatcher(model, options.max_batch, context)
+        worker = DecodingWorker(batcher, options.max_queue, computing, metrics)
+        tokenizer = task.tokenizer()
+        decoding = Decoding(
+            tokenizer, worker, context, name, options.timeout_s, read_chat_template(run_dir)
+        )
+        workers.append(worker)
+
+    def batching(predict: Callable[[list[Any]], list[Any]]) -> BatchWorker:
+        worker = BatchWorker(
+            predict,
+            options.max_batch,
+            options.max_queue,
+            options.batch_wait_ms,
+            computing,
+            metrics,
+        )
+        workers.append(worker)
+        return worker
+
+    endpoint = ENDPOINTS.get(task.command)
+    predict = (
+        None if endpoint is None else batching(lambda items: endpoint.predict(task, model, items))
+    )
+    embed = None
+    if hasattr(task, "embed"):
+        embed = batching(lambda texts: task.embed(model, texts).numpy())
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        for worker in workers:
+            worker.start()
+        yield
+        for worker in workers:
+            worker.stop()
+
+    app = FastAPI(title=f"scratchformer: {name}", lifespan=lifespan, docs_url=None, redoc_url=None)
+    install_rules(app, options, metrics)
+
+    def needs(what: str, path: str) -> ApiError:
+        return ApiError(404, f"{name} is a {task.name!r} run: {path} needs {what}")
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "model": name, "task": task.name}
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(metrics.text(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/", response_class=HTMLResponse)
+    async def home() -> str:
+        return page(name, task, endpoint.path if endpoint else None)
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        created = int((run_dir / "config.json").stat().st_mtime)
+        card = {"id": name, "object": "model", "created": created, "owned_by": "scratchformer"}
+        return {"object": "list", "data": [card]}
+
+    @app.post("/v1/completions")
+    async def completions(body: schema.CompletionRequest) -> Response:
+        if decoding is None:
+            raise needs("a language-model run", "/v1/completions")
+        prompts = decoding.prompts(body)
+        prefixes = [decoding.tokenizer.decode(p) if body.echo else "" for p in prompts]
+        choices = decoding.choices(prompts, body, body.max_tokens or 16, prefixes)
+
+        def choice_json(choice: Choice, text: str) -> dict[str, Any]:
+            reason = choice.finish_reason
+            return {"text": text, "index": choice.index, "logprobs": None, "finish_reason": reason}
+
+        head = {**identity("cmpl"), "object": "text_completion", "model": name}
+        if body.stream:
+            return streaming(decoding, choices, head, choice_json)
+        usage = decoding.usage(choices, prompts)
+        answers = await decoding.complete(choices, choice_json)
+        return JSONResponse({**head, "choices": answers, "usage": usage})
+
+    @app.post("/v1/chat/completions")
+    async def chat(body: schema.ChatRequest) -> Response:
+        if decoding is None:
+            raise needs("a language-model run", "/v1/chat/completions")
+        prompt = decoding.chat_prompt(body)
+        max_tokens = body.max_completion_tokens or body.max_tokens
+        choices = decoding.choices([prompt], body, max_tokens, [""])
+        head = {**identity("chatcmpl"), "object": "chat.completion", "model": name}
+        if body.stream:
+
+            def delta(choice: Choice, text: str) -> dict[str, Any]:
+                content = {"role": "assistant", "content": text} if text else {}
+                return {
+                    "index": choice.index,
+                    "delta": content,
+                    "finish_reason": choice.finish_reason,
+                }
+
+            return streaming(decoding, choices, {**head, "object": "chat.completion.chunk"}, delta)
+
+        def message(choice: Choice, text: str) -> dict[str, Any]:
+            return {
+                "index": choice.index,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": None,
+                "finish_reason": choice.finish_reason,
+            }
+
+        answers = await decoding.complete(choices, message)
+        usage = decoding.usage(choices, [prompt])
+        return JSONResponse({**head, "choices": answers, "usage": usage})
+
+    @app.post("/v1/embeddings")
+    async def embeddings(body: schema.EmbeddingRequest) -> dict[str, Any]:
+        if embed is None:
+            raise needs("a similarity (bi-encoder) run", "/v1/embeddings")
+        if body.dimensions is not None:
+            raise ApiError(400, "dimensions: not supported by this server", "dimensions")
+        texts = [body.input] if isinstance(body.input, str) else body.input
+        vectors = await run_batch(embed, texts)
+        data = [
+            {"object": "embedding", "index": i, "embedding": encoded(v, body.encoding_format)}
+            for i, v in enumerate(vectors)
+        ]
+        tokens = sum(len(task.tokenizer().encode(text)) for text in texts)
+        usage = {"prompt_tokens": tokens, "total_tokens": tokens}
+        return {"object": "list", "data": data, "model": name, "usage": usage}
+
+    for command, served in ENDPOINTS.items():
+        add_task_endpoint(app, task, name, served, predict if command == task.command else None)
+    return app
+
+
+def add_task_endpoint(
+    app: FastAPI, task: Task, name: str, endpoint: Any, worker: BatchWorker | None
+) -> None:
+    """``POST endpoint.path``: the outputs of the body's inputs, or a 404 that says which
+    runs have the endpoint when ``task``'s do not."""
+
+    async def handle(body: schema.Body) -> dict[str, Any]:
+        if worker is None:
+            raise ApiError(404, f"{name} is a {task.name!r} run: {endpoint.path} is another task's")
+        outputs = await run_batch(worker, endpoint.items(body))
+        data = [{"index": i, **output} for i, output in enumerate(outputs)]
+        return {"object": "list", "model": name, "data": data}
+
+    handle.__annotations__["body"] = endpoint.body  # FastAPI reads the body's type here
+    app.post(endpoint.path)(handle)
+
+
+async def run_batch(worker: BatchWorker, items: list[Any]) -> list[Any]:
+    """``worker``'s outputs for ``items``: 429 when its queue is full, 400 when the
+    inputs are refused (a ValueError of the task's, in one line)."""
+    try:
+        return await worker(items)
+    except Busy as error:
+        raise ApiError(429, f"the server is busy ({error}): try again shortly") from None
+    except ValueError as error:
+        raise ApiError(400, str(error).splitlines()[0]) from None
+
+
+def encoded(vector: np.ndarray, encoding_format: str) -> list[float] | str:
+    """An embedding as OpenAI sends it: floats, or base64 of little-endian float32."""
+    if encoding_format == "base64":
+        return base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii")
+    return vector.tolist()
+
+
+def streaming(
+    decoding: Decoding,
+    choices: list[Choice],
+    head: dict[str, Any],
+    build: Callable[[Choice, str], dict[str, Any]],
+) -> StreamingResponse:
+    """Server-sent events, one chunk each time a choice moves on with text or ends, then
+    ``[DONE]``; an error after the first chunk is sent as an event of its own. The
+    requests are queued before the response starts, so that a full queue is a 429."""
+    queue = decoding.submit(choices)
+
+    async def events() -> AsyncIterator[str]:
+        try:
+            async for choice in decoding.progress(choices, queue):
+                text = "".join(choice.pieces[-1:])
+                if not choice.pieces[:-1] and choice.prefix:  # the echoed prompt, first
+                    text = choice.prefix + text
+                if text or choice.finish_reason is not None:
+                    yield sse({**head, "choices": [build(choice, text)]})
+        except ApiError as error:
+            yield sse(error.body())
+        yield sse("[DONE]")
+
+    return StreamingResponse(events(), media_type="text/event-stream")
+
+
+def install_rules(app: FastAPI, options: ServeOptions, metrics: Metrics) -> None:
+    """What every request meets: the API key, the body-size limit, the metrics, and
+    errors in OpenAI's shape."""
+
+    app.add_middleware(Rules, options=options, metrics=metrics)
+
+    @app.exception_handler(ApiError)
+    async def api_error(_: Request, error: ApiError) -> JSONResponse:
+        return error.response()
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, error: RequestValidationError) -> JSONResponse:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first.get("loc", ())[1:]) or "body"
+        return ApiError(400, f"{where}: {first.get('msg', 'invalid')}", where).response()
+
+    @app.exception_handler(HTTPException)
+    async def http_error(_: Request, error: HTTPException) -> JSONResponse:
+        return ApiError(error.status_code, str(error.detail)).response()
+
+    @app.exception_handler(Exception)
+    async def failure(_: Request, error: Exception) -> JSONResponse:
+        return ApiError(500, f"{type(error).__name__}: {error}".splitlines()[0]).response()
+
+
+class Rules:
+    """ASGI middleware: requests refused before they are read (:func:`refusal`), and the
+    count and latency of every request by endpoint and status. (Pure ASGI, so that a
+    client that goes away mid-stream cancels its stream at once.)"""
+
+    def __init__(self, app: ASGIApp, options: ServeOptions, metrics: Metrics) -> None:
+        self.app = app
+        self.options = options
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.monotonic()
+        status = [500]
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        refused = refusal(Request(scope), self.options)
+        try:
+            if refused is None:
+                await self.app(scope, receive, sending)
+            else:
+                await refused(scope, receive, sending)
+        finally:
+            endpoint = getattr(scope.get("route"), "path", "other")
+            self.metrics.requests.labels(endpoint, str(status[0])).inc()
+            self.metrics.latency.labels(endpoint).observe(time.monotonic() - start)
+
+
+def refusal(request: Request, options: ServeOptions) -> Response | None:
+    """The answer to a request refused before it is read: a missing or wrong API key (the
+    comparison takes the same time whatever the key), a body over the limit."""
+    if options.api_key is not None and request.url.path not in OPEN_PATHS:
+        given = request.headers.get("authorization", "")
+        expected = f"Bearer {options.api_key}"
+        if not hmac.compare_digest(given.encode(), expected.encode()):
+            return ApiError(401, "a valid API key is needed: Authorization: Bearer KEY").response()
+    length = request.headers.get("content-length")
+    if length is not None and (not length.isdigit() or int(length) > options.max_body_bytes):
+        limit = options.max_body_bytes
+        return ApiError(413, f"the body is over the limit of {limit} bytes").response()
+    if length is None and request.method == "POST":
+        return ApiError(411, "a POST needs a Content-Length header").response()
+    return None

@@ -1,0 +1,262 @@
+"""OpenAI's completions and chat completions for a language-model run: prompts encoded,
+the requests decoded by the :class:`~.workers.DecodingWorker` among all others, the tokens
+turned back into text (stop strings cut, whole characters only), whole or streamed as
+server-sent events.
+
+A chat is rendered to one prompt by the run's chat template (``chat_template.jinja`` in
+the run directory, which ``import-hf`` writes from a checkpoint's ``tokenizer_config.json``)
+in a sandboxed Jinja environment, as ``transformers``' ``apply_chat_template`` renders it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jinja2 import TemplateError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from ..data.tokenizer import Tokenizer
+from ..inference.continuous import Request
+from ..inference.generate import Sampling
+from .errors import ApiError
+from .schema import ChatRequest, CompletionRequest, Sampled
+from .workers import Busy, DecodingWorker, Progress
+
+CHAT_TEMPLATE_FILE = "chat_template.jinja"
+
+
+class TextOf:
+    """The text of a choice's tokens as it grows: cut before the first stop string, and,
+    until the choice is done, short of anything a stop string or a character still being
+    spelt out (a byte-level BPE token may hold part of one) might change."""
+
+    def __init__(self, tokenizer: Tokenizer, stops: Sequence[str]) -> None:
+        self.tokenizer = tokenizer
+        self.stops = list(stops)
+        self.sent = 0
+
+    def full(self, tokens: Sequence[int]) -> tuple[str, bool]:
+        """The text of ``tokens`` up to the first stop string, and whether one was met."""
+        text = self.tokenizer.decode(tokens)
+        cuts = [i for i in (text.find(stop) for stop in self.stops) if i >= 0]
+        return (text[: min(cuts)], True) if cuts else (text, False)
+
+    def new(self, tokens: Sequence[int], done: bool) -> str:
+        """The text not yet given out that is final now."""
+        text, stopped = self.full(tokens)
+        end = len(text)
+        if not (done or stopped):
+            held = max((len(stop) - 1 for stop in self.stops), default=0)
+            end = len(text.rstrip("\ufffd")) - held
+        piece = text[self.sent : max(end, self.sent)]
+        self.sent = max(end, self.sent)
+        return piece
+
+    def stopped(self, tokens: Sequence[int]) -> bool:
+        return bool(self.stops) and self.full(tokens)[1]
+
+
+@dataclass
+class Choice:
+    """One choice of a response: its request to the decoder, and its text so far."""
+
+    index: int
+    request: Request
+    text: TextOf
+    prefix: str = ""
+    finish_reason: str | None = None
+    pieces: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Decoding:
+    """What a language-model run's endpoints share."""
+
+    tokenizer: Tokenizer
+    worker: DecodingWorker
+    context: int
+    """Positions of a row: a prompt and its new tokens must fit."""
+    name: str
+    timeout: float
+    chat_template: str | None
+
+    def prompts(self, body: CompletionRequest) -> list[list[int]]:
+        """The token ids of each prompt of a completion request."""
+        prompt = body.prompt
+        if isinstance(prompt, str):
+            prompt = [prompt]
+        if prompt and isinstance(prompt[0], int):
+            prompt = [prompt]  # one prompt of token ids
+        prompts = []
+        for one in prompt:
+            ids = self.tokenizer.encode(one) if isinstance(one, str) else list(one)
+            if not ids:
+                raise ApiError(400, "a prompt is empty: give it some text", "prompt")
+            if any(not 0 <= i < self.tokenizer.vocab_size for i in ids):
+                raise ApiError(
+                    400, f"token ids go from 0 to {self.tokenizer.vocab_size - 1}", "prompt"
+                )
+            prompts.append(ids)
+        return prompts
+
+    def chat_prompt(self, body: ChatRequest) -> list[int]:
+        """The chat rendered by the run's template, encoded."""
+        if self.chat_template is None:
+            raise ApiError(
+                400,
+                f"{self.name} has no chat template ({CHAT_TEMPLATE_FILE} in the run "
+                "directory): use /v1/completions",
+                "messages",
+            )
+        tokenizer = self.tokenizer
+        messages = []
+        for message in body.messages:
+            try:
+                content = message.text()
+            except ValueError as error:
+                raise ApiError(400, str(error), "messages") from None
+            messages.append({**message.model_dump(exclude_none=True), "content": content})
+        specials = {f"{role}_token": token for role, token in tokenizer.special_tokens.items()}
+        try:
+            text = render_chat(self.chat_template, messages, specials)
+        except TemplateError as error:
+            raise ApiError(
+                400, f"the chat template refused the messages: {error}", "messages"
+            ) from None
+        ids = tokenizer.encode(text)
+        if not ids:
+            raise ApiError(400, "the chat renders to no tokens", "messages")
+        return ids
+
+    def choices(
+        self, prompts: list[list[int]], body: Sampled, max_tokens: int | None, prefixes: list[str]
+    ) -> list[Choice]:
+        """The requests of ``body``'s ``n`` choices for each prompt, with their stop
+        strings and sampling; refused with a 400 if they do not fit a row."""
+        unsupported = body.unsupported()
+        if unsupported:
+            raise ApiError(
+                400, f"{', '.join(unsupported)}: not supported by this server", unsupported[0]
+            )
+        stops = body.stop or []
+        sampling = Sampling(
+            temperature=body.temperature, top_p=None if body.top_p == 1 else body.top_p
+        )
+        choices = []
+        for p, (prompt, prefix) in enumerate(zip(prompts, prefixes, strict=True)):
+            wanted = max_tokens if max_tokens is not None else self.context - len(prompt)
+            if len(prompt) + wanted > self.context:
+                raise ApiError(
+                    400,
+                    f"this model's context is {self.context} tokens; the prompt has "
+                    f"{len(prompt)} and max_tokens={wanted} more were asked for",
+                    "max_tokens",
+                )
+            for j in range(body.n):
+                text = TextOf(self.tokenizer, stops)
+                request = Request(
+                    prompt,
+                    wanted,
+                    sampling,
+                    seed=None if body.seed is None else body.seed + j,
+                    eos_id=self.tokenizer.eos_id,
+                    stop=text.stopped if stops else None,
+                )
+                choices.append(Choice(p * body.n + j, request, text, prefix))
+        return choices
+
+    def submit(self, choices: list[Choice]) -> asyncio.Queue:
+        """Queue the choices' requests (429 if the queue is full): their steps arrive on
+        the returned queue."""
+        try:
+            return self.worker.submit([choice.request for choice in choices])
+        except Busy as error:
+            raise ApiError(429, f"the server is busy ({error}): try again shortly", None) from None
+
+    async def progress(self, choices: list[Choice], queue: asyncio.Queue) -> AsyncIterator[Choice]:
+        """Each choice whenever it moves on, its new text in ``pieces``; choices that have
+        not finished in ``timeout`` seconds end with a 504. Leaving early (a client gone)
+        frees every row at once."""
+        by_request = {choice.request: choice for choice in choices}
+        left = len(choices)
+        deadline = time.monotonic() + self.timeout
+        try:
+            while left:
+                try:
+                    request, progress = await asyncio.wait_for(
+                        queue.get(), deadline - time.monotonic()
+                    )
+                except TimeoutError:
+                    raise ApiError(504, f"no answer within {self.timeout:g} s", None) from None
+                choice = by_request[request]
+                if progress.error is not None:
+                    raise ApiError(500, f"decoding failed: {progress.error}", None)
+                update(choice, progress)
+                left -= choice.finish_reason is not None
+                yield choice
+        finally:
+            for choice in choices:
+                choice.request.cancelled = True  # a no-op for the finished ones
+
+    async def complete(
+        self, choices: list[Choice], build: Callable[[Choice, str], dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """Every choice run to its end: ``build(choice, text)`` of each, in order."""
+        async for _ in self.progress(choices, self.submit(choices)):
+            pass
+        return [build(choice, choice.prefix + "".join(choice.pieces)) for choice in choices]
+
+    def usage(self, choices: list[Choice], prompts: list[list[int]]) -> dict[str, int]:
+        prompt_tokens = sum(len(p) for p in prompts)
+        completion = sum(len(choice.request.tokens) for choice in choices)
+        return {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion,
+            "total_tokens": prompt_tokens + completion,
+        }
+
+
+def update(choice: Choice, progress: Progress) -> None:
+    """Take in a step of ``choice``: its new text, and its end if it ended."""
+    tokens = choice.request.tokens[: progress.count]
+    done = progress.finish_reason is not None
+    choice.pieces.append(choice.text.new(tokens, done))
+    if done:
+        choice.finish_reason = progress.finish_reason
+
+
+def render_chat(template: str, messages: list[dict[str, Any]], specials: dict[str, str]) -> str:
+    """``messages`` rendered as ``transformers`` renders a chat template: trimmed blocks,
+    a generation prompt for the assistant's turn, the special tokens by role."""
+    environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    environment.globals["raise_exception"] = raise_template_error
+    return environment.from_string(template).render(
+        messages=messages, add_generation_prompt=True, **specials
+    )
+
+
+def raise_template_error(message: str) -> None:
+    raise TemplateError(message)
+
+
+def read_chat_template(run_dir: Path) -> str | None:
+    path = run_dir / CHAT_TEMPLATE_FILE
+    return path.read_text(encoding="utf-8") if path.is_file() else None
+
+
+def identity(kind: str) -> dict[str, Any]:
+    """The fields every response of an endpoint begins with."""
+    return {"id": f"{kind}-{uuid.uuid4().hex}", "created": int(time.time())}
+
+
+def sse(payload: dict[str, Any] | str) -> str:
+    """One server-sent event: ``data: <json>`` (or the ``[DONE]`` marker)."""
+    data = payload if isinstance(payload, str) else json.dumps(payload)
+    return f"data: {data}\n\n"

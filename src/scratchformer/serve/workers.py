@@ -1,0 +1,234 @@
+"""The threads that run the model for the server, so that its event loop never waits on
+it: a decoding thread that steps a :class:`~scratchformer.inference.ContinuousBatcher`
+(language models), or a batching thread that gathers the inputs of concurrent requests
+into one call of the model (every other endpoint). Either way the model is used by one
+thread only, and a full queue is refused at once (:class:`Busy`) instead of growing."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any
+
+from ..inference.continuous import ContinuousBatcher, Request
+from .metrics import Metrics
+
+
+class Busy(Exception):
+    """The queue is full: the server answers 429, to be tried again later."""
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What a decoding request has come to: its first ``count`` tokens are final, and it
+    is done if ``finish_reason`` is set; or it failed with ``error``."""
+
+    count: int
+    finish_reason: str | None = None
+    error: str | None = None
+
+
+class DecodingWorker:
+    """Steps ``batcher`` on a thread of its own, in ``context`` (the precision), while any
+    request is live or waiting; sleeps otherwise. At most ``max_queue`` requests wait for
+    a row."""
+
+    def __init__(
+        self,
+        batcher: ContinuousBatcher,
+        max_queue: int,
+        context: Callable[[], AbstractContextManager[Any]],
+        metrics: Metrics,
+    ) -> None:
+        self.batcher = batcher
+        self.max_queue = max_queue
+        self.context = context
+        self.metrics = metrics
+        self.listeners: dict[Request, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
+        self.wake = threading.Condition()
+        self.stopping = False
+        self.thread = threading.Thread(target=self.run, name="decoding", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        with self.wake:
+            self.stopping = True
+            self.wake.notify()
+        self.thread.join()
+
+    def submit(self, requests: list[Request]) -> asyncio.Queue[Progress]:
+        """Queue ``requests`` (the choices of one API request: they join together or not at
+        all); each of their steps arrives on the returned queue as a ``(request,
+        Progress)`` pair. Raises :class:`Busy` when the queue is full, ValueError when a
+        request does not fit a row."""
+        queue: asyncio.Queue = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+        with self.wake:
+            if len(self.batcher.waiting) + len(requests) > self.max_queue:
+                raise Busy(f"{len(self.batcher.waiting)} requests are waiting already")
+            for request in requests:
+                self.batcher.check(request)
+            for request in requests:
+                self.listeners[request] = (loop, queue)
+                self.batcher.add(request)
+            self.metrics.queue_depth.set(len(self.batcher.waiting))
+            self.wake.notify()
+        return queue
+
+    def run(self) -> None:
+        with self.context():
+            while True:
+                with self.wake:
+                    while self.batcher.idle and not self.stopping:
+                        self.wake.wait()
+                    if self.stopping:
+                        return
+                try:
+                    moved = self.batcher.step()
+                except Exception as error:  # every request hears of it
+                    self.fail(f"{type(error).__name__}: {error}")
+                    continue
+                self.report(moved)
+
+    def report(self, moved: list[Request]) -> None:
+        with self.wake:
+            self.metrics.batch_size.observe(len(moved))
+            self.metrics.queue_depth.set(len(self.batcher.waiting))
+            for request in moved:
+                self.tell(request, Progress(len(request.tokens), request.finish_reason))
+                if request.done:
+                    self.metrics.tokens.inc(len(request.tokens))
+                    self.listeners.pop(request, None)
+            for request in [r for r in self.listeners if r.cancelled]:
+                del self.listeners[request]
+
+    def tell(self, request: Request, progress: Progress) -> None:
+        if request in self.listeners:
+            loop, queue = self.listeners[request]
+            loop.call_soon_threadsafe(queue.put_nowait, (request, progress))
+
+    def fail(self, message: str) -> None:
+        """Every live and waiting request ends with ``message``; the batch starts afresh."""
+        with self.wake:
+            for request in list(self.listeners):
+                self.tell(request, Progress(len(request.tokens), error=message))
+            self.listeners.clear()
+            self.batcher.reset()
+
+
+@dataclass
+class Job:
+    """One API request's inputs to a batching worker, and where its outputs go."""
+
+    items: list[Any]
+    future: asyncio.Future
+    loop: asyncio.AbstractEventLoop
+
+
+class BatchWorker:
+    """Runs ``predict`` (a list of inputs -> a list of outputs, one each) on a thread of its
+    own, in ``context``, over the inputs of every request that arrives within ``wait_ms``
+    of the first, up to ``max_batch`` inputs a call. At most ``max_queue`` inputs wait. A
+    call that fails is repeated for each request alone, so that only the request at fault
+    hears of it."""
+
+    def __init__(
+        self,
+        predict: Callable[[list[Any]], list[Any]],
+        max_batch: int,
+        max_queue: int,
+        wait_ms: float,
+        context: Callable[[], AbstractContextManager[Any]],
+        metrics: Metrics,
+    ) -> None:
+        self.predict = predict
+        self.max_batch = max_batch
+        self.max_queue = max_queue
+        self.wait = wait_ms / 1000
+        self.context = context
+        self.metrics = metrics
+        self.jobs: list[Job] = []
+        self.wake = threading.Condition()
+        self.stopping = False
+        self.thread = threading.Thread(target=self.run, name="batching", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        with self.wake:
+            self.stopping = True
+            self.wake.notify()
+        self.thread.join()
+
+    def pending(self) -> int:
+        return sum(len(job.items) for job in self.jobs)
+
+    async def __call__(self, items: list[Any]) -> list[Any]:
+        """The outputs of ``items``, computed with whatever else arrives meanwhile."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        with self.wake:
+            if self.jobs and self.pending() + len(items) > self.max_queue:
+                raise Busy(f"{self.pending()} inputs are waiting already")
+            self.jobs.append(Job(items, future, loop))
+            self.metrics.queue_depth.set(self.pending())
+            self.wake.notify()
+        return await future
+
+    def run(self) -> None:
+        with self.context():
+            while (batch := self.next_batch()) is not None:
+                self.metrics.batch_size.observe(sum(len(job.items) for job in batch))
+                for job, outcome in self.outcomes(batch):
+                    setter = job.future.set_exception
+                    if not isinstance(outcome, Exception):
+                        setter = job.future.set_result
+                    job.loop.call_soon_threadsafe(settle, job.future, setter, outcome)
+
+    def next_batch(self) -> list[Job] | None:
+        """The jobs of the next call: the first waiting one, and those that arrive within
+        ``wait_ms`` while the inputs number fewer than ``max_batch``; None once stopping."""
+        with self.wake:
+            while not self.jobs and not self.stopping:
+                self.wake.wait()
+            if self.stopping:
+                return None
+            deadline = time.monotonic() + self.wait
+            while self.pending() < self.max_batch and (left := deadline - time.monotonic()) > 0:
+                self.wake.wait(left)
+            batch, size = [], 0
+            while self.jobs and (not batch or size + len(self.jobs[0].items) <= self.max_batch):
+                size += len(self.jobs[0].items)
+                batch.append(self.jobs.pop(0))
+            self.metrics.queue_depth.set(self.pending())
+            return batch
+
+    def outcomes(self, batch: list[Job]) -> Iterator[tuple[Job, Any]]:
+        """Each job with its outputs, or the exception that its inputs raise."""
+        items = [item for job in batch for item in job.items]
+        try:
+            outputs = self.predict(items)
+        except Exception as error:  # the job at fault hears of it
+            if len(batch) == 1:
+                yield batch[0], error
+                return
+            for job in batch:
+                yield from self.outcomes([job])
+            return
+        start = 0
+        for job in batch:
+            yield job, outputs[start : start + len(job.items)]
+            start += len(job.items)
+
+
+def settle(future: asyncio.Future, setter: Callable[[Any], None], value: Any) -> None:
+    """Set ``future``'s result or exception, unless its request has gone (cancelled)."""
+    if not future.done():
+        setter(value)

@@ -1,0 +1,114 @@
+"""OpenAI's completions and chat completions, through the official client, against a
+served language-model run."""
+
+from __future__ import annotations
+
+import asyncio
+
+import openai
+import pytest
+
+from scratchformer.inference import generate
+from scratchformer.run import load_run
+
+PROMPTS = ["to be", "whether 'tis", "the question: whether 'tis nobler", "or"]
+
+
+def client(url: str, **options) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, **options)
+
+
+def alone(run_dir, prompt: str, max_tokens: int) -> str:
+    """What ``scratchformer generate --greedy`` writes after ``prompt``."""
+    task, model = load_run(run_dir)
+    tokenizer = task.tokenizer()
+    ids = generate(
+        model,
+        [tokenizer.encode(prompt)],
+        max_new_tokens=max_tokens,
+        greedy=True,
+        eos_id=tokenizer.eos_id,
+    )[0]
+    return tokenizer.decode(ids)
+
+
+def test_models_names_the_run(lm_url, lm_run) -> None:
+    models = client(lm_url).models.list()
+    assert [model.id for model in models.data] == [lm_run.name]
+
+
+def test_greedy_completion_equals_generate(lm_url, lm_run) -> None:
+    answer = client(lm_url).completions.create(
+        model="lm", prompt=PROMPTS[0], max_tokens=12, temperature=0
+    )
+    assert answer.choices[0].text == alone(lm_run, PROMPTS[0], 12)
+    assert answer.choices[0].finish_reason in ("length", "stop")
+    assert answer.usage.prompt_tokens > 0
+    assert answer.usage.total_tokens == answer.usage.prompt_tokens + answer.usage.completion_tokens
+
+
+def test_sixteen_concurrent_requests_get_what_each_gets_alone(lm_url, lm_run) -> None:
+    async def ask_all() -> list[str]:
+        async_client = openai.AsyncOpenAI(base_url=f"{lm_url}/v1", api_key="none", max_retries=0)
+        calls = [
+            async_client.completions.create(
+                model="lm", prompt=PROMPTS[i % 4], max_tokens=4 + 3 * (i % 5), temperature=0
+            )
+            for i in range(16)
+        ]
+        answers = await asyncio.gather(*calls)
+        return [answer.choices[0].text for answer in answers]
+
+    texts = asyncio.run(ask_all())
+    expected = [alone(lm_run, PROMPTS[i % 4], 4 + 3 * (i % 5)) for i in range(16)]
+    assert texts == expected
+
+
+def test_streaming_gives_the_same_text_in_pieces(lm_url, lm_run) -> None:
+    stream = client(lm_url).completions.create(
+        model="lm", prompt=PROMPTS[1], max_tokens=10, temperature=0, stream=True
+    )
+    pieces = [chunk.choices[0].text for chunk in stream]
+    assert "".join(pieces) == alone(lm_run, PROMPTS[1], 10)
+    assert len(pieces) > 1
+
+
+def test_stop_string_ends_the_text_before_it(lm_url, lm_run) -> None:
+    full = alone(lm_run, PROMPTS[0], 12)
+    stop = full[3:5]
+    answer = client(lm_url).completions.create(
+        model="lm", prompt=PROMPTS[0], max_tokens=12, temperature=0, stop=[stop]
+    )
+    assert answer.choices[0].text == full[: full.index(stop)]
+    assert answer.choices[0].finish_reason == "stop"
+
+
+def test_seeded_samples_repeat_and_n_choices_differ(lm_url) -> None:
+    ask = lambda: client(lm_url).completions.create(  # noqa: E731
+        model="lm", prompt="to", max_tokens=12, temperature=1.0, seed=5, n=3
+    )
+    first, second = ask(), ask()
+    texts = [choice.text for choice in first.choices]
+    assert texts == [choice.text for choice in second.choices]
+    assert [choice.index for choice in first.choices] == [0, 1, 2]
+
+
+def test_echo_puts_the_prompt_first(lm_url) -> None:
+    answer = client(lm_url).completions.create(
+        model="lm", prompt="to be", max_tokens=3, temperature=0, echo=True
+    )
+    assert answer.choices[0].text.startswith("to be")
+
+
+def test_bad_requests_are_400s_in_openai_shape(lm_url) -> None:
+    api = client(lm_url)
+    with pytest.raises(openai.BadRequestError, match="context is 64 tokens"):
+        api.completions.create(model="lm", prompt="to be", max_tokens=1000)
+    with pytest.raises(openai.BadRequestError, match="temperature"):
+        api.completions.create(model="lm", prompt="to be", temperature=7)
+    with pytest.raises(openai.BadRequestError, match="logprobs: not supported"):
+        api.completions.create(model="lm", prompt="to be", logprobs=2)
+    with pytest.raises(openai.BadRequestError, match="no chat template"):
+        api.chat.completions.create(model="lm", messages=[{"role": "user", "content": "hi"}])
+    with pytest.raises(openai.NotFoundError, match="'lm' run: /v1/embeddings needs"):
+        api.embeddings.create(model="lm", input="hi")

@@ -1,0 +1,127 @@
+"""The task endpoints of served runs: the CLI's outputs as JSON, the same whatever other
+requests share a batch, and the endpoints of other tasks refused with a 404."""
+
+from __future__ import annotations
+
+import base64
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import openai
+import pytest
+
+from helpers import http, live, train
+from scratchformer.run import load_run
+
+
+@pytest.fixture(scope="module")
+def cls_run(tmp_path_factory) -> Path:
+    directory = tmp_path_factory.mktemp("cls")
+    data = directory / "train.tsv"
+    data.write_text("text\tlabel\n" + "good fun\tpos\nbad dull\tneg\n" * 10)
+    train(
+        directory / "run",
+        "sst2.toml",
+        f"data.train='{data}'",
+        f"data.val='{data}'",
+        "data.text_columns=['text']",
+        "data.label_column='label'",
+        "data.dataset=none",
+        "data.vocab_size=50",
+    )
+    return directory / "run"
+
+
+@pytest.fixture(scope="module")
+def similarity_run(tmp_path_factory) -> Path:
+    directory = tmp_path_factory.mktemp("sim")
+    data = directory / "train.tsv"
+    rows = "a cat sat\ta cat sat down\t4.5\na dog ran\tthe sky is blue\t0.5\n" * 10
+    data.write_text("a\tb\tscore\n" + rows)
+    train(
+        directory / "run",
+        "stsb.toml",
+        f"data.train='{data}'",
+        f"data.val='{data}'",
+        "data.text_columns=['a', 'b']",
+        "data.label_column='score'",
+        "data.dataset=none",
+        "data.vocab_size=60",
+    )
+    return directory / "run"
+
+
+def concurrently(url: str, bodies: list[dict]) -> list[tuple[int, dict]]:
+    with ThreadPoolExecutor(len(bodies)) as pool:
+        return list(pool.map(lambda body: http(url, body), bodies))
+
+
+def test_classify_answers_what_the_cli_prints_however_batched(cls_run) -> None:
+    task, model = load_run(cls_run)
+    lines = ["good fun", "bad", "dull dull good", "fun"]
+    expected = [{"label": label, "probability": p} for label, p in task.predict(model, lines)]
+    with live(cls_run, max_batch=3, batch_wait_ms=50) as url:
+        status, answer = http(f"{url}/v1/classify", {"input": lines})
+        assert status == 200 and answer["object"] == "list"
+        assert [d["label"] for d in answer["data"]] == [e["label"] for e in expected]
+        got = [d["probability"] for d in answer["data"]]
+        assert got == pytest.approx([e["probability"] for e in expected], abs=1e-6)
+        single = concurrently(f"{url}/v1/classify", [{"input": line} for line in lines])
+        assert [a["data"][0]["label"] for _, a in single] == [e["label"] for e in expected]
+        status, answer = http(f"{url}/v1/completions", {"prompt": "good"})
+        assert (
+            status == 404
+            and "'classification' run: /v1/completions needs" in answer["error"]["message"]
+        )
+        status, answer = http(f"{url}/v1/tag", {"input": ["good"]})
+        assert status == 404 and answer["error"]["type"] == "not_found_error"
+        status, answer = http(f"{url}/v1/classify", {"input": []})
+        assert status == 400 and answer["error"]["param"] == "input"
+
+
+def test_embeddings_are_the_bi_encoders_vectors(similarity_run) -> None:
+    task, model = load_run(similarity_run)
+    texts = ["a cat sat", "the sky is blue"]
+    expected = task.embed(model, texts).numpy()
+    with live(similarity_run) as url:
+        api = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
+        answer = api.embeddings.create(model="sim", input=texts)
+        vectors = np.array([item.embedding for item in answer.data])
+        np.testing.assert_allclose(vectors, expected, atol=1e-6)
+        assert answer.usage.prompt_tokens > 0
+        encoded = api.embeddings.create(model="sim", input=texts[0], encoding_format="base64")
+        raw = np.frombuffer(base64.b64decode(encoded.data[0].embedding), dtype="<f4")
+        np.testing.assert_allclose(raw, expected[0], atol=1e-6)
+        status, scores = http(f"{url}/v1/classify", {"input": ["a cat sat\ta cat sat down"]})
+        assert status == 200
+        assert scores["data"][0]["value"] == pytest.approx(
+            float(expected[0] @ task.embed(model, ["a cat sat down"]).numpy()[0]), abs=1e-5
+        )
+
+
+def test_translate_and_fill_mask_answer_as_their_commands(copy_run, mlm_run) -> None:
+    task, model = load_run(copy_run)
+    lines = ["3 4 5", "7 7 1 2"]
+    expected = task.translate(model, lines, beam_size=2)
+    with live(copy_run) as url:
+        answers = concurrently(
+            f"{url}/v1/translate", [{"input": line, "beam_size": 2} for line in lines]
+        )
+        assert [a["data"][0]["translation"] for _, a in answers] == expected
+        greedy = http(f"{url}/v1/translate", {"input": lines, "beam_size": 1})[1]
+        assert [d["translation"] for d in greedy["data"]] == task.translate(
+            model, lines, beam_size=1
+        )
+    task, model = load_run(mlm_run)
+    with live(mlm_run) as url:
+        status, answer = http(
+            f"{url}/v1/fill-mask", {"input": ["the cat [MASK] on the mat ."], "top_k": 3}
+        )
+        assert status == 200
+        candidates = task.fill(model, "the cat [MASK] on the mat .", 3)
+        assert answer["data"][0]["masks"] == [
+            [{"token": t, "probability": pytest.approx(p)} for t, p in mask] for mask in candidates
+        ]
+        status, answer = http(f"{url}/v1/fill-mask", {"input": ["no mask here"]})
+        assert status == 400 and "no [MASK]" in answer["error"]["message"]
