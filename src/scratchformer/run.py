@@ -17,8 +17,15 @@ from torch import nn
 from .config import DataConfig, Recipe, TrainConfig
 from .data.tokenizer import recognise_roles
 from .errors import Interrupted
-from .interop.hf import TOKENIZER_FILE, from_pretrained, save_pretrained
+from .interop.hf import (
+    CHAT_TEMPLATE_FILE,
+    TOKENIZER_FILE,
+    chat_template,
+    from_pretrained,
+    save_pretrained,
+)
 from .interop.peft import save_adapter
+from .io import atomic_write_text
 from .tasks import Task, build_task
 from .training.checkpoint import latest_checkpoint
 from .training.distributed import setup
@@ -237,6 +244,9 @@ def import_hf(hf_dir: Path, run_dir: Path, overrides: Sequence[str] = ()) -> Rec
     recipe = Recipe(IMPORTED_TASKS[config.head or config.arch], config, data, TrainConfig())
     recipe = Recipe.from_dict(recipe.to_dict(), overrides)
     write_run(run_dir, recipe, {"tokenizer": tokenizer}, model)
+    template = chat_template(hf_dir)
+    if template is not None:  # for the server's chat completions
+        atomic_write_text(run_dir / CHAT_TEMPLATE_FILE, template)
     return recipe
 
 

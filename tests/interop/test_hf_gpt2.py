@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -136,3 +138,19 @@ def test_export_of_an_incompatible_run_is_a_one_line_error(tmp_path: Path, capsy
     assert main(["export-hf", str(run_dir), "--out", str(tmp_path / "hf")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "cannot export as t5: " in err
+
+
+@pytest.mark.parametrize("kept_as", ["tokenizer_config.json", "chat_template.jinja"])
+def test_import_keeps_the_checkpoints_chat_template(
+    tiny_gpt2: Path, tmp_path: Path, kept_as
+) -> None:
+    checkpoint, run_dir = tmp_path / "hf", tmp_path / "run"
+    shutil.copytree(tiny_gpt2, checkpoint)
+    template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    if kept_as == "chat_template.jinja":
+        (checkpoint / kept_as).write_text(template)
+    else:
+        entries = [{"name": "tool_use", "template": "x"}, {"name": "default", "template": template}]
+        (checkpoint / kept_as).write_text(json.dumps({"chat_template": entries}))
+    assert main(["--quiet", "import-hf", str(checkpoint), "--out", str(run_dir)]) == 0
+    assert (run_dir / "chat_template.jinja").read_text() == template

@@ -4,10 +4,12 @@ served language-model run."""
 from __future__ import annotations
 
 import asyncio
+import shutil
 
 import openai
 import pytest
 
+from helpers import live
 from scratchformer.inference import generate
 from scratchformer.run import load_run
 
@@ -112,3 +114,36 @@ def test_bad_requests_are_400s_in_openai_shape(lm_url) -> None:
         api.chat.completions.create(model="lm", messages=[{"role": "user", "content": "hi"}])
     with pytest.raises(openai.NotFoundError, match="'lm' run: /v1/embeddings needs"):
         api.embeddings.create(model="lm", input="hi")
+
+
+CHAT = (
+    "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n"
+    "{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}"
+)
+
+
+def test_chat_renders_the_runs_template_and_streams_deltas(lm_run, tmp_path) -> None:
+    run_dir = tmp_path / "chat"
+    shutil.copytree(lm_run, run_dir)
+    (run_dir / "chat_template.jinja").write_text(CHAT)
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "to be"}]
+    prompt = "system: be brief\nuser: to be\nassistant:"
+    with live(run_dir) as url:
+        api = client(url)
+        answer = api.chat.completions.create(
+            model="chat", messages=messages, max_tokens=6, temperature=0
+        )
+        assert answer.choices[0].message.role == "assistant"
+        assert answer.choices[0].message.content == alone(run_dir, prompt, 6)
+        stream = api.chat.completions.create(
+            model="chat", messages=messages, max_tokens=6, temperature=0, stream=True
+        )
+        text = "".join(chunk.choices[0].delta.content or "" for chunk in stream)
+        assert text == answer.choices[0].message.content
+        with pytest.raises(openai.BadRequestError, match="only text parts"):
+            api.chat.completions.create(
+                model="chat",
+                messages=[
+                    {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}
+                ],
+            )

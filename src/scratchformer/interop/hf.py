@@ -41,6 +41,8 @@ PICKLE_FILE = "pytorch_model.bin"
 TOKENIZER_FILE = "tokenizer.json"
 SPECIAL_TOKENS_FILE = "special_tokens_map.json"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+CHAT_TEMPLATE_FILE = "chat_template.jinja"
+"""A chat template on its own, as ``transformers`` saves it and as a run directory keeps it."""
 
 Model = EncoderModel | DecoderModel | Seq2SeqModel
 
@@ -235,6 +237,25 @@ def load_tokenizer(directory: Path) -> Tokenizer | None:
         warnings.warn(f"{directory} has no {TOKENIZER_FILE}: the tokenizer is None", stacklevel=3)
         return None
     return Tokenizer.load(path, declared_roles(directory))
+
+
+def chat_template(directory: Path) -> str | None:
+    """The checkpoint's chat template (``chat_template.jinja``, else the ``chat_template``
+    of ``tokenizer_config.json``: a string, or the one named ``default`` of a list), if it
+    has one."""
+    if (directory / CHAT_TEMPLATE_FILE).is_file():
+        return (directory / CHAT_TEMPLATE_FILE).read_text(encoding="utf-8")
+    if not (directory / TOKENIZER_CONFIG_FILE).is_file():
+        return None
+    template = read_json(directory / TOKENIZER_CONFIG_FILE).get("chat_template")
+    if isinstance(template, list):
+        named = {
+            entry.get("name"): entry.get("template")
+            for entry in template
+            if isinstance(entry, dict)
+        }
+        template = named.get("default")
+    return template if isinstance(template, str) else None
 
 
 def declared_roles(directory: Path) -> dict[str, str] | None:

@@ -123,9 +123,16 @@ def create_app(run_dir: Path, options: ServeOptions = ServeOptions()) -> FastAPI
     def needs(what: str, path: str) -> ApiError:
         return ApiError(404, f"{name} is a {task.name!r} run: {path} needs {what}")
 
+    app.state.decoding = decoding
+
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        return {"status": "ok", "model": name, "task": task.name}
+        """Up, and for a language model the requests decoding and waiting."""
+        state: dict[str, Any] = {"status": "ok", "model": name, "task": task.name}
+        if decoding is not None:
+            batcher = decoding.worker.batcher
+            state |= {"running": len(batcher.live), "waiting": len(batcher.waiting)}
+        return state
 
     @app.get("/metrics")
     async def prometheus() -> Response:

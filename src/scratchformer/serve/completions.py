@@ -4,7 +4,7 @@ turned back into text (stop strings cut, whole characters only), whole or stream
 server-sent events.
 
 A chat is rendered to one prompt by the run's chat template (``chat_template.jinja`` in
-the run directory, which ``import-hf`` writes from a checkpoint's ``tokenizer_config.json``)
+the run directory, which ``import-hf`` copies from a checkpoint)
 in a sandboxed Jinja environment, as ``transformers``' ``apply_chat_template`` renders it.
 """
 
@@ -25,11 +25,10 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from ..data.tokenizer import Tokenizer
 from ..inference.continuous import Request
 from ..inference.generate import Sampling
+from ..interop.hf import CHAT_TEMPLATE_FILE
 from .errors import ApiError
 from .schema import ChatRequest, CompletionRequest, Sampled
 from .workers import Busy, DecodingWorker, Progress
-
-CHAT_TEMPLATE_FILE = "chat_template.jinja"
 
 
 class TextOf:

@@ -1,0 +1,221 @@
+"""What every request meets, and faults: the API key, the queue's bound, the body-size
+limit, malformed bodies, metrics, a client that leaves mid-stream, load, SIGTERM, and the
+page."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from helpers import http, live
+
+
+def test_an_api_key_is_needed_except_for_health(lm_run) -> None:
+    with live(lm_run, api_key="s3cret") as url:
+        body = {"prompt": "to", "max_tokens": 2}
+        status, answer = http(f"{url}/v1/completions", body)
+        assert status == 401 and answer["error"]["type"] == "authentication_error"
+        assert http(f"{url}/v1/completions", body, {"Authorization": "Bearer wrong"})[0] == 401
+        assert http(f"{url}/v1/completions", body, {"Authorization": "Bearer s3cret"})[0] == 200
+        assert http(f"{url}/health")[0] == 200
+
+
+def test_malformed_bodies_are_400s_naming_the_field(lm_url) -> None:
+    url = f"{lm_url}/v1/completions"
+    status, answer = http(url, b"{not json")
+    assert status == 400 and answer["error"]["type"] == "invalid_request_error"
+    status, answer = http(url, {"prompt": "to", "max_tokens": "many"})
+    assert status == 400 and answer["error"]["param"] == "max_tokens"
+    status, answer = http(url, {"prompt": "to", "n": 0})
+    assert status == 400 and answer["error"]["param"] == "n"
+    status, answer = http(url, {"max_tokens": 3})
+    assert status == 400 and answer["error"]["param"] == "prompt"
+    status, answer = http(url, {"prompt": [[1, 2, 999999]]})
+    assert status == 400 and "token ids go from 0 to" in answer["error"]["message"]
+
+
+def test_a_body_over_the_limit_is_refused_unread(lm_run) -> None:
+    with live(lm_run, max_body_bytes=1000) as url:
+        status, answer = http(f"{url}/v1/completions", {"prompt": "to be " * 500})
+        assert status == 413 and "limit of 1000 bytes" in answer["error"]["message"]
+
+
+def test_a_full_queue_answers_429_with_retry_after(lm_run) -> None:
+    with live(lm_run, max_batch=1, max_queue=1) as url:
+        body = json.dumps({"prompt": "to", "max_tokens": 50, "temperature": 0}).encode()
+
+        def ask(_: int) -> tuple[int, str | None]:
+            request = urllib.request.Request(
+                f"{url}/v1/completions", body, {"Content-Type": "application/json"}
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=60) as response:
+                    return response.status, None
+            except urllib.error.HTTPError as error:
+                return error.code, error.headers.get("Retry-After")
+
+        with ThreadPoolExecutor(12) as pool:
+            answers = list(pool.map(ask, range(12)))
+        statuses = [status for status, _ in answers]
+        assert set(statuses) <= {200, 429} and statuses.count(429) >= 1
+        assert all(retry == "1" for status, retry in answers if status == 429)
+
+
+def test_a_client_that_leaves_mid_stream_frees_its_row(lm_run) -> None:
+    with live(lm_run, max_batch=2) as url:
+        assert http(f"{url}/health")[1]["running"] == 0
+        batcher = None
+        # slow each step down, so that the stream is still running when the client leaves
+        from scratchformer.inference import ContinuousBatcher
+
+        step = ContinuousBatcher.step
+
+        def slow_step(self):
+            nonlocal batcher
+            batcher = self
+            time.sleep(0.05)
+            return step(self)
+
+        ContinuousBatcher.step = slow_step
+        try:
+            body = {"prompt": "to", "max_tokens": 60, "temperature": 0, "stream": True}
+            request = urllib.request.Request(
+                f"{url}/v1/completions",
+                json.dumps(body).encode(),
+                {"Content-Type": "application/json"},
+            )
+            response = urllib.request.urlopen(request, timeout=60)
+            assert response.readline().startswith(b"data: ")
+            response.close()
+            deadline = time.monotonic() + 5
+            while http(f"{url}/health")[1]["running"] and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert http(f"{url}/health")[1]["running"] == 0
+        finally:
+            ContinuousBatcher.step = step
+
+
+def test_metrics_count_requests_tokens_and_batches(lm_url) -> None:
+    http(f"{lm_url}/v1/completions", {"prompt": "to", "max_tokens": 3, "temperature": 0})
+    with urllib.request.urlopen(f"{lm_url}/metrics") as response:
+        text = response.read().decode()
+    assert 'scratchformer_requests_total{endpoint="/v1/completions",status="200"}' in text
+    assert "scratchformer_generated_tokens_total" in text
+    assert "scratchformer_batch_size_bucket" in text
+    assert "scratchformer_request_seconds_bucket" in text
+
+
+def test_load_of_64_clients_gets_only_200s_and_429s_and_memory_stays_flat(lm_run) -> None:
+    bodies = [
+        {"prompt": "to be", "max_tokens": 8, "temperature": 0},
+        {"prompt": "whether", "max_tokens": 3, "stream": True},
+        {"prompt": "or", "max_tokens": 100000},
+        {"prompt": 5},
+        b"[[",
+    ]
+    with live(lm_run, max_batch=8, max_queue=16) as url:
+
+        def round_() -> list[int]:
+            with ThreadPoolExecutor(64) as pool:
+                return list(
+                    pool.map(
+                        lambda i: (
+                            http(f"{url}/v1/completions", bodies[i % 5])[0]
+                            if i % 5 != 1
+                            else stream_status(url, bodies[1])
+                        ),
+                        range(128),
+                    )
+                )
+
+        rounds = [round_()]
+        memory = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        rounds += [round_(), round_()]
+        grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - memory) / 1024
+        for statuses in rounds:
+            assert set(statuses) <= {200, 400, 429}, statuses
+            assert statuses.count(200) > 0
+        assert grown_mb < 50
+        assert http(f"{url}/health")[1]["running"] == 0
+
+
+def stream_status(url: str, body: dict) -> int:
+    request = urllib.request.Request(
+        f"{url}/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            lines = response.read().decode().split("\n\n")
+            assert lines[-2] == "data: [DONE]"
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_sigterm_finishes_the_requests_in_flight_then_exits(lm_run) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    command = [
+        sys.executable,
+        "-m",
+        "scratchformer",
+        "--quiet",
+        "serve",
+        str(lm_run),
+        "--port",
+        str(port),
+    ]
+    server = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if http(f"{url}/health")[0] == 200:
+                    break
+            except OSError:
+                assert time.monotonic() < deadline and server.poll() is None, server.stderr.read()
+                time.sleep(0.2)
+        answers = []
+        asking = threading.Thread(
+            target=lambda: answers.append(
+                http(f"{url}/v1/completions", {"prompt": "to", "max_tokens": 40, "temperature": 0})
+            )
+        )
+        asking.start()
+        time.sleep(0.05)
+        server.send_signal(signal.SIGTERM)
+        asking.join(timeout=60)
+        # uvicorn, done, raises the signal again: the exit status says what stopped it
+        assert server.wait(timeout=60) in (0, -signal.SIGTERM)
+        assert answers and answers[0][0] == 200
+        with pytest.raises(OSError):
+            http(f"{url}/health")
+    finally:
+        if server.poll() is None:
+            server.kill()
+
+
+def test_the_page_escapes_the_run_name(lm_run, tmp_path) -> None:
+    odd = tmp_path / "<b>odd</b>"
+    os.symlink(lm_run, odd)
+    with live(odd) as url, urllib.request.urlopen(f"{url}/") as response:
+        page = response.read().decode()
+    assert "<b>odd</b>" not in page and "&lt;b&gt;odd&lt;/b&gt;" in page
+    assert "/v1/completions" in page
