@@ -43,6 +43,7 @@ docs: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/layers.py
 	$(BIN)/python benchmarks/speed.py
+	$(BIN)/python benchmarks/serve.py
 
 # Hours: every recipe within its budget (see benchmarks/quality.py), then the README table.
 results: $(STAMP)

@@ -15,9 +15,10 @@ settings are in the environment, so that commands the tests start inherit them.
 """
 
 import os
+import shutil
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 import torch
@@ -128,3 +129,37 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.write_line(f"{kind:<52} {count:>3} / {SURVIVED[kind]}")
     total = sum(INJECTED.values())
     terminalreporter.write_line(f"{'all':<52} {total:>3} / {sum(SURVIVED.values())}")
+
+
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+"""Chromium offline: nothing it starts reaches out to the network."""
+
+
+def browser_unavailable(reason: str) -> NoReturn:
+    if os.environ.get("SCRATCHFORMER_REQUIRE_BROWSER") == "1":
+        pytest.fail(f"{reason}, and SCRATCHFORMER_REQUIRE_BROWSER=1 requires the browser tests")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Debian's Chromium, headless, with nothing that reaches out to the network."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        browser_unavailable("playwright is not installed (pip install playwright)")
+    chromium = shutil.which("chromium") or "/usr/bin/chromium"
+    if not Path(chromium).is_file():
+        browser_unavailable("Chromium is not installed (apt-get install chromium)")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()

@@ -27,7 +27,7 @@ LAYERS = (
     ("tasks",),
     ("training", "viz"),
     ("run",),
-    ("demo",),
+    ("demo", "serve"),
     ("commands",),
     ("__init__",),
     ("cli",),

@@ -11,7 +11,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from helpers import http, live
+from scratchformer.inference import ContinuousBatcher
 
 
 def test_an_api_key_is_needed_except_for_health(lm_run) -> None:
@@ -72,38 +72,41 @@ def test_a_full_queue_answers_429_with_retry_after(lm_run) -> None:
         assert all(retry == "1" for status, retry in answers if status == 429)
 
 
-def test_a_client_that_leaves_mid_stream_frees_its_row(lm_run) -> None:
+@pytest.fixture
+def slow_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every decoding step takes 50 ms more, so that a request of 60 tokens lasts seconds."""
+    step = ContinuousBatcher.step
+
+    def slow_step(self: ContinuousBatcher) -> list:
+        time.sleep(0.05)
+        return step(self)
+
+    monkeypatch.setattr(ContinuousBatcher, "step", slow_step)
+
+
+def test_a_client_that_leaves_mid_stream_frees_its_row(lm_run, slow_steps) -> None:
     with live(lm_run, max_batch=2) as url:
         assert http(f"{url}/health")[1]["running"] == 0
-        batcher = None
-        # slow each step down, so that the stream is still running when the client leaves
-        from scratchformer.inference import ContinuousBatcher
-
-        step = ContinuousBatcher.step
-
-        def slow_step(self):
-            nonlocal batcher
-            batcher = self
+        body = {"prompt": "to", "max_tokens": 60, "temperature": 0, "stream": True}
+        request = urllib.request.Request(
+            f"{url}/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
+        )
+        response = urllib.request.urlopen(request, timeout=60)
+        assert response.readline().startswith(b"data: ")
+        assert http(f"{url}/health")[1]["running"] == 1
+        response.close()
+        deadline = time.monotonic() + 2  # well before the 60 tokens' 3 s
+        while http(f"{url}/health")[1]["running"] and time.monotonic() < deadline:
             time.sleep(0.05)
-            return step(self)
+        assert http(f"{url}/health")[1]["running"] == 0
 
-        ContinuousBatcher.step = slow_step
-        try:
-            body = {"prompt": "to", "max_tokens": 60, "temperature": 0, "stream": True}
-            request = urllib.request.Request(
-                f"{url}/v1/completions",
-                json.dumps(body).encode(),
-                {"Content-Type": "application/json"},
-            )
-            response = urllib.request.urlopen(request, timeout=60)
-            assert response.readline().startswith(b"data: ")
-            response.close()
-            deadline = time.monotonic() + 5
-            while http(f"{url}/health")[1]["running"] and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert http(f"{url}/health")[1]["running"] == 0
-        finally:
-            ContinuousBatcher.step = step
+
+def test_a_request_past_its_timeout_is_a_504_and_frees_its_row(lm_run, slow_steps) -> None:
+    with live(lm_run, timeout_s=0.5) as url:
+        status, answer = http(f"{url}/v1/completions", {"prompt": "to", "max_tokens": 60})
+        assert status == 504 and "no answer within 0.5 s" in answer["error"]["message"]
+        time.sleep(0.2)
+        assert http(f"{url}/health")[1]["running"] == 0
 
 
 def test_metrics_count_requests_tokens_and_batches(lm_url) -> None:
@@ -169,53 +172,46 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def test_sigterm_finishes_the_requests_in_flight_then_exits(lm_run) -> None:
+def test_sigterm_finishes_the_requests_in_flight_then_exits(lm_run, tmp_path) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    command = [
-        sys.executable,
-        "-m",
-        "scratchformer",
-        "--quiet",
-        "serve",
-        str(lm_run),
-        "--port",
-        str(port),
-    ]
-    server = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    command = [sys.executable, "-m", "scratchformer", "--quiet", "serve", str(lm_run)]
+    log = (tmp_path / "server.log").open("w")
+    server = subprocess.Popen([*command, "--port", str(port)], stderr=log)
     try:
         deadline = time.monotonic() + 60
-        while True:
-            try:
-                if http(f"{url}/health")[0] == 200:
-                    break
-            except OSError:
-                assert time.monotonic() < deadline and server.poll() is None, server.stderr.read()
-                time.sleep(0.2)
-        answers = []
-        asking = threading.Thread(
-            target=lambda: answers.append(
-                http(f"{url}/v1/completions", {"prompt": "to", "max_tokens": 40, "temperature": 0})
-            )
+        while not healthy(url):
+            assert time.monotonic() < deadline and server.poll() is None, "the server did not start"
+            time.sleep(0.2)
+        body = {"prompt": "to", "max_tokens": 60, "temperature": 0, "stream": True}
+        request = urllib.request.Request(
+            f"{url}/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
         )
-        asking.start()
-        time.sleep(0.05)
-        server.send_signal(signal.SIGTERM)
-        asking.join(timeout=60)
+        with urllib.request.urlopen(request, timeout=60) as response:
+            first = response.readline()  # the request is in flight
+            server.send_signal(signal.SIGTERM)
+            rest = response.read().decode()
+        assert first.startswith(b"data: ") and rest.rstrip().endswith("data: [DONE]")
         # uvicorn, done, raises the signal again: the exit status says what stopped it
         assert server.wait(timeout=60) in (0, -signal.SIGTERM)
-        assert answers and answers[0][0] == 200
-        with pytest.raises(OSError):
-            http(f"{url}/health")
+        assert not healthy(url)
     finally:
         if server.poll() is None:
             server.kill()
+        log.close()
+
+
+def healthy(url: str) -> bool:
+    try:
+        return http(f"{url}/health")[0] == 200
+    except OSError:
+        return False
 
 
 def test_the_page_escapes_the_run_name(lm_run, tmp_path) -> None:
-    odd = tmp_path / "<b>odd</b>"
+    odd = tmp_path / "<script>odd"
     os.symlink(lm_run, odd)
     with live(odd) as url, urllib.request.urlopen(f"{url}/") as response:
         page = response.read().decode()
-    assert "<b>odd</b>" not in page and "&lt;b&gt;odd&lt;/b&gt;" in page
+    assert "<script>odd" not in page and "&lt;script&gt;odd" in page
     assert "/v1/completions" in page

@@ -5,12 +5,9 @@ SCRATCHFORMER_REQUIRE_BROWSER=1)."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import NoReturn
 
 import pytest
 import torch
@@ -19,15 +16,6 @@ from scratchformer.viz.maps import AttentionMaps
 from scratchformer.viz.viewer import MIN_LINE_WEIGHT, attention_page
 
 TRICKY = ["</script><b>x</b>", "<!--", "a & b", '"q"', " "]
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 
 def random_maps(layers: int = 2, heads: int = 3, source: int = 7, target: int = 5) -> AttentionMaps:
@@ -138,28 +126,6 @@ def test_maps_without_heads_are_refused() -> None:
 
 
 # --- in a real browser ------------------------------------------------------------------
-
-
-def _unavailable(reason: str) -> NoReturn:
-    if os.environ.get("SCRATCHFORMER_REQUIRE_BROWSER") == "1":
-        pytest.fail(f"{reason}, and SCRATCHFORMER_REQUIRE_BROWSER=1 requires the browser tests")
-    pytest.skip(reason)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    """Debian's Chromium, headless, with nothing that reaches out to the network."""
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _unavailable("playwright is not installed (pip install playwright)")
-    chromium = shutil.which("chromium") or "/usr/bin/chromium"
-    if not Path(chromium).is_file():
-        _unavailable("Chromium is not installed (apt-get install chromium)")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
 
 
 @pytest.fixture(scope="module")

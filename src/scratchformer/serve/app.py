@@ -75,7 +75,7 @@ def create_app(run_dir: Path, options: ServeOptions = ServeOptions()) -> FastAPI
         with torch.no_grad(), bf16_autocast(device, bf16):
             yield
 
-    name = run_dir.resolve().name
+    name = run_dir.absolute().name
     metrics = Metrics()
     workers: list[Any] = []
     decoding = None

@@ -1,0 +1,235 @@
+"""The server under load: ``scratchformer serve`` with continuous batching against the same
+server answering one request at a time (``--max-batch 1``), side by side in one run.
+
+    python benchmarks/serve.py            # config B's decoder and a classifier, ~5 minutes
+    python benchmarks/serve.py --quick    # tiny models, a few requests: that it all runs
+
+Two runs are trained for one step from the shared data (their weights are random to any
+purpose here, their sizes are what counts): a decoder-only language model of config B
+(``benchmarks/generate.py``'s sizes, a byte-level BPE of 8,192 tokens) and an SST-2
+classifier (``recipes/sst2.toml``). Each is served by ``scratchformer serve`` in a process of
+its own on 127.0.0.1, loaded by clients of the official ``openai`` package (completions) or
+plain HTTP (``/v1/classify``) at a fixed concurrency, each client asking again as soon as
+it is answered, a fixed number of requests in all. Reported: completion tokens (or
+requests) per second over the whole load, and the median and 99th percentile of the
+requests' latencies; targets: at concurrency 32, >= 4x the tokens/s of one at a time for
+decoding, >= 5x the requests/s for classification.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import openai
+import torch
+
+from scratchformer.device import native_bf16
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG_B = [
+    "model.n_layers=6",
+    "model.d_model=384",
+    "model.n_heads=6",
+    "model.d_ff=1536",
+    "model.max_len=256",
+    "data.tokenizer=bpe",
+    "data.vocab_size=8192",
+]
+TINY = ["model.n_layers=1", "model.d_model=32", "model.n_heads=2", "model.d_ff=64"]
+CONCURRENCY = (1, 8, 32)
+TARGETS = {"completions": 4.0, "classify": 5.0}
+"""The least speed-up at concurrency 32 of continuous batching over one at a time."""
+PROMPTS = ["ROMEO:", "JULIET: O Romeo, Romeo!", "First Citizen:\nBefore we proceed", "KING"]
+SENTENCES = ["a wonderful, moving film", "dull and far too long", "it is fine", "not for me"]
+
+
+@dataclass(frozen=True)
+class Load:
+    """A load's outcome: units done (tokens or requests), its wall time, each latency."""
+
+    units: float
+    seconds: float
+    latencies: list[float]
+
+    def rate(self) -> float:
+        return self.units / self.seconds
+
+    def percentile(self, q: float) -> float:
+        ordered = sorted(self.latencies)
+        return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def train(run_dir: Path, recipe: str, settings: list[str]) -> None:
+    """A run of ``recipe`` with ``settings``, trained one step."""
+    overrides = [*settings, "train.max_steps=1", "train.eval_every=1", "train.eval_batches=1"]
+    command = [
+        sys.executable,
+        "-m",
+        "scratchformer",
+        "--quiet",
+        "train",
+        str(ROOT / "recipes" / recipe),
+    ]
+    command += ["--out", str(run_dir)]
+    for setting in overrides:
+        command += ["--set", setting]
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@contextmanager
+def served(run_dir: Path, max_batch: int, threads: int) -> Iterator[str]:
+    """The base URL of ``scratchformer serve run_dir --max-batch max_batch``, in a process
+    of its own, until the block ends."""
+    port = free_port()
+    command = [sys.executable, "-m", "scratchformer", "--quiet", "serve", str(run_dir)]
+    command += ["--port", str(port), "--max-batch", str(max_batch), "--max-queue", "1000"]
+    environment = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    server = subprocess.Popen(command, env=environment)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=5):
+                    break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the server of {run_dir} did not start") from None
+                time.sleep(0.2)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=120)
+
+
+async def load(concurrency: int, requests: int, ask: Callable[[int], Awaitable[float]]) -> Load:
+    """``requests`` calls of ``ask(i)`` (each returning its units), ``concurrency`` at once."""
+    latencies: list[float] = []
+    units = 0.0
+    counter = iter(range(requests))
+
+    async def client() -> None:
+        nonlocal units
+        for i in counter:
+            start = time.perf_counter()
+            units += await ask(i)
+            latencies.append(time.perf_counter() - start)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(concurrency)))
+    return Load(units, time.perf_counter() - start, latencies)
+
+
+def completions(url: str, concurrency: int, requests: int, max_tokens: int) -> Load:
+    async def run() -> Load:
+        client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
+
+        async def ask(i: int) -> float:
+            answer = await client.completions.create(
+                model="b", prompt=PROMPTS[i % len(PROMPTS)], max_tokens=max_tokens, temperature=0
+            )
+            return answer.usage.completion_tokens
+
+        await ask(0)  # warm-up: the first request's allocations
+        result = await load(concurrency, requests, ask)
+        await client.close()
+        return result
+
+    return asyncio.run(run())
+
+
+def classify(url: str, concurrency: int, requests: int) -> Load:
+    def post(i: int) -> float:
+        body = json.dumps({"input": SENTENCES[i % len(SENTENCES)]}).encode()
+        request = urllib.request.Request(
+            f"{url}/v1/classify", body, {"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=120) as response:
+            json.loads(response.read())
+        return 1.0
+
+    async def run() -> Load:
+        async def ask(i: int) -> float:
+            return await asyncio.to_thread(post, i)
+
+        await ask(0)
+        return await load(concurrency, requests, ask)
+
+    return asyncio.run(run())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="tiny models, a few requests")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--max-tokens", type=int, default=64, help="new tokens a request")
+    args = parser.parse_args()
+    cpu = torch.device("cpu")
+    print(
+        f"CPU: {platform.processor() or platform.machine()}, "
+        f"{torch.backends.cpu.get_cpu_capability()}, native bf16: {native_bf16(cpu)}, "
+        f"{args.threads} threads; torch {torch.__version__}"
+    )
+    sizes = TINY if args.quick else []
+    max_tokens = 8 if args.quick else args.max_tokens
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        lm, cls = Path(scratch) / "lm", Path(scratch) / "cls"
+        train(lm, "shakespeare-char.toml", [*CONFIG_B, *sizes, "data.block_size=64"])
+        train(cls, "sst2.toml", sizes)
+        for endpoint, run_dir in (("completions", lm), ("classify", cls)):
+            for max_batch in (32, 1):
+                with served(run_dir, max_batch, args.threads) as url:
+                    for concurrency in CONCURRENCY:
+                        requests = (2 if args.quick else 4) * concurrency
+                        if endpoint == "completions":
+                            result = completions(url, concurrency, requests, max_tokens)
+                        else:
+                            result = classify(url, concurrency, requests * 4)
+                        rows.append((endpoint, max_batch, concurrency, result))
+                        print_row(*rows[-1])
+    print()
+    for endpoint, target in TARGETS.items():
+        at = {b: r for e, b, c, r in rows if e == endpoint and c == CONCURRENCY[-1]}
+        ratio = at[32].rate() / at[1].rate()
+        verdict = "met" if ratio >= target else "missed"
+        print(
+            f"{endpoint}, concurrency {CONCURRENCY[-1]}: {ratio:.2f}x one at a time "
+            f"(target >= {target}x, {verdict})"
+        )
+
+
+def print_row(endpoint: str, max_batch: int, concurrency: int, result: Load) -> None:
+    unit = "tokens/s" if endpoint == "completions" else "requests/s"
+    mode = "continuous batching" if max_batch > 1 else "one at a time"
+    if endpoint == "classify" and max_batch > 1:
+        mode = "micro-batching"
+    p50, p99 = (result.percentile(q) * 1000 for q in (0.5, 0.99))
+    print(
+        f"{endpoint:12} {mode:20} concurrency {concurrency:2}: {result.rate():8.1f} {unit}, "
+        f"latency p50 {p50:7.0f} ms, p99 {p99:7.0f} ms"
+    )
+
+
+if __name__ == "__main__":
+    main()
