@@ -350,6 +350,13 @@ COMMANDS = (
                 help="requests (decoding) or inputs that may wait; more get 429",
             ),
             arg(
+                "--context",
+                type=POSITIVE_INT,
+                default=None,
+                help="positions a request may use, prompt and new tokens (default: the "
+                "model's max_len, at most 2048)",
+            ),
+            arg(
                 "--timeout",
                 type=bounded(float, 0, above=True),
                 default=300.0,

@@ -12,6 +12,7 @@ import pytest
 from helpers import live
 from scratchformer.inference import generate
 from scratchformer.run import load_run
+from scratchformer.serve import ServeOptions, create_app
 
 PROMPTS = ["to be", "whether 'tis", "the question: whether 'tis nobler", "or"]
 
@@ -45,7 +46,8 @@ def test_greedy_completion_equals_generate(lm_url, lm_run) -> None:
     )
     assert answer.choices[0].text == alone(lm_run, PROMPTS[0], 12)
     assert answer.choices[0].finish_reason in ("length", "stop")
-    assert answer.usage.prompt_tokens > 0
+    assert answer.usage.prompt_tokens == len(load_run(lm_run)[0].tokenizer().encode(PROMPTS[0]))
+    assert answer.usage.completion_tokens == 12 or answer.choices[0].finish_reason == "stop"
     assert answer.usage.total_tokens == answer.usage.prompt_tokens + answer.usage.completion_tokens
 
 
@@ -147,3 +149,8 @@ def test_chat_renders_the_runs_template_and_streams_deltas(lm_run, tmp_path) -> 
                     {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}
                 ],
             )
+
+
+def test_a_context_beyond_the_models_is_refused(lm_run) -> None:
+    with pytest.raises(ValueError, match="--context 100 exceeds the model's max_len=64"):
+        create_app(lm_run, ServeOptions(context=100))

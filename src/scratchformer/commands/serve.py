@@ -22,6 +22,7 @@ def serve(args: argparse.Namespace) -> int:
         max_batch=args.max_batch,
         max_queue=args.max_queue,
         timeout_s=args.timeout,
+        context=args.context,
     )
     app = create_app(Path(args.run), options)
     if not args.quiet:

@@ -39,6 +39,10 @@ from .page import page
 from .tasks import ENDPOINTS
 from .workers import BatchWorker, Busy, DecodingWorker
 
+DEFAULT_CONTEXT = 2048
+"""The context of a request unless ``--context`` says otherwise: an imported model's
+``max_len`` can be tens of thousands of positions, which a KV cache of every row would
+hold in full."""
 OPEN_PATHS = {"/", "/health"}
 """Paths that need no API key."""
 
@@ -55,11 +59,16 @@ class ServeOptions:
     """Requests decoded together (rows of the KV cache), or inputs run in one call."""
     max_queue: int = 64
     """Requests (decoding) or inputs (other endpoints) that may wait; beyond: 429."""
-    batch_wait_ms: float = 5.0
-    """How long a batching call waits for more inputs once it has one."""
+    batch_wait_ms: float = 0.0
+    """How long a batching call waits for more inputs once it has one. With none, a call
+    takes what is waiting; the inputs that arrive while it runs make the next call."""
     timeout_s: float = 300.0
     """A request still unanswered after this is answered 504."""
     max_body_bytes: int = 4_000_000
+    context: int | None = None
+    """Positions a request may use, prompt and new tokens (the KV cache holds this many
+    for each of ``max_batch`` rows); None: the model's ``max_len``, at most
+    :data:`DEFAULT_CONTEXT`."""
 
 
 def create_app(run_dir: Path, options: ServeOptions = ServeOptions()) -> FastAPI:
@@ -80,7 +89,11 @@ def create_app(run_dir: Path, options: ServeOptions = ServeOptions()) -> FastAPI
     workers: list[Any] = []
     decoding = None
     if task.command == "generate":
-        context = model.config.max_len
+        context = options.context or min(model.config.max_len, DEFAULT_CONTEXT)
+        if context > model.config.max_len:
+            raise ValueError(
+                f"--context {context} exceeds the model's max_len={model.config.max_len}"
+            )
         batcher = ContinuousBatcher(model, options.max_batch, context)
         worker = DecodingWorker(batcher, options.max_queue, computing, metrics)
         tokenizer = task.tokenizer()
@@ -163,8 +176,8 @@ def create_app(run_dir: Path, options: ServeOptions = ServeOptions()) -> FastAPI
         head = {**identity("cmpl"), "object": "text_completion", "model": name}
         if body.stream:
             return streaming(decoding, choices, head, choice_json)
-        usage = decoding.usage(choices, prompts)
         answers = await decoding.complete(choices, choice_json)
+        usage = decoding.usage(choices, prompts)
         return JSONResponse({**head, "choices": answers, "usage": usage})
 
     @app.post("/v1/chat/completions")
