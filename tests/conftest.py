@@ -70,6 +70,26 @@ def lora_copy_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run_dir
 
 
+@pytest.fixture(scope="session")
+def classification_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny sentiment classifier (``recipes/sst2.toml``) trained on a TSV file written
+    here, for the commands and endpoints that classify."""
+    directory = tmp_path_factory.mktemp("cls")
+    data = directory / "train.tsv"
+    data.write_text("text\tlabel\n" + "good fun\tpos\nbad dull\tneg\n" * 10)
+    train(
+        directory / "run",
+        "sst2.toml",
+        f"data.train='{data}'",
+        f"data.val='{data}'",
+        "data.text_columns=['text']",
+        "data.label_column='label'",
+        "data.dataset=none",
+        "data.vocab_size=50",
+    )
+    return directory / "run"
+
+
 MLM_SENTENCES = [
     "the cat sat on the mat .",
     "a dog ran under the old tree .",

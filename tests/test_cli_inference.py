@@ -42,23 +42,13 @@ def test_commands_refuse_runs_of_another_task(copy_run, capsys, monkeypatch) -> 
         assert status == 2 and f"is a 'synthetic' run; {command} needs {wanted}" in err
 
 
-def test_classify_prints_a_label_and_probability_per_line(tmp_path, capsys, monkeypatch) -> None:
-    data = tmp_path / "train.tsv"
-    data.write_text("text\tlabel\n" + "good fun\tpos\nbad dull\tneg\n" * 10)
-    run_dir = tmp_path / "cls"
-    train(
-        run_dir,
-        "sst2.toml",
-        f"data.train='{data}'",
-        f"data.val='{data}'",
-        "data.text_columns=['text']",
-        "data.label_column='label'",
-        "data.dataset=none",
-        "data.vocab_size=50",
-    )
+def test_classify_prints_a_label_and_probability_per_line(
+    classification_run, capsys, monkeypatch
+) -> None:
     for quantize in ([], ["--quantize", "int8"]):
         lines = "good fun\n\nbad\n"
-        status, out, _ = run(capsys, monkeypatch, lines, "classify", str(run_dir), *quantize)
+        args = ["classify", str(classification_run), *quantize]
+        status, out, _ = run(capsys, monkeypatch, lines, *args)
         assert status == 0 and len(out) == 3
         for line in out:
             label, probability = line.split("\t")

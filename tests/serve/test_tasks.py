@@ -16,24 +16,6 @@ from scratchformer.run import load_run
 
 
 @pytest.fixture(scope="module")
-def cls_run(tmp_path_factory) -> Path:
-    directory = tmp_path_factory.mktemp("cls")
-    data = directory / "train.tsv"
-    data.write_text("text\tlabel\n" + "good fun\tpos\nbad dull\tneg\n" * 10)
-    train(
-        directory / "run",
-        "sst2.toml",
-        f"data.train='{data}'",
-        f"data.val='{data}'",
-        "data.text_columns=['text']",
-        "data.label_column='label'",
-        "data.dataset=none",
-        "data.vocab_size=50",
-    )
-    return directory / "run"
-
-
-@pytest.fixture(scope="module")
 def similarity_run(tmp_path_factory) -> Path:
     directory = tmp_path_factory.mktemp("sim")
     data = directory / "train.tsv"
@@ -57,11 +39,11 @@ def concurrently(url: str, bodies: list[dict]) -> list[tuple[int, dict]]:
         return list(pool.map(lambda body: http(url, body), bodies))
 
 
-def test_classify_answers_what_the_cli_prints_however_batched(cls_run) -> None:
-    task, model = load_run(cls_run)
+def test_classify_answers_what_the_cli_prints_however_batched(classification_run) -> None:
+    task, model = load_run(classification_run)
     lines = ["good fun", "bad", "dull dull good", "fun"]
     expected = [{"label": label, "probability": p} for label, p in task.predict(model, lines)]
-    with live(cls_run, max_batch=3, batch_wait_ms=50) as url:
+    with live(classification_run, max_batch=3, batch_wait_ms=50) as url:
         status, answer = http(f"{url}/v1/classify", {"input": lines})
         assert status == 200 and answer["object"] == "list"
         assert [d["label"] for d in answer["data"]] == [e["label"] for e in expected]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import hmac
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -36,9 +37,11 @@ from .completions import Choice, Decoding, identity, read_chat_template, sse
 from .errors import ApiError
 from .metrics import Metrics
 from .page import page
-from .tasks import ENDPOINTS
+from .tasks import ENDPOINTS, grouped
 from .workers import BatchWorker, Busy, DecodingWorker
 
+TASK, EMBED = "task", "embed"
+"""The kinds of work of the batching worker."""
 DEFAULT_CONTEXT = 2048
 """The context of a request unless ``--context`` says otherwise: an imported model's
 ``max_len`` can be tens of thousands of positions, which a KV cache of every row would
@@ -102,25 +105,24 @@ def create_app(run_dir: Path, options: ServeOptions = ServeOptions()) -> FastAPI
         )
         workers.append(worker)
 
-    def batching(predict: Callable[[list[Any]], list[Any]]) -> BatchWorker:
-        worker = BatchWorker(
-            predict,
+    endpoint = ENDPOINTS.get(task.command)
+    work: dict[str, Callable[[list[Any]], list[Any]]] = {}
+    """What the batching worker does, by kind: the task endpoint's work, embeddings."""
+    if endpoint is not None:
+        work[TASK] = functools.partial(endpoint.predict, task, model)
+    if hasattr(task, "embed"):
+        work[EMBED] = lambda texts: list(task.embed(model, texts).numpy())
+    batched = None
+    if work:
+        batched = BatchWorker(
+            functools.partial(grouped, lambda kind, inputs: work[kind[0]](inputs)),
             options.max_batch,
             options.max_queue,
             options.batch_wait_ms,
             computing,
             metrics,
         )
-        workers.append(worker)
-        return worker
-
-    endpoint = ENDPOINTS.get(task.command)
-    predict = (
-        None if endpoint is None else batching(lambda items: endpoint.predict(task, model, items))
-    )
-    embed = None
-    if hasattr(task, "embed"):
-        embed = batching(lambda texts: task.embed(model, texts).numpy())
+        workers.append(batched)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -214,12 +216,12 @@ def create_app(run_dir: Path, options: ServeOptions = ServeOptions()) -> FastAPI
 
     @app.post("/v1/embeddings")
     async def embeddings(body: schema.EmbeddingRequest) -> dict[str, Any]:
-        if embed is None:
+        if EMBED not in work:
             raise needs("a similarity (bi-encoder) run", "/v1/embeddings")
         if body.dimensions is not None:
             raise ApiError(400, "dimensions: not supported by this server", "dimensions")
         texts = [body.input] if isinstance(body.input, str) else body.input
-        vectors = await run_batch(embed, texts)
+        vectors = await run_batch(batched, [((EMBED,), text) for text in texts])
         data = [
             {"object": "embedding", "index": i, "embedding": encoded(v, body.encoding_format)}
             for i, v in enumerate(vectors)
@@ -229,7 +231,7 @@ def create_app(run_dir: Path, options: ServeOptions = ServeOptions()) -> FastAPI
         return {"object": "list", "data": data, "model": name, "usage": usage}
 
     for command, served in ENDPOINTS.items():
-        add_task_endpoint(app, task, name, served, predict if command == task.command else None)
+        add_task_endpoint(app, task, name, served, batched if command == task.command else None)
     return app
 
 
@@ -242,7 +244,7 @@ def add_task_endpoint(
     async def handle(body: schema.Body) -> dict[str, Any]:
         if worker is None:
             raise ApiError(404, f"{name} is a {task.name!r} run: {endpoint.path} is another task's")
-        outputs = await run_batch(worker, endpoint.items(body))
+        outputs = await run_batch(worker, [((TASK,), item) for item in endpoint.items(body)])
         data = [{"index": i, **output} for i, output in enumerate(outputs)]
         return {"object": "list", "model": name, "data": data}
 

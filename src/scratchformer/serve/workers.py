@@ -32,10 +32,36 @@ class Progress:
     error: str | None = None
 
 
-class DecodingWorker:
-    """Steps ``batcher`` on a thread of its own, in ``context`` (the precision), while any
-    request is live or waiting; sleeps otherwise. At most ``max_queue`` requests wait for
-    a row."""
+class ModelThread:
+    """A thread of its own that runs the model in ``context`` (the precision), from
+    :meth:`start` until :meth:`stop`; ``wake`` guards its queue and wakes it."""
+
+    def __init__(
+        self, name: str, context: Callable[[], AbstractContextManager[Any]], metrics: Metrics
+    ) -> None:
+        self.context = context
+        self.metrics = metrics
+        self.wake = threading.Condition()
+        self.stopping = False
+        self.thread = threading.Thread(target=self.run, name=name, daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        """Let the thread finish what it is computing, then end it."""
+        with self.wake:
+            self.stopping = True
+            self.wake.notify()
+        self.thread.join()
+
+    def run(self) -> None:
+        raise NotImplementedError
+
+
+class DecodingWorker(ModelThread):
+    """Steps ``batcher`` while any request is live or waiting; sleeps otherwise. At most
+    ``max_queue`` requests wait for a row."""
 
     def __init__(
         self,
@@ -44,23 +70,10 @@ class DecodingWorker:
         context: Callable[[], AbstractContextManager[Any]],
         metrics: Metrics,
     ) -> None:
+        super().__init__("decoding", context, metrics)
         self.batcher = batcher
         self.max_queue = max_queue
-        self.context = context
-        self.metrics = metrics
         self.listeners: dict[Request, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
-        self.wake = threading.Condition()
-        self.stopping = False
-        self.thread = threading.Thread(target=self.run, name="decoding", daemon=True)
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def stop(self) -> None:
-        with self.wake:
-            self.stopping = True
-            self.wake.notify()
-        self.thread.join()
 
     def submit(self, requests: list[Request]) -> asyncio.Queue[Progress]:
         """Queue ``requests`` (the choices of one API request: they join together or not at
@@ -131,12 +144,12 @@ class Job:
     loop: asyncio.AbstractEventLoop
 
 
-class BatchWorker:
-    """Runs ``predict`` (a list of inputs -> a list of outputs, one each) on a thread of its
-    own, in ``context``, over the inputs of every request that arrives within ``wait_ms``
-    of the first, up to ``max_batch`` inputs a call. At most ``max_queue`` inputs wait. A
-    call that fails is repeated for each request alone, so that only the request at fault
-    hears of it."""
+class BatchWorker(ModelThread):
+    """Runs ``predict`` (a list of inputs -> a list of outputs, one each) over the inputs
+    of every request waiting when a call starts (and of those that arrive within
+    ``wait_ms`` of the first), up to ``max_batch`` inputs a call. At most ``max_queue``
+    inputs wait. A call that fails is repeated for each request alone, so that only the
+    request at fault hears of it."""
 
     def __init__(
         self,
@@ -147,25 +160,12 @@ class BatchWorker:
         context: Callable[[], AbstractContextManager[Any]],
         metrics: Metrics,
     ) -> None:
+        super().__init__("batching", context, metrics)
         self.predict = predict
         self.max_batch = max_batch
         self.max_queue = max_queue
         self.wait = wait_ms / 1000
-        self.context = context
-        self.metrics = metrics
         self.jobs: list[Job] = []
-        self.wake = threading.Condition()
-        self.stopping = False
-        self.thread = threading.Thread(target=self.run, name="batching", daemon=True)
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def stop(self) -> None:
-        with self.wake:
-            self.stopping = True
-            self.wake.notify()
-        self.thread.join()
 
     def pending(self) -> int:
         return sum(len(job.items) for job in self.jobs)
