@@ -3,6 +3,8 @@ get the tokens they would get alone, whatever else shares the batch."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 import torch
 
@@ -92,3 +94,39 @@ def test_a_request_longer_than_a_row_is_refused() -> None:
     batcher = ContinuousBatcher(tiny_lm("rotary"), max_batch=2, max_len=8)
     with pytest.raises(ValueError, match=r"prompt \(3 tokens\) \+ max_new_tokens=6 exceeds"):
         batcher.add(Request([1, 2, 3], 6))
+
+
+def test_random_arrivals_in_a_small_cache_get_their_tokens_alone() -> None:
+    """Prompts of every length join at random steps while the cache of 12 positions fills
+    and is cut again: a prompt longer than what the live rows keep after a cut moves them
+    right again."""
+    model = tiny_lm("rotary")
+    draw = random.Random(3)
+    prompts = [
+        [draw.randrange(1, TINY_VOCAB) for _ in range(draw.randint(1, 9))] for _ in range(14)
+    ]
+    lengths = [draw.randint(1, 12 - len(prompt)) for prompt in prompts]
+    requests = [Request(p, n) for p, n in zip(prompts, lengths, strict=True)]
+    joins: dict[int, list[Request]] = {}
+    for request in requests:
+        joins.setdefault(draw.randrange(20), []).append(request)
+    run(ContinuousBatcher(model, max_batch=3, max_len=12), joins)
+    alone = [
+        generate(model, [p], max_new_tokens=n, greedy=True)[0]
+        for p, n in zip(prompts, lengths, strict=True)
+    ]
+    assert [r.tokens for r in requests] == alone
+
+
+def test_a_prompt_longer_than_the_live_rows_after_a_cut_moves_them_right() -> None:
+    # a row of 8 positions: A's and B's tokens fill it at step 6, so C's prompt of 6 tokens,
+    # joining at step 7, finds the columns cut to B's 5, fewer than its prompt
+    model = tiny_lm("rotary")
+    a, b, c = Request([1], 7), Request([2], 7), Request([3, 4, 5, 6, 7, 8], 2)
+    batcher = ContinuousBatcher(model, max_batch=2, max_len=8)
+    run(batcher, {0: [a], 3: [b], 7: [c]})
+    alone = [
+        generate(model, [r.prompt], max_new_tokens=n, greedy=True)[0]
+        for r, n in ((a, 7), (b, 7), (c, 2))
+    ]
+    assert [a.tokens, b.tokens, c.tokens] == alone

@@ -70,8 +70,9 @@ class Request:
     def choose(self, logits: Tensor) -> None:
         """Draw the next token from the logits ``(vocab,)`` of the last position, and
         finish if it ends the request."""
-        history = torch.tensor([self.prompt + self.tokens])
-        token = int(self.sampling(logits[None], history, torch.ones_like(history), self.generator))
+        history = self.prompt + self.tokens if self.sampling.reads_history else []
+        ids = torch.tensor([history], dtype=torch.long)
+        token = int(self.sampling(logits[None], ids, torch.ones_like(ids), self.generator))
         if token == self.eos_id:
             self.finish_reason = "stop"
             return
@@ -116,6 +117,8 @@ class ContinuousBatcher:
         self.last = torch.zeros(max_batch, dtype=torch.long, device=self.device)
         self.length = 0
         """The shared length: every live row's tokens end here."""
+        self.kernels = attention_kernels(model)
+        """Installed for each call of the model, found once."""
 
     def check(self, request: Request) -> None:
         """ValueError unless ``request``'s prompt and new tokens fit a row."""
@@ -159,7 +162,7 @@ class ContinuousBatcher:
         self.free_finished()
         running = [(slot, request) for slot, request in enumerate(self.slots) if request]
         if running:
-            with installed(attention_kernels(self.model)):
+            with installed(self.kernels):
                 logits = self.decode_step(running[-1][0] + 1)
             for slot, request in running:
                 request.choose(logits[slot])
@@ -192,13 +195,13 @@ class ContinuousBatcher:
         size = len(request.prompt)
         ids = torch.tensor([request.prompt], device=self.device)
         cache = DecoderCache(self.model.decoder, 1, size)
-        with installed(attention_kernels(self.model)):
+        with installed(self.kernels):
             output = self.model(ids, torch.ones_like(ids, dtype=torch.bool), cache=cache)
         request.choose(output.logits[0, -1].float())
-        if self.length < size:
-            self.shift(size - self.length)
-        elif self.length == self.max_len:
+        if self.length == self.max_len:
             self.shift(-self.unused_columns())
+        if self.length < size:  # (also after a cut: the live rows may be shorter)
+            self.shift(size - self.length)
         start = self.length - size
         for (keys, values), layer in zip(self.buffers, cache.self_attn, strict=True):
             keys[slot, :, start : self.length] = layer.keys[0]

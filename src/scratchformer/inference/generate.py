@@ -104,6 +104,11 @@ class Sampling:
             if not ok:
                 raise ValueError(f"{name}={getattr(self, name)!r} is out of range")
 
+    @property
+    def reads_history(self) -> bool:
+        """Whether the choice depends on the tokens so far (a penalty or an n-gram ban)."""
+        return self.repetition_penalty != 1.0 or self.no_repeat_ngram_size > 0
+
     def __call__(
         self, logits: Tensor, ids: Tensor, mask: Tensor, generator: torch.Generator
     ) -> Tensor:
