@@ -40,10 +40,15 @@ class TextOf:
         self.tokenizer = tokenizer
         self.stops = list(stops)
         self.sent = 0
+        self.decoded: tuple[int, str] = (0, "")
+        """The text of the first tokens: a step's stop check and its new text decode once."""
 
     def full(self, tokens: Sequence[int]) -> tuple[str, bool]:
-        """The text of ``tokens`` up to the first stop string, and whether one was met."""
-        text = self.tokenizer.decode(tokens)
+        """The text of ``tokens`` (a choice's first tokens) up to the first stop string, and
+        whether one was met."""
+        if self.decoded[0] != len(tokens):
+            self.decoded = (len(tokens), self.tokenizer.decode(tokens))
+        text = self.decoded[1]
         cuts = [i for i in (text.find(stop) for stop in self.stops) if i >= 0]
         return (text[: min(cuts)], True) if cuts else (text, False)
 
