@@ -5,9 +5,11 @@ random weights."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -223,24 +225,38 @@ T5_TEXT = (
 )
 
 
+def unigram_pieces(text: str, size: int) -> list[tuple[str, float]]:
+    """A unigram vocabulary of ``size`` pieces for ``text``, counted rather than trained so
+    that it is the same on every run (the Rust trainer's is not): every character and
+    ``▁``, then the most frequent substrings of ``▁``-prefixed words, each scored by the log
+    of its frequency."""
+    words = Counter("▁" + word for word in text.split())
+    counts: Counter[str] = Counter()
+    for word, count in words.items():
+        for start in range(len(word)):
+            for end in range(start + 1, min(start + 8, len(word)) + 1):
+                counts[word[start:end]] += count
+    singles = sorted(piece for piece in counts if len(piece) == 1)
+    longer = sorted((p for p in counts if len(p) > 1), key=lambda p: (-counts[p] * len(p), p))
+    chosen = singles + longer[: size - len(singles)]
+    total = sum(counts[piece] for piece in chosen)
+    return [(piece, math.log(counts[piece] / total)) for piece in chosen]
+
+
 def sentencepiece_unigram(vocab_size: int, sentinels: int) -> tokenizers.Tokenizer:
     """A tokenizer laid out as T5's: SentencePiece's unigram model (spaces as ``▁``, one
     before every word), ``<pad>``, ``</s>`` and ``<unk>`` first, ``</s>`` appended by the
     post-processor, and ``sentinels`` sentinels ``<extra_id_N>`` last, ``vocab_size`` tokens
     in all."""
-    from tokenizers import decoders, models, pre_tokenizers, processors, trainers
+    from tokenizers import decoders, models, pre_tokenizers, processors
 
-    specials = ["<pad>", "</s>", "<unk>"]
-    backend = tokenizers.Tokenizer(models.Unigram())
+    specials = [("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0)]
+    pieces = unigram_pieces(T5_TEXT, vocab_size - sentinels - len(specials))
+    backend = tokenizers.Tokenizer(models.Unigram(specials + pieces, unk_id=2))
     backend.pre_tokenizer = pre_tokenizers.Metaspace()
     backend.decoder = decoders.Metaspace()
-    trainer = trainers.UnigramTrainer(
-        vocab_size=vocab_size - sentinels,
-        special_tokens=specials,
-        unk_token="<unk>",
-        show_progress=False,
-    )
-    backend.train_from_iterator(T5_TEXT.splitlines(), trainer)
+    for special, _ in specials:
+        backend.add_special_tokens([special])
     backend.add_special_tokens([f"<extra_id_{n}>" for n in range(sentinels)])
     backend.post_processor = processors.TemplateProcessing(
         single="$A </s>", pair="$A </s> $B </s>", special_tokens=[("</s>", 1)]
