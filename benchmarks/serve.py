@@ -1,19 +1,24 @@
 """The server under load: ``scratchformer serve`` with continuous batching against the same
 server answering one request at a time (``--max-batch 1``), side by side in one run.
 
-    python benchmarks/serve.py            # config B's decoder and a classifier, ~5 minutes
+    python benchmarks/serve.py            # config B's decoder and a classifier, ~8 minutes
     python benchmarks/serve.py --quick    # tiny models, a few requests: that it all runs
+    python benchmarks/serve.py --no-compile   # without the compiled server's rows
 
 Two runs are trained for one step from the shared data (their weights are random to any
 purpose here, their sizes are what counts): a decoder-only language model of config B
 (``benchmarks/generate.py``'s sizes, a byte-level BPE of 8,192 tokens) and an SST-2
 classifier (``recipes/sst2.toml``). Each is served by ``scratchformer serve`` in a process of
 its own on 127.0.0.1, loaded by clients of the official ``openai`` package (completions) or
-plain HTTP (``/v1/classify``) at a fixed concurrency, each client asking again as soon as
+of aiohttp (``/v1/classify``, whose requests are cheap enough that a heavier client would
+be what limits them) at a fixed concurrency, each client asking again as soon as
 it is answered, a fixed number of requests in all. Reported: completion tokens (or
 requests) per second over the whole load, and the median and 99th percentile of the
 requests' latencies; targets: at concurrency 32, >= 4x the tokens/s of one at a time for
-decoding, >= 5x the requests/s for classification.
+decoding, >= 5x the requests/s for classification. The language model is also served with
+``--compile`` (its start-up, compiling, is timed), whose greedy texts must equal the eager
+server's. ``GET /health`` under the same load is the most requests/s this machine's HTTP
+stack and clients allow, whatever the model: the ceiling of the classification ratio.
 """
 
 from __future__ import annotations
@@ -32,7 +37,9 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import aiohttp
 import openai
 import torch
 
@@ -97,17 +104,19 @@ def free_port() -> int:
 
 
 @contextmanager
-def served(run_dir: Path, max_batch: int, threads: int) -> Iterator[str]:
-    """The base URL of ``scratchformer serve run_dir --max-batch max_batch``, in a process
-    of its own, until the block ends."""
+def served(run_dir: Path, max_batch: int, threads: int, compile: bool = False) -> Iterator[str]:
+    """The base URL of ``scratchformer serve run_dir --max-batch max_batch [--compile]``, in
+    a process of its own, until the block ends; the start-up time is printed."""
     port = free_port()
     command = [sys.executable, "-m", "scratchformer", "--quiet", "serve", str(run_dir)]
     command += ["--port", str(port), "--max-batch", str(max_batch), "--max-queue", "1000"]
+    command += ["--compile"] if compile else []
     environment = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    start = time.monotonic()
     server = subprocess.Popen(command, env=environment)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
+        deadline = start + (900 if compile else 120)
         while True:
             try:
                 with urllib.request.urlopen(f"{url}/health", timeout=5):
@@ -116,6 +125,10 @@ def served(run_dir: Path, max_batch: int, threads: int) -> Iterator[str]:
                 if server.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"the server of {run_dir} did not start") from None
                 time.sleep(0.2)
+        print(
+            f"  (the server with --max-batch {max_batch}{' --compile' * compile} started in "
+            f"{time.monotonic() - start:.0f} s)"
+        )
         yield url
     finally:
         server.terminate()
@@ -159,22 +172,46 @@ def completions(url: str, concurrency: int, requests: int, max_tokens: int) -> L
     return asyncio.run(run())
 
 
-def classify(url: str, concurrency: int, requests: int) -> Load:
+def greedy_texts(url: str, max_tokens: int) -> list[str]:
+    """The greedy completion of each of ``PROMPTS``."""
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
+    answers = [
+        client.completions.create(model="b", prompt=p, max_tokens=max_tokens, temperature=0)
+        for p in PROMPTS
+    ]
+    return [answer.choices[0].text for answer in answers]
+
+
+def plain_load(url: str, concurrency: int, requests: int, path: str, body: Any = None) -> Load:
+    """``requests`` POSTs of ``body`` to ``path`` (a GET without one) through aiohttp, a
+    client light enough that its share of the machine leaves the server the most."""
+
     async def run() -> Load:
-        client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
+        async with aiohttp.ClientSession(base_url=url) as session:
 
-        async def ask(i: int) -> float:
-            body = {"input": SENTENCES[i % len(SENTENCES)]}
-            answer = await client.post("/classify", cast_to=object, body=body)
-            assert len(answer["data"]) == 1
-            return 1.0
+            async def ask(i: int) -> float:
+                if body is None:
+                    answer = session.get(path)
+                else:
+                    answer = session.post(path, json={"input": body[i % len(body)]})
+                async with answer as response:
+                    response.raise_for_status()
+                    await response.read()
+                return 1.0
 
-        await ask(0)
-        result = await load(concurrency, requests, ask)
-        await client.close()
-        return result
+            await ask(0)
+            return await load(concurrency, requests, ask)
 
     return asyncio.run(run())
+
+
+def classify(url: str, concurrency: int, requests: int) -> Load:
+    return plain_load(url, concurrency, requests, "/v1/classify", SENTENCES)
+
+
+def health(url: str, concurrency: int, requests: int) -> Load:
+    """``GET /health`` under load: HTTP and the clients' work, no model."""
+    return plain_load(url, concurrency, requests, "/health")
 
 
 def main() -> None:
@@ -183,6 +220,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--max-tokens", type=int, default=64, help="new tokens a request")
     parser.add_argument("--endpoint", choices=ENDPOINTS, action="append", help="(default: both)")
+    parser.add_argument("--no-compile", action="store_true", help="leave out the compiled server")
     args = parser.parse_args()
     cpu = torch.device("cpu")
     print(
@@ -202,36 +240,58 @@ def main() -> None:
         for endpoint in args.endpoint or ENDPOINTS:
             run_dir, recipe, settings = runs[endpoint]
             train(run_dir, recipe, [*settings, *sizes])
-            for max_batch in (32, 1):
-                with served(run_dir, max_batch, args.threads) as url:
+            servers = [(32, False), (1, False)]
+            if endpoint == "completions" and not args.no_compile:
+                servers.insert(1, (32, True))
+            texts = {}
+            for max_batch, compile in servers:
+                with served(run_dir, max_batch, args.threads, compile) as url:
                     for concurrency in CONCURRENCY:
                         requests = (2 if args.quick else 4) * concurrency
                         if endpoint == "completions":
                             result = completions(url, concurrency, requests, max_tokens)
                         else:
                             result = classify(url, concurrency, requests * 4)
-                        rows.append((endpoint, max_batch, concurrency, result))
+                        rows.append((endpoint, max_batch, compile, concurrency, result))
                         print_row(*rows[-1])
+                    if endpoint == "completions":
+                        texts[compile] = greedy_texts(url, max_tokens)
+                    elif max_batch > 1:
+                        ceiling = health(url, CONCURRENCY[-1], requests * 4)
+                        rows.append(("health", max_batch, compile, CONCURRENCY[-1], ceiling))
+                        print_row(*rows[-1])
+            if len(texts) == 2 and texts[True] != texts[False]:
+                raise SystemExit("the compiled server's greedy texts differ from the eager one's")
+            if len(texts) == 2:
+                print("  the compiled server's greedy texts equal the eager server's")
     print()
+    top = CONCURRENCY[-1]
+    at = {(e, b, c): r for e, b, c, n, r in rows if n == top}
     for endpoint in args.endpoint or ENDPOINTS:
         target = TARGETS[endpoint]
-        at = {b: r for e, b, c, r in rows if e == endpoint and c == CONCURRENCY[-1]}
-        ratio = at[32].rate() / at[1].rate()
+        ratio = at[endpoint, 32, False].rate() / at[endpoint, 1, False].rate()
         verdict = "met" if ratio >= target else "missed"
         print(
-            f"{endpoint}, concurrency {CONCURRENCY[-1]}: {ratio:.2f}x one at a time "
+            f"{endpoint}, concurrency {top}: {ratio:.2f}x one at a time "
             f"(target >= {target}x, {verdict})"
         )
+        if (endpoint, 32, True) in at:
+            compiled = at[endpoint, 32, True].rate() / at[endpoint, 32, False].rate()
+            print(f"{endpoint}, concurrency {top}, compiled: {compiled:.2f}x eager")
+        if endpoint == "classify" and ("health", 32, False) in at:
+            ceiling = at["health", 32, False].rate() / at[endpoint, 1, False].rate()
+            print(f"{endpoint}: GET /health at concurrency {top} is {ceiling:.2f}x one at a time")
 
 
-def print_row(endpoint: str, max_batch: int, concurrency: int, result: Load) -> None:
+def print_row(endpoint: str, max_batch: int, compile: bool, concurrency: int, result: Load) -> None:
     unit = "tokens/s" if endpoint == "completions" else "requests/s"
     mode = "continuous batching" if max_batch > 1 else "one at a time"
-    if endpoint == "classify" and max_batch > 1:
+    if endpoint != "completions" and max_batch > 1:
         mode = "micro-batching"
+    mode += ", compiled" if compile else ""
     p50, p99 = (result.percentile(q) * 1000 for q in (0.5, 0.99))
     print(
-        f"{endpoint:12} {mode:20} concurrency {concurrency:2}: {result.rate():8.1f} {unit}, "
+        f"{endpoint:12} {mode:30} concurrency {concurrency:2}: {result.rate():8.1f} {unit}, "
         f"latency p50 {p50:7.0f} ms, p99 {p99:7.0f} ms"
     )
 

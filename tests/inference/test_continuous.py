@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 
-from helpers import TINY_VOCAB, tiny_lm
+from helpers import COMPILED, TINY_VOCAB, compiled_graphs, tiny_lm
 from scratchformer.inference import ContinuousBatcher, Request, Sampling, generate
 
 PROMPTS = [[5, 9, 2], [7], [3, 1, 4, 1, 5, 9, 2, 6], [8, 8], [1, 2, 3, 4], [6]]
@@ -130,3 +130,22 @@ def test_a_prompt_longer_than_the_live_rows_after_a_cut_moves_them_right() -> No
         for r, n in ((a, 7), (b, 7), (c, 2))
     ]
     assert [a.tokens, b.tokens, c.tokens] == alone
+
+
+def test_compiled_steps_compile_at_warm_up_and_give_the_eager_tokens() -> None:
+    """The steps through ``torch.compile``: after :meth:`~ContinuousBatcher.warm_up`, a
+    workload of joins, leaves and cuts (rows feed at every length up to the full cache)
+    compiles no new graph, and every request gets the tokens it gets alone, eagerly."""
+    model = tiny_lm("rotary", **COMPILED)
+    alone = [
+        generate(model, [prompt], max_new_tokens=n, greedy=True)[0]
+        for prompt, n in zip(PROMPTS, LENGTHS, strict=True)
+    ]
+    batcher = ContinuousBatcher(model, max_batch=3, max_len=16, compiled=True)
+    with torch.no_grad():
+        batcher.warm_up()
+    graphs = compiled_graphs()
+    requests = [Request(p, n) for p, n in zip(PROMPTS, LENGTHS, strict=True)]
+    run(batcher, {0: requests[:2], 2: requests[2:4], 3: requests[4:]})
+    assert compiled_graphs() == graphs
+    assert [r.tokens for r in requests] == alone

@@ -9,7 +9,7 @@ import shutil
 import openai
 import pytest
 
-from helpers import live
+from helpers import compile_without_inductor, compiled_graphs, live
 from scratchformer.inference import generate
 from scratchformer.run import load_run
 from scratchformer.serve import ServeOptions, create_app
@@ -51,9 +51,11 @@ def test_greedy_completion_equals_generate(lm_url, lm_run) -> None:
     assert answer.usage.total_tokens == answer.usage.prompt_tokens + answer.usage.completion_tokens
 
 
-def test_sixteen_concurrent_requests_get_what_each_gets_alone(lm_url, lm_run) -> None:
+def sixteen_concurrent_texts(url: str) -> list[str]:
+    """The texts of 16 concurrent greedy requests of mixed prompts and lengths."""
+
     async def ask_all() -> list[str]:
-        async_client = openai.AsyncOpenAI(base_url=f"{lm_url}/v1", api_key="none", max_retries=0)
+        async_client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
         calls = [
             async_client.completions.create(
                 model="lm", prompt=PROMPTS[i % 4], max_tokens=4 + 3 * (i % 5), temperature=0
@@ -63,9 +65,29 @@ def test_sixteen_concurrent_requests_get_what_each_gets_alone(lm_url, lm_run) ->
         answers = await asyncio.gather(*calls)
         return [answer.choices[0].text for answer in answers]
 
-    texts = asyncio.run(ask_all())
+    return asyncio.run(ask_all())
+
+
+def test_sixteen_concurrent_requests_get_what_each_gets_alone(lm_url, lm_run) -> None:
     expected = [alone(lm_run, PROMPTS[i % 4], 4 + 3 * (i % 5)) for i in range(16)]
-    assert texts == expected
+    assert sixteen_concurrent_texts(lm_url) == expected
+
+
+def test_compiled_decoding_serves_what_each_request_gets_alone(lm_run, monkeypatch) -> None:
+    """``serve --compile``: the step compiled before the server answers (here without
+    Inductor's kernels, which ``tests/inference/test_continuous.py`` compiles), then the
+    same texts."""
+    compile_without_inductor(monkeypatch)
+    with live(lm_run, max_batch=4, compile=True) as url:
+        graphs = compiled_graphs()
+        texts = sixteen_concurrent_texts(url)
+    assert compiled_graphs() == graphs
+    assert texts == [alone(lm_run, PROMPTS[i % 4], 4 + 3 * (i % 5)) for i in range(16)]
+
+
+def test_compiling_a_run_that_does_not_decode_is_refused(classification_run) -> None:
+    with pytest.raises(ValueError, match="--compile compiles the decoding of language-model"):
+        create_app(classification_run, ServeOptions(compile=True))
 
 
 def test_streaming_gives_the_same_text_in_pieces(lm_url, lm_run) -> None:

@@ -16,6 +16,7 @@ def serve(args: argparse.Namespace) -> int:
     flight are finished first (for at most ``--timeout`` seconds)."""
     options = ServeOptions(
         quantize=args.quantize,
+        compile=args.compile,
         precision=args.precision,
         device=args.device,
         api_key=args.api_key,
@@ -24,6 +25,8 @@ def serve(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         context=args.context,
     )
+    if args.compile and not args.quiet:
+        print("compiling the decoding step: a minute or two before serving", file=sys.stderr)
     app = create_app(Path(args.run), options)
     if not args.quiet:
         print(f"serving {args.run} on http://{args.host}:{args.port}", file=sys.stderr)

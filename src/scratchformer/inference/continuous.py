@@ -15,6 +15,12 @@ prompt longer than the shared length moves every row right (padding on the left)
 shared length reaches the end of the cache, the columns that no live row uses are cut from
 the left. Each row thus computes what it would compute alone, so greedy tokens do not
 depend on what else is in the batch.
+
+Compiled (``compiled=True``), the steps run through a :class:`~.compiled.CompiledModel` and
+always feed every row, free ones too, so that a step's shapes never change but for the
+cache's length, which is dynamic: one graph serves every step, compiled by
+:meth:`ContinuousBatcher.warm_up` rather than by the first request. Prompts are prefilled
+eagerly, one per request, whose lengths would otherwise each compile a graph.
 """
 
 from __future__ import annotations
@@ -101,16 +107,27 @@ class RowsCache:
 class ContinuousBatcher:
     """Decode the requests :meth:`add` gives it, up to ``max_batch`` at once, in a KV cache
     of ``max_len`` positions a row: a request's prompt and new tokens must fit there.
-    :meth:`step` runs one step; the caller (a server's decoding thread) loops on it."""
+    :meth:`step` runs one step; the caller (a server's decoding thread) loops on it.
+    ``compiled``: the steps through ``torch.compile`` (see the module docstring)."""
 
-    def __init__(self, model: nn.Module, max_batch: int, max_len: int) -> None:
+    def __init__(
+        self, model: nn.Module, max_batch: int, max_len: int, compiled: bool = False
+    ) -> None:
         self.model = model
+        self.stepper = model
+        """What runs a step: the model, or the model compiled."""
+        if compiled:
+            from .compiled import CompiledModel  # (torch's compiler: imported when asked for)
+
+            self.stepper = CompiledModel(model)
         self.device = decoding_device(model)
         self.max_batch = max_batch
         self.max_len = max_len
         self.waiting: deque[Request] = deque()
         self.slots: list[Request | None] = [None] * max_batch
-        layout = DecoderCache(model.decoder, max_batch, max_len)
+        layout = DecoderCache(model.decoder, max_batch, max_len + 1)
+        # (a column to spare: the filled columns are never the whole buffer, so their
+        # strides are the same at every length, as a compiled step's one graph needs)
         self.buffers = [(cache.keys, cache.values) for cache in layout.self_attn]
         self.mask = torch.zeros(max_batch, max_len, dtype=torch.bool, device=self.device)
         self.positions = torch.zeros(max_batch, dtype=torch.long, device=self.device)
@@ -119,6 +136,15 @@ class ContinuousBatcher:
         """The shared length: every live row's tokens end here."""
         self.kernels = attention_kernels(model)
         """Installed for each call of the model, found once."""
+
+    def warm_up(self) -> None:
+        """Decode a request of a few tokens and forget it: a compiled step compiles its
+        graphs now (a cache of one token, then of any length: tens of seconds each), under
+        the caller's settings (autocast, which they keep)."""
+        self.add(Request([0], max_new_tokens=3))
+        while not self.idle:
+            self.step()
+        self.reset()
 
     def check(self, request: Request) -> None:
         """ValueError unless ``request``'s prompt and new tokens fit a row."""
@@ -162,8 +188,9 @@ class ContinuousBatcher:
         self.free_finished()
         running = [(slot, request) for slot, request in enumerate(self.slots) if request]
         if running:
+            rows = self.max_batch if self.stepper is not self.model else running[-1][0] + 1
             with installed(self.kernels):
-                logits = self.decode_step(running[-1][0] + 1)
+                logits = self.decode_step(rows)
             for slot, request in running:
                 request.choose(logits[slot])
                 self.last[slot] = request.tokens[-1] if request.tokens else 0
@@ -219,9 +246,9 @@ class ContinuousBatcher:
         end = self.length + 1
         self.mask[:rows, self.length] = True
         cache = RowsCache([KVCache(k[:rows], v[:rows], self.length) for k, v in self.buffers])
-        output = self.model(
+        output = self.stepper(
             self.last[:rows, None],
-            self.mask[:rows, :end],
+            self.mask[:rows, :end].contiguous(),  # (compiled: the same strides at any length)
             cache=cache,
             positions=self.positions[:rows, None],
         )

@@ -55,6 +55,8 @@ class ServeOptions:
     """How a run is served (the options of ``scratchformer serve``)."""
 
     quantize: str | None = None
+    compile: bool = False
+    """Decoding steps through ``torch.compile``, compiled before the server answers."""
     precision: str = "auto"
     device: str = "auto"
     api_key: str | None = None
@@ -91,13 +93,21 @@ def create_app(run_dir: Path, options: ServeOptions = ServeOptions()) -> FastAPI
     metrics = Metrics()
     workers: list[Any] = []
     decoding = None
+    if options.compile and task.command != "generate":
+        raise ValueError(
+            f"--compile compiles the decoding of language-model runs; this run's task is "
+            f"{task.name!r}"
+        )
     if task.command == "generate":
         context = options.context or min(model.config.max_len, DEFAULT_CONTEXT)
         if context > model.config.max_len:
             raise ValueError(
                 f"--context {context} exceeds the model's max_len={model.config.max_len}"
             )
-        batcher = ContinuousBatcher(model, options.max_batch, context)
+        batcher = ContinuousBatcher(model, options.max_batch, context, options.compile)
+        if options.compile:
+            with computing():
+                batcher.warm_up()
         worker = DecodingWorker(batcher, options.max_queue, computing, metrics)
         tokenizer = task.tokenizer()
         decoding = Decoding(
