@@ -251,13 +251,13 @@ def main() -> None:
                         if endpoint == "completions":
                             result = completions(url, concurrency, requests, max_tokens)
                         else:
-                            result = classify(url, concurrency, requests * 4)
+                            result = classify(url, concurrency, requests * 10)
                         rows.append((endpoint, max_batch, compile, concurrency, result))
                         print_row(*rows[-1])
                     if endpoint == "completions":
                         texts[compile] = greedy_texts(url, max_tokens)
                     elif max_batch > 1:
-                        ceiling = health(url, CONCURRENCY[-1], requests * 4)
+                        ceiling = health(url, CONCURRENCY[-1], requests * 10)
                         rows.append(("health", max_batch, compile, CONCURRENCY[-1], ceiling))
                         print_row(*rows[-1])
             if len(texts) == 2 and texts[True] != texts[False]:

@@ -16,11 +16,13 @@ shared length reaches the end of the cache, the columns that no live row uses ar
 the left. Each row thus computes what it would compute alone, so greedy tokens do not
 depend on what else is in the batch.
 
-Compiled (``compiled=True``), the steps run through a :class:`~.compiled.CompiledModel` and
-always feed every row, free ones too, so that a step's shapes never change but for the
-cache's length, which is dynamic: one graph serves every step, compiled by
-:meth:`ContinuousBatcher.warm_up` rather than by the first request. Prompts are prefilled
-eagerly, one per request, whose lengths would otherwise each compile a graph.
+Compiled (``compiled=True``), the steps run through a :class:`~.compiled.CompiledModel`,
+their number of rows and the cache's length marked dynamic: one graph serves every step
+(but the very first of a batch, whose cache holds one token), compiled by
+:meth:`ContinuousBatcher.warm_up` rather than by a request. A step feeds at least two rows
+(a free one computes for nothing), since Dynamo specializes a dimension of size one.
+Prompts are prefilled eagerly, one per request, whose lengths would otherwise each compile
+a graph.
 """
 
 from __future__ import annotations
@@ -188,7 +190,9 @@ class ContinuousBatcher:
         self.free_finished()
         running = [(slot, request) for slot, request in enumerate(self.slots) if request]
         if running:
-            rows = self.max_batch if self.stepper is not self.model else running[-1][0] + 1
+            rows = running[-1][0] + 1
+            if self.stepper is not self.model:
+                rows = max(rows, min(2, self.max_batch))
             with installed(self.kernels):
                 logits = self.decode_step(rows)
             for slot, request in running:
@@ -246,12 +250,12 @@ class ContinuousBatcher:
         end = self.length + 1
         self.mask[:rows, self.length] = True
         cache = RowsCache([KVCache(k[:rows], v[:rows], self.length) for k, v in self.buffers])
-        output = self.stepper(
-            self.last[:rows, None],
-            self.mask[:rows, :end].contiguous(),  # (compiled: the same strides at any length)
-            cache=cache,
-            positions=self.positions[:rows, None],
-        )
+        inputs = self.last[:rows, None], self.positions[:rows, None]
+        mask = self.mask[:rows, :end].contiguous()  # (compiled: the same strides at any length)
+        buffers = [t for layer in cache.self_attn for t in (layer.keys, layer.values)]
+        for tensor in (*inputs, mask, *buffers):
+            torch._dynamo.maybe_mark_dynamic(tensor, 0)  # (rows: one graph for any number)
+        output = self.stepper(inputs[0], mask, cache=cache, positions=inputs[1])
         self.length = end
         self.positions[:rows] += 1
         return output.logits[:, -1].float()
