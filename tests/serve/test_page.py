@@ -1,7 +1,10 @@
 """The page at ``GET /``, in Chromium: a prompt streams its continuation, a task's inputs
-show its JSON, and text from the user or the model is shown as text, never as markup."""
+show its JSON, the attention viewer shows the last input's tokens, and text from the user
+or the model is shown as text, never as markup."""
 
 from __future__ import annotations
+
+import json
 
 from helpers import live
 
@@ -17,6 +20,17 @@ def open_page(browser, url: str):
     return tab
 
 
+def attention_tokens(tab) -> list[str]:
+    """The query tokens of the attention viewer in the page's frame, once it shows."""
+    tab.wait_for_selector("#attention:not([hidden])", timeout=30_000)
+    viewer = tab.query_selector("#attention").content_frame()
+    viewer.wait_for_selector('.token[data-side="query"]')
+    assert viewer.query_selector(".token img") is None
+    return viewer.eval_on_selector_all(
+        '.token[data-side="query"]', "ts => ts.map(t => t.textContent)"
+    )
+
+
 def test_a_prompt_streams_its_continuation_as_text(browser, lm_run) -> None:
     with live(lm_run) as url:
         tab = open_page(browser, url)
@@ -30,6 +44,8 @@ def test_a_prompt_streams_its_continuation_as_text(browser, lm_run) -> None:
         tab.wait_for_timeout(500)
         output = tab.text_content("#output")
         assert output.startswith(f"to be {ATTACK}")
+        tokens = attention_tokens(tab)
+        assert "".join(tokens).replace("Ġ", " ").startswith("to be <img")
         assert tab.query_selector("#output img") is None and tab.title() != "owned"
         assert tab.errors == []
         tab.close()
@@ -45,5 +61,7 @@ def test_a_tasks_inputs_show_its_json(browser, copy_run) -> None:
             timeout=30_000,
         )
         shown = tab.text_content("#output")
-        assert shown.count('"translation"') == 2 and tab.errors == []
+        assert shown.count('"translation"') == 2
+        assert attention_tokens(tab)[:4] == ["<bos>", *json.loads(shown)[-1]["translation"].split()]
+        assert tab.errors == []
         tab.close()

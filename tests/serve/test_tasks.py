@@ -11,7 +11,7 @@ import numpy as np
 import openai
 import pytest
 
-from helpers import http, live, train
+from helpers import http, live, run, train
 from scratchformer.run import load_run
 
 
@@ -107,3 +107,25 @@ def test_translate_and_fill_mask_answer_as_their_commands(copy_run, mlm_run) -> 
         ]
         status, answer = http(f"{url}/v1/fill-mask", {"input": ["no mask here"]})
         assert status == 400 and "no [MASK]" in answer["error"]["message"]
+
+
+def test_attention_is_the_page_the_cli_writes(
+    copy_run, classification_run, tmp_path, capsys, monkeypatch
+) -> None:
+    """``POST /v1/attention``: the viewer of ``scratchformer attention RUN TEXT --out
+    page.html``, with or without a translation's target; a target given to another run
+    is a 400 that says why."""
+    with live(copy_run, precision="fp32") as url:  # (the CLI's default)
+        for target in (None, "3 4"):
+            out = tmp_path / "page.html"
+            options = ["--out", str(out)] + (["--target", target] if target else [])
+            status, _, err = run(
+                capsys, monkeypatch, "", "attention", str(copy_run), "907", *options
+            )
+            assert status == 0, err
+            status, answer = http(f"{url}/v1/attention", {"input": "907", "target": target})
+            assert status == 200 and answer["object"] == "attention"
+            assert answer["html"] == out.read_text(encoding="utf-8")
+    with live(classification_run) as url:
+        status, answer = http(f"{url}/v1/attention", {"input": "good fun", "target": "x"})
+        assert status == 400 and "a target is for translation models" in answer["error"]["message"]

@@ -13,6 +13,7 @@ import base64
 import contextlib
 import functools
 import hmac
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from ..device import bf16_autocast, default_device, uses_bf16
 from ..inference.continuous import ContinuousBatcher
 from ..run import load_run
 from ..tasks.base import Task
+from ..viz import attention_page, capture_attention
 from . import schema
 from .completions import Choice, Decoding, identity, read_chat_template, sse
 from .errors import ApiError
@@ -40,7 +42,7 @@ from .page import page
 from .tasks import ENDPOINTS, grouped
 from .workers import BatchWorker, Busy, DecodingWorker
 
-TASK, EMBED = "task", "embed"
+TASK, EMBED, ATTENTION = "task", "embed", "attention"
 """The kinds of work of the batching worker."""
 DEFAULT_CONTEXT = 2048
 """The context of a request unless ``--context`` says otherwise: an imported model's
@@ -91,6 +93,9 @@ def create_app(run_dir: Path, options: ServeOptions = ServeOptions()) -> FastAPI
 
     name = run_dir.absolute().name
     metrics = Metrics()
+    model_lock = threading.Lock()
+    """Held by a worker while it runs the model: the decoding and batching threads of a
+    language model's server take turns (decoding installs its kernels on the model)."""
     workers: list[Any] = []
     decoding = None
     if options.compile and task.command != "generate":
@@ -108,7 +113,7 @@ def create_app(run_dir: Path, options: ServeOptions = ServeOptions()) -> FastAPI
         if options.compile:
             with computing():
                 batcher.warm_up()
-        worker = DecodingWorker(batcher, options.max_queue, computing, metrics)
+        worker = DecodingWorker(batcher, options.max_queue, computing, metrics, model_lock)
         tokenizer = task.tokenizer()
         decoding = Decoding(
             tokenizer, worker, context, name, options.timeout_s, read_chat_template(run_dir)
@@ -117,22 +122,27 @@ def create_app(run_dir: Path, options: ServeOptions = ServeOptions()) -> FastAPI
 
     endpoint = ENDPOINTS.get(task.command)
     work: dict[str, Callable[[list[Any]], list[Any]]] = {}
-    """What the batching worker does, by kind: the task endpoint's work, embeddings."""
+    """What the batching worker does, by kind: the task endpoint's work, embeddings, the
+    attention viewer."""
     if endpoint is not None:
         work[TASK] = functools.partial(endpoint.predict, task, model)
     if hasattr(task, "embed"):
         work[EMBED] = lambda texts: list(task.embed(model, texts).numpy())
-    batched = None
-    if work:
-        batched = BatchWorker(
-            functools.partial(grouped, lambda kind, inputs: work[kind[0]](inputs)),
-            options.max_batch,
-            options.max_queue,
-            options.batch_wait_ms,
-            computing,
-            metrics,
-        )
-        workers.append(batched)
+
+    def viewer(text: str, target: str | None) -> str:
+        return attention_page(capture_attention(task, model, text, target), f"{name}: {text}")
+
+    work[ATTENTION] = lambda inputs: [viewer(text, target) for text, target in inputs]
+    batched = BatchWorker(
+        functools.partial(grouped, lambda kind, inputs: work[kind[0]](inputs)),
+        options.max_batch,
+        options.max_queue,
+        options.batch_wait_ms,
+        computing,
+        metrics,
+        model_lock,
+    )
+    workers.append(batched)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -239,6 +249,12 @@ def create_app(run_dir: Path, options: ServeOptions = ServeOptions()) -> FastAPI
         tokens = sum(len(task.tokenizer().encode(text)) for text in texts)
         usage = {"prompt_tokens": tokens, "total_tokens": tokens}
         return {"object": "list", "data": data, "model": name, "usage": usage}
+
+    @app.post("/v1/attention")
+    async def attention(body: schema.AttentionRequest) -> dict[str, Any]:
+        """The attention viewer (``scratchformer attention``'s page) on the body's text."""
+        [html] = await run_batch(batched, [((ATTENTION,), (body.input, body.target))])
+        return {"object": "attention", "model": name, "html": html}
 
     for command, served in ENDPOINTS.items():
         add_task_endpoint(app, task, name, served, batched if command == task.command else None)

@@ -1,8 +1,11 @@
 """``GET /``: a page to try the run in a browser, self-contained (no file or script from
 elsewhere). A language model's prompt streams its continuation from ``/v1/completions``;
-any other run's text goes to its task endpoint, whose JSON is shown. Everything the page
-shows from a request or a response is set as text, never parsed as markup, and the run's
-name is escaped into the page."""
+any other run's text goes to its task endpoint, whose JSON is shown. Below, the attention
+viewer (``/v1/attention``) shows the model's attention on the last input: the prompt and
+its continuation, the last line (for a translation, with its translation as the decoder's
+input). Everything the page shows from a request or a response is set as text, never
+parsed as markup; the run's name is escaped into the page; the viewer, a page of its own,
+runs in a sandboxed frame, without the page's origin and with no network."""
 
 from __future__ import annotations
 
@@ -22,6 +25,17 @@ const headers = () => {
   if (key) all["Authorization"] = "Bearer " + key;
   return all;
 };
+async function showAttention(text, target) {
+  const frame = document.getElementById("attention");
+  const note = document.getElementById("attention-note");
+  const body = target === undefined ? {input: text} : {input: text, target};
+  const response = await fetch("/v1/attention", {method: "POST", headers: headers(),
+                                                 body: JSON.stringify(body)});
+  const answer = await response.json();
+  frame.hidden = !response.ok;
+  note.textContent = response.ok ? "" : "No attention to show: " + answer.error.message;
+  if (response.ok) frame.srcdoc = answer.html;
+}
 async function complete(prompt) {
   const body = {prompt, max_tokens: Number(document.getElementById("max").value),
                 temperature: Number(document.getElementById("temperature").value), stream: true};
@@ -39,7 +53,7 @@ async function complete(prompt) {
     buffer = events.pop();
     for (const event of events) {
       const data = event.replace(/^data: /, "");
-      if (data === "[DONE]") return;
+      if (data === "[DONE]") return showAttention(output.textContent);
       const chunk = JSON.parse(data);
       if (chunk.error) { output.textContent += "\\n[" + chunk.error.message + "]"; return; }
       output.textContent += chunk.choices[0].text;
@@ -47,17 +61,21 @@ async function complete(prompt) {
   }
 }
 async function run(text) {
+  const lines = text.split("\\n").filter(Boolean);
   const input = settings.path === "/v1/answer"
-    ? text.split("\\n").filter(Boolean).map(line => {
+    ? lines.map(line => {
         const [question, ...context] = line.split("\\t");
         return {question, context: context.join("\\t")};
       })
-    : text.split("\\n").filter(Boolean);
+    : lines;
   const response = await fetch(settings.path, {method: "POST", headers: headers(),
                                                body: JSON.stringify({input})});
   const answer = await response.json();
   output.textContent = response.ok ? JSON.stringify(answer.data, null, 2)
                                    : answer.error.message;
+  if (!response.ok) return;
+  const last = answer.data[answer.data.length - 1];
+  await showAttention(lines[lines.length - 1], last.translation);
 }
 form.addEventListener("submit", event => {
   event.preventDefault();
@@ -72,6 +90,7 @@ body { font-family: system-ui, sans-serif; max-width: 52rem; margin: 2rem auto; 
 textarea { width: 100%; font: inherit; }
 pre { white-space: pre-wrap; background: #f4f4f4; padding: 1rem; min-height: 4rem; }
 label { margin-right: 1rem; }
+iframe { width: 100%; height: 44rem; border: 1px solid #ddd; }
 """
 
 HINTS = {
@@ -111,6 +130,9 @@ def page(name: str, task: Task, path: str | None) -> str:
 <button type="submit">Run</button></p>
 </form>
 <pre id="output"></pre>
+<p id="attention-note"></p>
+<iframe id="attention" title="attention on the last input" sandbox="allow-scripts" hidden>
+</iframe>
 <script type="application/json" id="settings">{settings}</script>
 <script>{SCRIPT}</script>
 </body></html>

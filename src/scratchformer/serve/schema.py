@@ -119,3 +119,12 @@ class TranslateRequest(TaskRequest):
 
 class FillMaskRequest(TaskRequest):
     top_k: int = Field(5, ge=1, le=100)
+
+
+class AttentionRequest(Body):
+    """A text to show the attention on, as the CLI's ``attention`` command takes it: for a
+    translation run, ``target`` is the output its decoder reads (its own greedy
+    translation when none is given)."""
+
+    input: Text = Field(min_length=1)
+    target: Text | None = None

@@ -33,14 +33,20 @@ class Progress:
 
 
 class ModelThread:
-    """A thread of its own that runs the model in ``context`` (the precision), from
-    :meth:`start` until :meth:`stop`; ``wake`` guards its queue and wakes it."""
+    """A thread of its own that runs the model in ``context`` (the precision), holding
+    ``model_lock`` meanwhile (shared by the threads of one model), from :meth:`start` until
+    :meth:`stop`; ``wake`` guards its queue and wakes it."""
 
     def __init__(
-        self, name: str, context: Callable[[], AbstractContextManager[Any]], metrics: Metrics
+        self,
+        name: str,
+        context: Callable[[], AbstractContextManager[Any]],
+        metrics: Metrics,
+        model_lock: AbstractContextManager[Any],
     ) -> None:
         self.context = context
         self.metrics = metrics
+        self.model_lock = model_lock
         self.wake = threading.Condition()
         self.stopping = False
         self.thread = threading.Thread(target=self.run, name=name, daemon=True)
@@ -69,8 +75,9 @@ class DecodingWorker(ModelThread):
         max_queue: int,
         context: Callable[[], AbstractContextManager[Any]],
         metrics: Metrics,
+        model_lock: AbstractContextManager[Any],
     ) -> None:
-        super().__init__("decoding", context, metrics)
+        super().__init__("decoding", context, metrics, model_lock)
         self.batcher = batcher
         self.max_queue = max_queue
         self.listeners: dict[Request, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
@@ -103,7 +110,8 @@ class DecodingWorker(ModelThread):
                     if self.stopping:
                         return
                 try:
-                    moved = self.batcher.step()
+                    with self.model_lock:
+                        moved = self.batcher.step()
                 except Exception as error:  # every request hears of it
                     self.fail(f"{type(error).__name__}: {error}")
                     continue
@@ -159,8 +167,9 @@ class BatchWorker(ModelThread):
         wait_ms: float,
         context: Callable[[], AbstractContextManager[Any]],
         metrics: Metrics,
+        model_lock: AbstractContextManager[Any],
     ) -> None:
-        super().__init__("batching", context, metrics)
+        super().__init__("batching", context, metrics, model_lock)
         self.predict = predict
         self.max_batch = max_batch
         self.max_queue = max_queue
@@ -214,7 +223,8 @@ class BatchWorker(ModelThread):
         """Each job with its outputs, or the exception that its inputs raise."""
         items = [item for job in batch for item in job.items]
         try:
-            outputs = self.predict(items)
+            with self.model_lock:
+                outputs = self.predict(items)
         except Exception as error:  # the job at fault hears of it
             if len(batch) == 1:
                 yield batch[0], error
