@@ -4,9 +4,9 @@ or the model is shown as text, never as markup."""
 
 from __future__ import annotations
 
-import json
-
 from helpers import live
+from scratchformer.run import load_run
+from scratchformer.viz import capture_attention
 
 ATTACK = "<img src=x onerror=\"document.title='owned'\">"
 
@@ -44,8 +44,8 @@ def test_a_prompt_streams_its_continuation_as_text(browser, lm_run) -> None:
         tab.wait_for_timeout(500)
         output = tab.text_content("#output")
         assert output.startswith(f"to be {ATTACK}")
-        tokens = attention_tokens(tab)
-        assert "".join(tokens).replace("Ġ", " ").startswith("to be <img")
+        shown = "".join(attention_tokens(tab))  # (a space is shown as ␣ where it is a token's)
+        assert shown.startswith("tobe") and "<img" in shown
         assert tab.query_selector("#output img") is None and tab.title() != "owned"
         assert tab.errors == []
         tab.close()
@@ -62,6 +62,7 @@ def test_a_tasks_inputs_show_its_json(browser, copy_run) -> None:
         )
         shown = tab.text_content("#output")
         assert shown.count('"translation"') == 2
-        assert attention_tokens(tab)[:4] == ["<bos>", *json.loads(shown)[-1]["translation"].split()]
+        task, model = load_run(copy_run)
+        assert attention_tokens(tab) == capture_attention(task, model, "7 7 1").queries["encoder"]
         assert tab.errors == []
         tab.close()
