@@ -3,6 +3,8 @@ function that runs it (in :mod:`scratchformer.commands`, imported only when it r
 
 User errors (bad arguments, missing or malformed files, bad recipe keys or values) are
 reported as one line on stderr with exit status 2 and no traceback; ``--debug`` shows it.
+Any other exception is a defect of ours: one line saying so, exit status 1 (and the
+traceback under ``--debug``).
 ``--debug``, ``--quiet`` and ``--device`` may come before or after the subcommand.
 """
 
@@ -572,6 +574,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("scratchformer: interrupted", file=sys.stderr)
         return 130
+    except Exception as error:  # the last line of defence: a defect, reported in one line
+        if args.debug:
+            raise
+        what = f"{type(error).__name__}: {error}".splitlines()[0]
+        print(
+            f"scratchformer: internal error in {command.name}: {what} "
+            "(a bug: --debug shows the traceback)",
+            file=sys.stderr,
+        )
+        return 1
 
 
 if __name__ == "__main__":

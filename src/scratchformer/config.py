@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 import types
 import typing
@@ -91,6 +92,35 @@ def read_text(path: str | Path) -> str:
         raise ValueError(
             f"{path}: not UTF-8 text ({error.reason} at byte {error.start}); save it as UTF-8"
         ) from None
+
+
+MAX_PARAMETERS_VARIABLE = "SCRATCHFORMER_MAX_PARAMETERS"
+
+
+def max_parameters() -> int:
+    """The most parameters a model may have: ``$SCRATCHFORMER_MAX_PARAMETERS`` if set, else
+    as many fp32 numbers as this machine's memory holds (no limit where it is unknown)."""
+    if MAX_PARAMETERS_VARIABLE in os.environ:
+        try:
+            return int(os.environ[MAX_PARAMETERS_VARIABLE])
+        except ValueError:
+            raise ValueError(
+                f"{MAX_PARAMETERS_VARIABLE}={os.environ[MAX_PARAMETERS_VARIABLE]!r} must be a "
+                "whole number"
+            ) from None
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
+    except (AttributeError, ValueError, OSError):  # (not POSIX)
+        return sys.maxsize
+
+
+def check_type(cls: type, field: str, value: Any, key: str) -> None:
+    """``ValueError`` naming ``key`` (where ``value`` was read) unless ``value`` has the
+    type of the dataclass ``cls``'s ``field``: a value read from a file, checked before it
+    is used."""
+    expected = typing.get_type_hints(cls)[field]
+    if not _matches(value, expected):
+        raise ValueError(f"{key}={value!r} must be of type {_type_name(expected)}")
 
 
 def _accepts(expected: Any, kind: type) -> bool:
@@ -351,6 +381,26 @@ class ModelConfig(ConfigBase):
                 f"share_embeddings=True needs tgt_vocab_size={self.tgt_vocab_size} "
                 f"equal to vocab_size={self.vocab_size}",
             )
+
+        bound, ceiling = self.parameter_bound(), max_parameters()
+        _require(
+            bound <= ceiling,
+            f"these sizes make a model of up to {bound:,} parameters ({4 * bound / 2**30:,.1f} "
+            f"GiB in fp32), more than the {ceiling:,} this machine's memory holds "
+            f"(set {MAX_PARAMETERS_VARIABLE} to allow more)",
+        )
+
+    def parameter_bound(self) -> int:
+        """At least as many parameters as the model of this config has, in integer
+        arithmetic: absurd sizes are refused before any tensor (or table) exists."""
+        d, f = self.d_model, self.d_ff
+        layer = 4 * d * d + (3 if self.gated else 2) * d * f + f + 10 * d
+        layers = self.n_layers * layer
+        if self.arch == "seq2seq":
+            layers += self.decoder_layers * (layer + 4 * d * d + 6 * d)
+        rows = 2 * self.vocab_size + 2 * self.target_vocab_size + self.max_len
+        rows += self.type_vocab_size + self.num_labels + self.relative_buckets + 4
+        return layers + rows * d + 2 * d * d + self.target_vocab_size
 
     @property
     def target_vocab_size(self) -> int:
@@ -677,6 +727,8 @@ class Recipe:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any], overrides: typing.Sequence[str] = ()) -> Recipe:
+        if not isinstance(values, dict):
+            raise ValueError(f"a recipe is a table of settings, not a {type(values).__name__}")
         values = {k: dict(v) if isinstance(v, dict) else v for k, v in values.items()}
         for override in overrides:
             _apply_override(values, override)
@@ -738,4 +790,7 @@ def _apply_override(values: dict[str, Any], override: str) -> None:
             f"override {override!r}: the key must be section.key with section one of "
             f"{', '.join(SECTIONS)}"
         )
-    values.setdefault(section, {})[name] = value
+    body = values.setdefault(section, {})
+    if not isinstance(body, dict):
+        raise ValueError(f"override {override!r}: [{section}] must be a table of settings")
+    body[name] = value

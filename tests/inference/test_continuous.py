@@ -149,3 +149,15 @@ def test_compiled_steps_compile_at_warm_up_and_give_the_eager_tokens() -> None:
     run(batcher, {0: requests[:2], 2: requests[2:4], 3: requests[4:]})
     assert compiled_graphs() == graphs
     assert [r.tokens for r in requests] == alone
+
+
+def test_a_request_whose_constraints_leave_no_token_stops_with_a_warning() -> None:
+    model = tiny_lm("rotary")
+    request = Request([1], 31, Sampling(no_repeat_ngram_size=1), seed=0)
+    batcher = ContinuousBatcher(model, max_batch=2, max_len=32)
+    batcher.add(request)
+    with pytest.warns(UserWarning, match="left no token to choose"):
+        while not batcher.idle:
+            batcher.step()
+    assert request.finish_reason == "stop" and len(request.tokens) == TINY_VOCAB - 1
+    assert sorted(request.tokens) == [t for t in range(TINY_VOCAB) if t != 1]

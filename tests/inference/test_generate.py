@@ -126,6 +126,18 @@ def test_penalties_take_effect_in_generation() -> None:
         assert len(set(prompt + new)) == len(set(prompt)) + len(new)  # nothing repeated
 
 
+@pytest.mark.parametrize("greedy", [True, False])
+def test_constraints_that_leave_no_token_end_the_text_with_a_warning(greedy: bool) -> None:
+    """Every token of the vocabulary banned (no repeated unigram, longer than the
+    vocabulary): each row ends once its choices run out, all of them distinct, no NaN."""
+    model = tiny_lm("rotary")
+    with pytest.warns(UserWarning, match="left no token to choose: the text ends there"):
+        out = generate(model, PROMPTS, max_new_tokens=31, greedy=greedy, no_repeat_ngram_size=1)
+    for prompt, new in zip(PROMPTS, out, strict=True):
+        assert not set(new) & set(prompt) and len(set(new)) == len(new)
+        assert len(set(prompt)) + len(new) == TINY_VOCAB
+
+
 def test_eos_ends_a_row_and_is_left_out() -> None:
     model = tiny_lm(peaked_by=0.5)
     free = generate(model, [PROMPTS[0]], max_new_tokens=12, seed=5)[0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 
@@ -35,7 +36,8 @@ def test_a_second_writer_is_refused_and_changes_nothing(tmp_path: Path) -> None:
     with locked(run_dir), locked(empty):
         assert (run_dir / ".lock").read_text() == f"{os.getpid()}\n"
         during = snapshot(tmp_path)
-        for directory, resume in ((run_dir, True), (empty, False)):
+        # a lock held says so first, whatever else the directory holds or lacks
+        for directory, resume in itertools.product((run_dir, empty), (True, False)):
             with pytest.raises(
                 ValueError, match=f"^{directory} is in use by process {os.getpid()}$"
             ):

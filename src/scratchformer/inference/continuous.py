@@ -35,7 +35,7 @@ import torch
 from torch import Tensor, nn
 
 from .cache import DecoderCache, KVCache
-from .generate import Sampling, decoding_device
+from .generate import NO_TOKEN, Sampling, decoding_device, ended_without_a_token
 from .kernels import attention_kernels, installed
 
 GREEDY = Sampling(greedy=True)
@@ -46,7 +46,8 @@ class Request:
     """A prompt to continue, how, and (filled in by decoding) what came of it.
 
     ``tokens`` grows by one token a step; ``finish_reason`` becomes ``"stop"`` (at
-    ``eos_id``, which is not kept, or after a token for which ``stop(tokens)`` is true) or
+    ``eos_id``, which is not kept, where the sampling's constraints leave no token, or
+    after a token for which ``stop(tokens)`` is true) or
     ``"length"`` (``max_new_tokens`` reached). Setting ``cancelled`` frees the request's
     row at the next step boundary."""
 
@@ -81,7 +82,9 @@ class Request:
         history = self.prompt + self.tokens if self.sampling.reads_history else []
         ids = torch.tensor([history], dtype=torch.long)
         token = int(self.sampling(logits[None], ids, torch.ones_like(ids), self.generator))
-        if token == self.eos_id:
+        if token == NO_TOKEN:
+            ended_without_a_token()
+        if token in (self.eos_id, NO_TOKEN):
             self.finish_reason = "stop"
             return
         self.tokens.append(token)

@@ -11,6 +11,7 @@ per-row positions, so that every row computes what it would compute alone.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -112,19 +113,34 @@ class Sampling:
     def __call__(
         self, logits: Tensor, ids: Tensor, mask: Tensor, generator: torch.Generator
     ) -> Tensor:
-        """The next token of every row, ``(batch,)``, given the rows so far ``ids``."""
+        """The next token of every row, ``(batch,)``, given the rows so far ``ids``; for a
+        row whose constraints (an n-gram ban) leave no token, :data:`NO_TOKEN`."""
         if self.repetition_penalty != 1.0:
             logits = penalize_repetition(logits, ids, self.repetition_penalty, mask)
         if self.no_repeat_ngram_size:
             logits = ban_repeated_ngrams(logits, ids, self.no_repeat_ngram_size, mask)
+        left = (logits > float("-inf")).any(dim=-1)
         if self.greedy or self.temperature == 0:
-            return logits.argmax(dim=-1)
+            return torch.where(left, logits.argmax(dim=-1), NO_TOKEN)
+        logits = torch.where(left[:, None], logits, 0.0)  # (its draw is discarded)
         logits = scale_temperature(logits, self.temperature)
         if self.top_k is not None:
             logits = filter_top_k(logits, self.top_k)
         if self.top_p is not None:
             logits = filter_top_p(logits, self.top_p)
-        return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(-1)
+        drawn = torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(-1)
+        return torch.where(left, drawn, NO_TOKEN)
+
+
+NO_TOKEN = -1
+"""What :class:`Sampling` chooses where no token is allowed: the row ends there."""
+NO_TOKEN_WARNING = (
+    "the decoding constraints (no_repeat_ngram_size) left no token to choose: the text ends there"
+)
+
+
+def ended_without_a_token() -> None:
+    warnings.warn(NO_TOKEN_WARNING, stacklevel=3)
 
 
 def decoding_device(model: nn.Module) -> torch.device:
@@ -201,7 +217,9 @@ def stream(
             logits = model(fed, mask, cache=cache, positions=fed_positions).logits[:, -1].float()
             step: list[int | None] = []
             for row, token in enumerate(choose(logits, ids, mask, generator).tolist()):
-                if done[row] or token == eos_id:
+                if token == NO_TOKEN and not done[row]:
+                    ended_without_a_token()
+                if done[row] or token in (eos_id, NO_TOKEN):
                     done[row] = True
                     step.append(None)
                     continue

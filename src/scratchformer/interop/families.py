@@ -103,7 +103,7 @@ class Family:
     def head_of(self, architectures: list[str]) -> str | None:
         """Our head of a checkpoint whose ``config.json`` names ``architectures``."""
         heads = {head.architecture: name for name, head in self.heads.items()}
-        found = [heads[name] for name in architectures if name in heads]
+        found = [heads[name] for name in architectures if isinstance(name, str) and name in heads]
         return found[0] if found else None
 
     def base_names(self, tensors: Mapping[str, Tensor], config: ModelConfig) -> dict[str, Tensor]:
@@ -328,6 +328,8 @@ def t5_implied(hf: dict[str, Any]) -> dict[str, Any]:
     ``feed_forward_proj`` (``gated-gelu`` is ``gelu_new``), and the scaling of the output
     from ``tie_word_embeddings`` (``transformers`` 4 scales exactly when tied)."""
     projection = hf.get("feed_forward_proj", "relu")
+    if not isinstance(projection, str):
+        raise ValueError(f"feed_forward_proj={projection!r} must be a string")
     activation = "gelu_new" if projection == "gated-gelu" else projection.split("-")[-1]
     derived = {
         "dense_act_fn": activation,
@@ -406,7 +408,7 @@ def family_names(arch: str | None = None) -> str:
 def family_of(hf: dict[str, Any]) -> Family:
     """The family a ``config.json`` names in ``model_type``."""
     model_type = hf.get("model_type")
-    if model_type not in FAMILIES:
+    if not isinstance(model_type, str) or model_type not in FAMILIES:
         raise ValueError(
             f"model_type={model_type!r} is not supported; supported: {', '.join(FAMILIES)}"
         )

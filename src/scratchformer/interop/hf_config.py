@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..config import DECODER_STARTS, ModelConfig
+from ..config import DECODER_STARTS, ModelConfig, check_type
 from ..data.tokenizer import Tokenizer
 from .families import family_for, family_of
 
@@ -45,8 +45,10 @@ def model_config(hf: dict[str, Any]) -> ModelConfig:
         if hf.get(key, supported) != supported:
             raise ValueError(f"{key}={hf[key]!r} is not supported (only {supported!r})")
     values = {field: hf.get(key, default) for field, (key, default) in family.fields.items()}
-    if values["d_ff"] is None:
+    if values["d_ff"] is None and isinstance(values["d_model"], int):
         values["d_ff"] = 4 * values["d_model"]
+    for field, (key, _) in family.fields.items():  # before any value is used
+        check_type(ModelConfig, _ALIASES.get(field, field), values[field], key)
     activation = values["activation"]
     if activation not in ACTIVATIONS_FROM_HF:
         key = family.fields["activation"][0]
@@ -56,19 +58,23 @@ def model_config(hf: dict[str, Any]) -> ModelConfig:
     values["activation"] = ACTIVATIONS_FROM_HF[activation]
     if family.rotary:
         values |= rope_from_hf(hf, values["max_len"])
-    d_head = values["d_model"] // values["n_heads"]
+    if family.decoder_start is not None:
+        values["decoder_start"] = decoder_start_from_hf(hf, family.decoder_start)
+    architectures = hf.get("architectures") or []
+    if not isinstance(architectures, list):
+        raise ValueError(f"architectures={architectures!r} must be a list of class names")
+    head = family.head_of(architectures)
+    fields = {_ALIASES.get(name, name): value for name, value in (family.fixed | values).items()}
+    pooler = family.pooler and head is None
+    config = ModelConfig(**fields, **family.imported, pooler=pooler, head=head)
+    d_head = config.d_model // config.n_heads
     if family.head_dim is not None and hf.get(family.head_dim, d_head) not in (None, d_head):
         width, heads = family.fields["d_model"][0], family.fields["n_heads"][0]
         raise ValueError(
-            f"{family.head_dim}={hf[family.head_dim]} is not supported (only {width} / "
+            f"{family.head_dim}={hf[family.head_dim]!r} is not supported (only {width} / "
             f"{heads} = {d_head})"
         )
-    if family.decoder_start is not None:
-        values["decoder_start"] = decoder_start_from_hf(hf, family.decoder_start)
-    head = family.head_of(hf.get("architectures") or [])
-    fields = {_ALIASES.get(name, name): value for name, value in (family.fixed | values).items()}
-    pooler = family.pooler and head is None
-    return ModelConfig(**fields, **family.imported, pooler=pooler, head=head)
+    return config
 
 
 def decoder_start_from_hf(hf: dict[str, Any], default: str) -> str:
@@ -90,8 +96,12 @@ def rope_from_hf(hf: dict[str, Any], max_len: int) -> dict[str, Any]:
     the older ``rope_theta`` and ``rope_scaling``; Llama 3's scaling assumes the model was
     pre-trained at ``max_len`` unless it says otherwise."""
     parameters = hf.get("rope_parameters") or hf.get("rope_scaling") or {}
+    if not isinstance(parameters, dict):
+        raise ValueError(f"rope_parameters={parameters!r} must be a table of settings")
     theta = parameters.get("rope_theta", hf.get("rope_theta", 10000.0))
     kind = parameters.get("rope_type", parameters.get("type", "default"))
+    if not isinstance(kind, str):
+        raise ValueError(f"rope_type={kind!r} must be a string")
     if parameters.get("partial_rotary_factor", 1.0) != 1.0:
         raise ValueError(
             f"partial_rotary_factor={parameters['partial_rotary_factor']} is not supported "

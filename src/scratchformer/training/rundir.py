@@ -195,7 +195,10 @@ def check_target(run_dir: Path, *, resume: bool, overwrite: bool) -> None:
 def claim(run_dir: Path, *, resume: bool, overwrite: bool) -> Iterator[None]:
     """Lock ``run_dir`` (created if need be) for a training run, check it again under the
     lock (another writer may have come first), remove what killed writers left half-written
-    and, with ``overwrite``, empty it."""
+    and, with ``overwrite``, empty it. A writer at work is named before anything else."""
+    if (run_dir / LOCK_FILE).is_file():  # (a lock file exists only while held, or if killed)
+        with locked(run_dir):
+            pass
     check_target(run_dir, resume=resume, overwrite=overwrite)
     run_dir.mkdir(parents=True, exist_ok=True)
     with locked(run_dir):
