@@ -176,7 +176,13 @@ COMMANDS = (
         "print a trained model's metrics as JSON",
         (
             RUN,
-            arg("--split", default="val", exclusive="source", help="val (default) or test"),
+            arg(
+                "--split",
+                default="val",
+                choices=("train", "val", "test"),
+                exclusive="source",
+                help="val (default), test or train",
+            ),
             arg(
                 "--data",
                 exclusive="source",

@@ -16,7 +16,14 @@ from ..data.readers import DataError, iter_lines
 METRICS = ("exact_match", "entity_f1", "accuracy", "pearson", "bleu", "perplexity")
 """Validation metrics the third panel shows, the first one present."""
 
+PLOTTED = ("loss", "lr", *METRICS)
+"""The fields of a record that are drawn: numbers when present."""
+
 Record = Mapping[str, Any]
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
@@ -36,6 +43,15 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
             raise DataError.at(path, number, f"not a JSON record ({error.msg})") from None
         if not isinstance(record, dict) or not {"step", "split"} <= record.keys():
             raise DataError.at(path, number, "a record needs 'step' and 'split'")
+        wrong = [key for key in PLOTTED if key in record and not _is_number(record[key])]
+        step = record["step"]
+        if (
+            not (isinstance(step, int) and _is_number(step))
+            or not isinstance(record["split"], str)
+            or wrong
+        ):
+            fields = ", ".join(f"{key}={record[key]!r}" for key in ["step", *wrong])
+            raise DataError.at(path, number, f"a record's step and scores are numbers ({fields})")
         records.append(record)
     return records
 
