@@ -106,8 +106,9 @@ def test_the_commands_open_their_run_quantized(runs) -> None:
 
 
 def test_a_quantized_run_that_does_not_fit_its_config_fails_before_allocating(
-    runs, tmp_path, capsys
+    runs, tmp_path, capsys, monkeypatch
 ) -> None:
+    monkeypatch.setenv("SCRATCHFORMER_MAX_PARAMETERS", str(10**18))  # past the ceiling
     assert main(["--quiet", "quantize", str(runs["int8"]), "--out", str(tmp_path / "q")]) == 0
     config = tmp_path / "q" / "config.json"
     values = json.loads(config.read_text())

@@ -2,6 +2,9 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+import torch
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from scratchformer import config, models, tasks
 from scratchformer.config import DataConfig, ModelConfig, Recipe, TrainConfig
@@ -198,3 +201,41 @@ def test_a_recipe_with_a_byte_order_mark_loads_and_other_encodings_name_the_file
     path.write_bytes('task = "lm"  # caf\u00e9\n'.encode("latin-1"))
     with pytest.raises(ValueError, match=r"latin1\.toml: not UTF-8 text .*save it as UTF-8"):
         Recipe.load(path)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.sampled_from(["encoder", "decoder", "seq2seq"]),
+    st.integers(1, 3),
+    st.integers(1, 4).map(lambda h: 8 * h),
+    st.booleans(),
+    st.sampled_from(["sinusoidal", "learned", "rotary", "alibi", "relative"]),
+    st.sampled_from([None, "classification", "token_classification", "mlm", "span"]),
+)
+def test_the_parameter_bound_holds_for_every_kind_of_model(
+    arch, layers, width, gated, positional, head
+) -> None:
+    """``parameter_bound`` (integer arithmetic, no tensor) is at least the parameters of
+    the model built on the meta device, whatever the architecture, positions and head."""
+    fields = dict(arch=arch, vocab_size=50, d_model=width, n_heads=4, n_layers=layers)
+    fields |= dict(d_ff=3 * width, gated=gated, positional=positional, num_labels=5)
+    fields |= dict(head=head if arch == "encoder" else None, pooler=arch == "encoder")
+    try:
+        model_config = ModelConfig(**fields)
+    except ValueError:  # a combination that is refused by its own rule
+        assume(False)
+    with torch.device("meta"):
+        model = build_model(model_config)
+    assert count_parameters(model) <= model_config.parameter_bound()
+
+
+def test_sizes_past_the_machines_memory_are_refused_naming_both_numbers(monkeypatch) -> None:
+    monkeypatch.setenv(config.MAX_PARAMETERS_VARIABLE, "1000000")
+    small = ModelConfig(vocab_size=100, d_model=32, n_heads=4, n_layers=2, d_ff=64)
+    with pytest.raises(ValueError, match=r"up to [\d,]+ parameters .* more than the 1,000,000"):
+        ModelConfig(vocab_size=100, d_model=512, n_heads=4, n_layers=2, d_ff=64)
+    monkeypatch.setenv(config.MAX_PARAMETERS_VARIABLE, "a lot")
+    with pytest.raises(ValueError, match="SCRATCHFORMER_MAX_PARAMETERS='a lot' must be a whole"):
+        ModelConfig(vocab_size=100, d_model=32, n_heads=4, n_layers=2, d_ff=64)
+    monkeypatch.delenv(config.MAX_PARAMETERS_VARIABLE)
+    assert config.max_parameters() > small.parameter_bound()

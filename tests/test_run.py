@@ -59,7 +59,12 @@ def test_a_started_run_is_not_trained_again_and_resume_needs_a_checkpoint(tmp_pa
         train(recipe, tmp_path / "copy", quiet=True)
 
 
-def test_a_config_that_asks_for_terabytes_fails_before_allocating(tmp_path: Path, capsys) -> None:
+def test_a_config_that_asks_for_terabytes_fails_before_allocating(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    """Past the machine's ceiling (``test_config.py``), the weights are checked against the
+    config on the meta device."""
+    monkeypatch.setenv("SCRATCHFORMER_MAX_PARAMETERS", str(10**18))  # past the ceiling
     recipe = Recipe.load(RECIPES / "copy.toml", ["train.max_steps=1", "train.eval_every=1"])
     train(recipe, tmp_path / "copy", overrides=TINY_MODEL, quiet=True)
     config = tmp_path / "copy" / "config.json"

@@ -398,9 +398,11 @@ class ModelConfig(ConfigBase):
         layers = self.n_layers * layer
         if self.arch == "seq2seq":
             layers += self.decoder_layers * (layer + 4 * d * d + 6 * d)
-        rows = 2 * self.vocab_size + 2 * self.target_vocab_size + self.max_len
-        rows += self.type_vocab_size + self.num_labels + self.relative_buckets + 4
-        return layers + rows * d + 2 * d * d + self.target_vocab_size
+        rows = 2 * self.vocab_size + 2 * self.target_vocab_size + 2 * self.max_len
+        rows += self.type_vocab_size + self.num_labels + 4
+        stacks = self.n_layers + self.decoder_layers + 2
+        relative = self.relative_buckets * self.n_heads * stacks
+        return layers + rows * d + 2 * d * d + self.target_vocab_size + relative
 
     @property
     def target_vocab_size(self) -> int:

@@ -36,6 +36,7 @@ from .training.rundir import (
     QUANTIZATION_KEY,
     STEP_DIR,
     check_empty,
+    check_free,
     check_target,
     claim,
     is_run,
@@ -111,7 +112,8 @@ def train(
     whole run (another process training there is an error). SIGTERM and SIGINT stop the run
     after the step in progress with a checkpoint of it and raise :class:`Interrupted`."""
     run_dir = Path(run_dir)
-    check_target(run_dir, resume=resume, overwrite=overwrite)  # before the process group
+    check_free(run_dir)  # before the process group: a writer at work, then the rest
+    check_target(run_dir, resume=resume, overwrite=overwrite)
     dist = setup(device)
     trainer = None
     try:

@@ -8,6 +8,7 @@ import copy
 import io
 import json
 import math
+import os
 import re
 import sys
 from collections.abc import Iterator
@@ -16,6 +17,15 @@ from typing import Any
 from hypothesis import strategies as st
 
 from scratchformer.cli import main
+
+SCALE = int(os.environ.get("SCRATCHFORMER_FUZZ_SCALE", "1"))
+"""How many times its default number of examples each fuzz test runs (a longer run: 10)."""
+
+
+def examples(count: int) -> int:
+    """``count`` examples, times :data:`SCALE`."""
+    return count * SCALE
+
 
 SCALARS = (
     st.integers()
@@ -31,12 +41,12 @@ SHORT_TEXT = st.text(max_size=8)
 
 
 def values(keys: st.SearchStrategy[str] = SHORT_TEXT) -> st.SearchStrategy[Any]:
-    """Scalars, and lists and tables of them nested a few levels."""
-    return st.recursive(
-        SCALARS,
-        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(keys, inner, max_size=3),
-        max_leaves=6,
-    )
+    """Scalars, and lists and tables of them nested up to two levels."""
+
+    def nested(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+        return st.lists(inner, max_size=3) | st.dictionaries(keys, inner, max_size=3)
+
+    return SCALARS | nested(SCALARS) | nested(SCALARS | nested(SCALARS))
 
 
 def key_text(key: str) -> str:

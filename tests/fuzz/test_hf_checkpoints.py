@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fuzz.strategies import assert_sound_or_refused, cli, mutated
+from fuzz.strategies import assert_sound_or_refused, cli, examples, mutated
 from scratchformer.run import load_run
 
 pytest.importorskip("transformers")
@@ -44,7 +44,9 @@ def import_damaged(checkpoint: Path, config: object) -> None:
 
 
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(40),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(st.data())
 def test_a_damaged_config_is_imported_or_refused_in_one_line(checkpoints, data) -> None:
@@ -54,7 +56,9 @@ def test_a_damaged_config_is_imported_or_refused_in_one_line(checkpoints, data) 
 
 
 @settings(
-    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(20),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(st.data())
 def test_absurd_sizes_are_refused_before_any_tensor(checkpoints, data) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fuzz.strategies import assert_one_line_naming, toml_document, values
+from fuzz.strategies import assert_one_line_naming, examples, toml_document, values
 from scratchformer.config import SECTIONS, TASKS, Recipe
 
 FIELDS = {name: [f.name for f in dataclasses.fields(cls)] for name, cls in SECTIONS.items()}
@@ -55,7 +55,7 @@ def read_or_refuse(path: Path, overrides: list[str]) -> None:
     assert again.to_json() == recipe.to_json()
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(RECIPES, OVERRIDES)
 def test_a_toml_recipe_with_overrides_is_read_or_refused_in_one_line(recipe, overrides) -> None:
     with tempfile.TemporaryDirectory() as scratch:
@@ -64,7 +64,7 @@ def test_a_toml_recipe_with_overrides_is_read_or_refused_in_one_line(recipe, ove
         read_or_refuse(path, overrides)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(values(KEYS) | RECIPES, OVERRIDES)
 def test_a_json_recipe_of_any_shape_is_read_or_refused_in_one_line(recipe, overrides) -> None:
     with tempfile.TemporaryDirectory() as scratch:
@@ -73,7 +73,7 @@ def test_a_json_recipe_of_any_shape_is_read_or_refused_in_one_line(recipe, overr
         read_or_refuse(path, overrides)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.binary(max_size=64), st.sampled_from([b"", b"\xef\xbb\xbf", b"\xff\xfe"]))
 def test_recipe_bytes_of_any_encoding_are_read_or_refused_in_one_line(body, prefix) -> None:
     with tempfile.TemporaryDirectory() as scratch:

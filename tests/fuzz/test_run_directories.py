@@ -12,7 +12,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fuzz.strategies import SCALARS, assert_sound_or_refused, cli, mutated, values
+from fuzz.strategies import SCALARS, assert_sound_or_refused, cli, examples, mutated, values
 
 USES = {
     "classify": lambda run: ("classify", str(run)),
@@ -33,7 +33,7 @@ def use_damaged(run: Path, name: str, damage, command: str) -> None:
         assert_sound_or_refused(status, err, str(copy))
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=FIXTURE)
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=FIXTURE)
 @given(st.data())
 def test_a_damaged_json_file_is_used_or_refused_in_one_line(classification_run, data) -> None:
     name = data.draw(st.sampled_from(["config.json", "run.json", "tokenizer.json"]))
@@ -43,7 +43,7 @@ def test_a_damaged_json_file_is_used_or_refused_in_one_line(classification_run, 
     use_damaged(classification_run, name, lambda p: p.write_text(json.dumps(damaged)), command)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=FIXTURE)
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=FIXTURE)
 @given(st.data())
 def test_damaged_metrics_records_are_plotted_or_refused(classification_run, data) -> None:
     lines = (classification_run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
@@ -59,7 +59,7 @@ def test_damaged_metrics_records_are_plotted_or_refused(classification_run, data
     use_damaged(classification_run, "metrics.jsonl", damage, "plot")
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=FIXTURE)
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=FIXTURE)
 @given(st.data())
 def test_damaged_weights_are_refused_in_one_line(classification_run, data) -> None:
     weights = (classification_run / "model.safetensors").read_bytes()

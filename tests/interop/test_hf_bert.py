@@ -171,8 +171,9 @@ BROKEN = {
 
 @pytest.mark.parametrize("kind", BROKEN)
 def test_broken_checkpoints_give_clear_errors(
-    kind: str, tiny_bert: Path, tmp_path: Path, capsys
+    kind: str, tiny_bert: Path, tmp_path: Path, capsys, monkeypatch
 ) -> None:
+    monkeypatch.setenv("SCRATCHFORMER_MAX_PARAMETERS", str(10**18))  # past the ceiling
     _broken(tiny_bert, tmp_path / "hf", kind)
     with pytest.raises(ValueError, match=BROKEN[kind]):
         from_pretrained(tmp_path / "hf")

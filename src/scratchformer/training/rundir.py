@@ -196,9 +196,7 @@ def claim(run_dir: Path, *, resume: bool, overwrite: bool) -> Iterator[None]:
     """Lock ``run_dir`` (created if need be) for a training run, check it again under the
     lock (another writer may have come first), remove what killed writers left half-written
     and, with ``overwrite``, empty it. A writer at work is named before anything else."""
-    if (run_dir / LOCK_FILE).is_file():  # (a lock file exists only while held, or if killed)
-        with locked(run_dir):
-            pass
+    check_free(run_dir)
     check_target(run_dir, resume=resume, overwrite=overwrite)
     run_dir.mkdir(parents=True, exist_ok=True)
     with locked(run_dir):
@@ -213,6 +211,14 @@ def claim(run_dir: Path, *, resume: bool, overwrite: bool) -> Iterator[None]:
                 else:
                     path.unlink()
         yield
+
+
+def check_free(run_dir: Path) -> None:
+    """``ValueError`` naming the process that writes ``run_dir``, if one does: the reason
+    given before any other not to write there."""
+    if (run_dir / LOCK_FILE).is_file():  # (a lock file exists only while held, or if killed)
+        with locked(run_dir):
+            pass
 
 
 @contextmanager
@@ -315,6 +321,10 @@ def read_tokenizers(run_dir: Path) -> dict[str, Tokenizer]:
     return tokenizers
 
 
+LABELLED_HEADS = ("classification", "token_classification")
+"""The heads whose outputs are the classes ``data.labels`` names."""
+
+
 def open_task(run_dir: Path, overrides: list[str] | None = None) -> tuple[Task, Recipe]:
     """The task of a started run, with its tokenizers, and its recipe (plus overrides)."""
     check_format(run_dir)
@@ -340,6 +350,12 @@ def load_run(
         raise ValueError(
             f"{run_dir} holds a model without the {task.head} head of a {task.name} run "
             "(an imported checkpoint?); fine-tune it first"
+        )
+    labelled = recipe.model.head in LABELLED_HEADS
+    if labelled and len(recipe.data.labels or []) != recipe.model.num_labels:
+        raise ValueError(
+            f"{run_dir / CONFIG_FILE}: data.labels={recipe.data.labels!r} does not name the "
+            f"model's {recipe.model.num_labels} classes (model.num_labels)"
         )
     saved = saved_quantization(run_dir)
 
