@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -226,3 +227,19 @@ def test_every_command_has_help(capsys) -> None:
     for command in ["--help", *(f"{c.name} --help" for c in COMMANDS)]:
         assert main(command.split()) == 0, command
         assert capsys.readouterr().out.startswith("usage: scratchformer"), command
+
+
+def test_an_error_quoting_control_characters_is_still_one_line(
+    classification_run, tmp_path, capsys
+) -> None:
+    """A message that quotes a file's content as it is (here the tokenizers library's, of a
+    version string holding a carriage return and a newline) is printed on one line, the
+    characters escaped."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(classification_run, run_dir)
+    tokenizer = json.loads((run_dir / "tokenizer.json").read_text(encoding="utf-8"))
+    (run_dir / "tokenizer.json").write_text(json.dumps({**tokenizer, "version": "1\r\n2"}))
+    assert main(["classify", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "\r" not in err and "'1\\r\\n2'" in err
+    assert err.startswith(f"scratchformer: error: {run_dir / 'tokenizer.json'}")

@@ -546,6 +546,12 @@ def print_warning(message: Warning | str, *_: object, **__: object) -> None:
     print(f"scratchformer: warning: {message}", file=sys.stderr)
 
 
+def one_line(message: str) -> str:
+    """``message`` as one line: line breaks and other control characters (which a file's
+    content quoted in it may hold) written as escapes."""
+    return "".join(c if c.isprintable() or c == "\t" else repr(c)[1:-1] for c in message)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -567,12 +573,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, OSError) as error:
         if args.debug:
             raise
-        print(f"scratchformer: error: {error}", file=sys.stderr)
+        print(f"scratchformer: error: {one_line(str(error))}", file=sys.stderr)
         return 2
     except TrainingError as error:
         if args.debug:
             raise
-        print(f"scratchformer: {error}", file=sys.stderr)
+        print(f"scratchformer: {one_line(str(error))}", file=sys.stderr)
         return 1
     except Interrupted as stop:
         print(f"scratchformer: {stop}", file=sys.stderr)
@@ -583,7 +589,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as error:  # the last line of defence: a defect, reported in one line
         if args.debug:
             raise
-        what = f"{type(error).__name__}: {error}".splitlines()[0]
+        what = one_line(f"{type(error).__name__}: {error}")
         print(
             f"scratchformer: internal error in {command.name}: {what} "
             "(a bug: --debug shows the traceback)",

@@ -33,7 +33,7 @@ def use_damaged(run: Path, name: str, damage, command: str) -> None:
         assert_sound_or_refused(status, err, str(copy))
 
 
-@settings(max_examples=examples(60), deadline=None, suppress_health_check=FIXTURE)
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=FIXTURE)
 @given(st.data())
 def test_a_damaged_json_file_is_used_or_refused_in_one_line(classification_run, data) -> None:
     name = data.draw(st.sampled_from(["config.json", "run.json", "tokenizer.json"]))
