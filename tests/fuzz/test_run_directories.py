@@ -78,3 +78,13 @@ def test_eval_of_a_split_that_is_no_split_is_refused(classification_run) -> None
         status, _, err = cli("eval", str(classification_run), "--split", split)
         assert_sound_or_refused(status, err, "--split", split or "split")
         assert status == 2
+
+
+def test_a_tokenizer_that_lost_its_special_tokens_is_refused(classification_run) -> None:
+    """Found at ten times the examples: ``added_tokens`` emptied, the pad token is gone."""
+
+    def damage(path: Path) -> None:
+        path.write_text(json.dumps({**json.loads(path.read_text()), "added_tokens": []}))
+
+    for command in ("classify", "eval"):
+        use_damaged(classification_run, "tokenizer.json", damage, command)

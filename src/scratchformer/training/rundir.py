@@ -321,6 +321,8 @@ def read_tokenizers(run_dir: Path) -> dict[str, Tokenizer]:
     return tokenizers
 
 
+PADDED_ARCHS = ("encoder", "seq2seq")
+"""The architectures whose tasks pad their batches with the tokenizer's pad token."""
 LABELLED_HEADS = ("classification", "token_classification")
 """The heads whose outputs are the classes ``data.labels`` names."""
 
@@ -331,6 +333,13 @@ def open_task(run_dir: Path, overrides: list[str] | None = None) -> tuple[Task, 
     recipe = Recipe.load(run_dir / CONFIG_FILE, overrides or [])
     task = build_task(recipe)
     task.tokenizers = read_tokenizers(run_dir)
+    if recipe.model.arch in PADDED_ARCHS:
+        for name, tokenizer in task.tokenizers.items():
+            if tokenizer.pad_id is None:
+                raise ValueError(
+                    f"{run_dir / name}.json has no pad token among its special tokens, which "
+                    f"a {recipe.model.arch} model's batches are padded with"
+                )
     return task, recipe
 
 
