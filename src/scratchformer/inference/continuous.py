@@ -119,6 +119,7 @@ class ContinuousBatcher:
         self, model: nn.Module, max_batch: int, max_len: int, compiled: bool = False
     ) -> None:
         self.model = model
+        self.compiled = compiled
         self.stepper = model
         """What runs a step: the model, or the model compiled."""
         if compiled:
@@ -193,11 +194,8 @@ class ContinuousBatcher:
         self.free_finished()
         running = [(slot, request) for slot, request in enumerate(self.slots) if request]
         if running:
-            rows = running[-1][0] + 1
-            if self.stepper is not self.model:
-                rows = max(rows, min(2, self.max_batch))
             with installed(self.kernels):
-                logits = self.decode_step(rows)
+                logits = self.decode_step(running[-1][0] + 1)
             for slot, request in running:
                 request.choose(logits[slot])
                 self.last[slot] = request.tokens[-1] if request.tokens else 0
@@ -246,18 +244,23 @@ class ContinuousBatcher:
         self.last[slot] = request.tokens[-1] if request.tokens else 0
 
     def decode_step(self, rows: int) -> Tensor:
-        """The logits ``(rows, vocab)`` after feeding rows ``0 .. rows - 1`` their last
-        token (free rows among them compute on what their row holds, and are ignored)."""
+        """The logits (one row each, at least ``rows``) after feeding rows ``0 .. rows - 1``
+        their last token (free rows among them compute on what their row holds, and are
+        ignored)."""
+        if self.compiled:
+            rows = max(rows, min(2, self.max_batch))
         if self.length == self.max_len:
             self.shift(-self.unused_columns())
         end = self.length + 1
         self.mask[:rows, self.length] = True
         cache = RowsCache([KVCache(k[:rows], v[:rows], self.length) for k, v in self.buffers])
         inputs = self.last[:rows, None], self.positions[:rows, None]
-        mask = self.mask[:rows, :end].contiguous()  # (compiled: the same strides at any length)
-        buffers = [t for layer in cache.self_attn for t in (layer.keys, layer.values)]
-        for tensor in (*inputs, mask, *buffers):
-            torch._dynamo.maybe_mark_dynamic(tensor, 0)  # (rows: one graph for any number)
+        mask = self.mask[:rows, :end]
+        if self.compiled:
+            mask = mask.contiguous()  # (the same strides at any length)
+            buffers = [t for layer in cache.self_attn for t in (layer.keys, layer.values)]
+            for tensor in (*inputs, mask, *buffers):
+                torch._dynamo.maybe_mark_dynamic(tensor, 0)  # (rows: one graph for any number)
         output = self.stepper(inputs[0], mask, cache=cache, positions=inputs[1])
         self.length = end
         self.positions[:rows] += 1

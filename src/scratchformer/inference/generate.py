@@ -117,19 +117,22 @@ class Sampling:
         row whose constraints (an n-gram ban) leave no token, :data:`NO_TOKEN`."""
         if self.repetition_penalty != 1.0:
             logits = penalize_repetition(logits, ids, self.repetition_penalty, mask)
+        left = None
+        """Whether each row has a token left: only a ban can take every one."""
         if self.no_repeat_ngram_size:
             logits = ban_repeated_ngrams(logits, ids, self.no_repeat_ngram_size, mask)
-        left = (logits > float("-inf")).any(dim=-1)
+            left = (logits > float("-inf")).any(dim=-1)
+            logits = torch.where(left[:, None], logits, 0.0)  # (its choice is discarded)
         if self.greedy or self.temperature == 0:
-            return torch.where(left, logits.argmax(dim=-1), NO_TOKEN)
-        logits = torch.where(left[:, None], logits, 0.0)  # (its draw is discarded)
-        logits = scale_temperature(logits, self.temperature)
-        if self.top_k is not None:
-            logits = filter_top_k(logits, self.top_k)
-        if self.top_p is not None:
-            logits = filter_top_p(logits, self.top_p)
-        drawn = torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(-1)
-        return torch.where(left, drawn, NO_TOKEN)
+            chosen = logits.argmax(dim=-1)
+        else:
+            logits = scale_temperature(logits, self.temperature)
+            if self.top_k is not None:
+                logits = filter_top_k(logits, self.top_k)
+            if self.top_p is not None:
+                logits = filter_top_p(logits, self.top_p)
+            chosen = torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(-1)
+        return chosen if left is None else torch.where(left, chosen, NO_TOKEN)
 
 
 NO_TOKEN = -1
