@@ -40,7 +40,7 @@ from .errors import ApiError
 from .metrics import Metrics
 from .page import page
 from .tasks import ENDPOINTS, grouped
-from .workers import BatchWorker, Busy, DecodingWorker
+from .workers import BatchWorker, Busy, DecodingWorker, ModelUse
 
 TASK, EMBED, ATTENTION = "task", "embed", "attention"
 """The kinds of work of the batching worker."""
@@ -93,9 +93,9 @@ def create_app(run_dir: Path, options: ServeOptions = ServeOptions()) -> FastAPI
 
     name = run_dir.absolute().name
     metrics = Metrics()
-    model_lock = threading.Lock()
-    """Held by a worker while it runs the model: the decoding and batching threads of a
-    language model's server take turns (decoding installs its kernels on the model)."""
+    use = ModelUse(computing, threading.Lock(), metrics)
+    """The decoding and batching threads of a language model's server take turns on the
+    model (decoding installs its kernels on it)."""
     workers: list[Any] = []
     decoding = None
     if options.compile and task.command != "generate":
@@ -113,7 +113,7 @@ def create_app(run_dir: Path, options: ServeOptions = ServeOptions()) -> FastAPI
         if options.compile:
             with computing():
                 batcher.warm_up()
-        worker = DecodingWorker(batcher, options.max_queue, computing, metrics, model_lock)
+        worker = DecodingWorker(batcher, options.max_queue, use)
         tokenizer = task.tokenizer()
         decoding = Decoding(
             tokenizer, worker, context, name, options.timeout_s, read_chat_template(run_dir)
@@ -138,9 +138,7 @@ def create_app(run_dir: Path, options: ServeOptions = ServeOptions()) -> FastAPI
         options.max_batch,
         options.max_queue,
         options.batch_wait_ms,
-        computing,
-        metrics,
-        model_lock,
+        use,
     )
     workers.append(batched)
 

@@ -32,21 +32,25 @@ class Progress:
     error: str | None = None
 
 
+@dataclass(frozen=True)
+class ModelUse:
+    """How the server's threads use its one model: in ``context`` (the precision, entered
+    by each thread), one at a time (``lock``, held while computing), counted in
+    ``metrics``."""
+
+    context: Callable[[], AbstractContextManager[Any]]
+    lock: AbstractContextManager[Any]
+    metrics: Metrics
+
+
 class ModelThread:
-    """A thread of its own that runs the model in ``context`` (the precision), holding
-    ``model_lock`` meanwhile (shared by the threads of one model), from :meth:`start` until
+    """A thread of its own that runs the model as ``use`` says, from :meth:`start` until
     :meth:`stop`; ``wake`` guards its queue and wakes it."""
 
-    def __init__(
-        self,
-        name: str,
-        context: Callable[[], AbstractContextManager[Any]],
-        metrics: Metrics,
-        model_lock: AbstractContextManager[Any],
-    ) -> None:
-        self.context = context
-        self.metrics = metrics
-        self.model_lock = model_lock
+    def __init__(self, name: str, use: ModelUse) -> None:
+        self.context = use.context
+        self.model_lock = use.lock
+        self.metrics = use.metrics
         self.wake = threading.Condition()
         self.stopping = False
         self.thread = threading.Thread(target=self.run, name=name, daemon=True)
@@ -73,11 +77,9 @@ class DecodingWorker(ModelThread):
         self,
         batcher: ContinuousBatcher,
         max_queue: int,
-        context: Callable[[], AbstractContextManager[Any]],
-        metrics: Metrics,
-        model_lock: AbstractContextManager[Any],
+        use: ModelUse,
     ) -> None:
-        super().__init__("decoding", context, metrics, model_lock)
+        super().__init__("decoding", use)
         self.batcher = batcher
         self.max_queue = max_queue
         self.listeners: dict[Request, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
@@ -165,11 +167,9 @@ class BatchWorker(ModelThread):
         max_batch: int,
         max_queue: int,
         wait_ms: float,
-        context: Callable[[], AbstractContextManager[Any]],
-        metrics: Metrics,
-        model_lock: AbstractContextManager[Any],
+        use: ModelUse,
     ) -> None:
-        super().__init__("batching", context, metrics, model_lock)
+        super().__init__("batching", use)
         self.predict = predict
         self.max_batch = max_batch
         self.max_queue = max_queue
