@@ -23,13 +23,12 @@ def pad_batch(
     ``left`` pads on the left, so that the sequences end together (as batched generation
     wants its prompts).
     """
-    length = max((len(seq) for seq in sequences), default=0)
+    lengths = torch.tensor([len(seq) for seq in sequences], dtype=torch.long)
+    length = int(lengths.max()) if len(sequences) else 0
+    positions = torch.arange(length)
+    mask = positions >= length - lengths[:, None] if left else positions < lengths[:, None]
     ids = torch.full((len(sequences), length), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(sequences), length), dtype=torch.bool)
-    for i, seq in enumerate(sequences):
-        span = slice(length - len(seq), length) if left else slice(0, len(seq))
-        ids[i, span] = torch.tensor(list(seq), dtype=torch.long)
-        mask[i, span] = True
+    ids[mask] = torch.tensor([t for seq in sequences for t in seq], dtype=torch.long)
     return ids, mask
 
 
