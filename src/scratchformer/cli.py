@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from .config import ATTENTION_KINDS, DEVICES, PRECISIONS, QUANTIZATIONS
+from .config import ATTENTION_KINDS, DEVICES, GGUF_TYPES, PRECISIONS, QUANTIZATIONS
 from .errors import Interrupted, TrainingError
 from .interop.families import FAMILIES, family_names
 from .version import __version__
@@ -432,6 +432,30 @@ COMMANDS = (
         "the run's model.init_from. A task head is not part of that model and is left out, as "
         "are adapters of maps the checkpoint stores transposed (GPT-2's Conv1D: refused). A "
         "run without LoRA adapters or without model.init_from is refused.",
+    ),
+    Command(
+        "export-gguf",
+        "gguf:export_model",
+        "write a language model run as a GGUF file, for llama.cpp",
+        (
+            arg("run", help="run directory of a language model (task lm, data.tokenizer=bpe)"),
+            arg("--out", required=True, help="the .gguf file to write"),
+            arg(
+                "--type",
+                choices=GGUF_TYPES,
+                default="f16",
+                help="the weight matrices' type: f32, f16 (default) or q8_0 (int8 blocks of "
+                "32 with a float16 scale); vectors and norms stay f32",
+            ),
+        ),
+        description="The model becomes llama.cpp's gpt2 (LayerNorm, learned or sinusoidal "
+        "positions, GELU's tanh approximation) or llama (RMSNorm, rotary positions, SwiGLU, "
+        "grouped-query attention), the tokenizer its gpt2 byte-level BPE. Refused, in one line "
+        "naming the field: encoders and encoder-decoders, char and wordpiece tokenizers "
+        "(train with data.tokenizer=bpe), int8 runs (export the run they were quantized "
+        "from), and settings llama.cpp does not compute as ours (post-LN, rotary with "
+        "LayerNorm, GELU's erf form, ALiBi, T5's relative positions, sliding windows). A LoRA "
+        "run's adapters are merged first. llama_cpp.Llama(FILE) loads the result.",
     ),
     Command(
         "attention",

@@ -453,6 +453,9 @@ TAG_SCHEMES = ("iob2", "none")
 QUANTIZATIONS = ("int8",)
 """Weight-only quantizations of a trained model's linear maps (``int8``: per output
 channel, symmetric), for inference."""
+GGUF_TYPES = ("f32", "f16", "q8_0")
+"""The types of a GGUF file's weight matrices (``export-gguf --type``): float32, float16, or
+llama.cpp's q8_0 (blocks of 32 int8 numbers sharing a float16 scale)."""
 
 
 @dataclass

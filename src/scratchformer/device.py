@@ -3,6 +3,7 @@ in bfloat16 there (natively, or emulated by autocast)."""
 
 from __future__ import annotations
 
+import itertools
 import warnings
 
 import torch
@@ -57,3 +58,11 @@ def bf16_autocast(device: torch.device, enabled: bool) -> torch.autocast:
     """bfloat16 autocast on ``device`` if ``enabled``: matrix products in bfloat16, the
     reductions that need it (softmax, norms, losses) in float32."""
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=enabled)
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """Where a model's weights are (its first parameter or buffer): where its inputs go.
+    The CPU for a model that holds none here (one run by another runtime, as ONNX's)."""
+    for tensor in itertools.chain(model.parameters(), model.buffers()):
+        return tensor.device
+    return torch.device("cpu")

@@ -129,6 +129,21 @@ def atomic_write_figure(path: str | Path, figure: Any, **options: Any) -> None:
     atomic_write(path, lambda temp: figure.savefig(temp, **options))
 
 
+def atomic_write_gguf(path: str | Path, writer: Any) -> None:
+    """The GGUF file that ``writer`` (a ``gguf.GGUFWriter`` holding its keys and tensors,
+    made without a path) describes, written to ``path`` atomically."""
+
+    def write(temp: Path) -> None:
+        try:
+            writer.write_header_to_file(temp)
+            writer.write_kv_data_to_file()
+            writer.write_tensors_to_file()
+        finally:
+            writer.close()
+
+    atomic_write(path, write)
+
+
 def atomic_write_dir(path: Path, fill: Callable[[Path], None]) -> None:
     """Build the directory ``path`` whole: ``fill`` writes its files into a fresh temp
     directory (with the in-place writers above), each file and the directory are fsynced,

@@ -17,6 +17,7 @@ from torch import nn
 from .config import DataConfig, Recipe, TrainConfig
 from .data.tokenizer import recognise_roles
 from .errors import Interrupted
+from .interop.gguf import save_gguf
 from .interop.hf import (
     CHAT_TEMPLATE_FILE,
     TOKENIZER_FILE,
@@ -40,6 +41,7 @@ from .training.rundir import (
     check_target,
     claim,
     is_run,
+    is_run_file,
     load_run,
     open_task,
     pretrained,
@@ -283,3 +285,28 @@ def export_peft(run_dir: Path, out_dir: Path) -> None:
             "has no base to load its adapters onto: export-hf writes the merged model"
         )
     save_adapter(model, out_dir)
+
+
+def export_gguf(run_dir: Path, out: Path, type: str = "f16") -> str:
+    """A GGUF file of a decoder-only run's model and tokenizer, for llama.cpp
+    (:func:`~.interop.gguf.save_gguf`), its weight matrices in ``type`` (``f32``, ``f16``
+    or ``q8_0``); a LoRA run's with its adapters merged. Returns llama.cpp's architecture
+    (``gpt2`` or ``llama``). What llama.cpp cannot run as ours (an encoder, a
+    character-level tokenizer, ...) is a ``ValueError`` naming it, before anything is
+    written."""
+    if out.is_dir():
+        raise ValueError(f"--out {out} is a directory: name the .gguf file to write")
+    if is_run(out.parent) and is_run_file(out.name):
+        raise ValueError(f"--out {out} is a file of the run directory {out.parent}")
+    if saved_quantization(run_dir) is not None:
+        raise ValueError(
+            f"{run_dir} holds int8 weights, which GGUF's types do not hold as ours: export "
+            "the run it was quantized from (--type q8_0 quantizes for llama.cpp)"
+        )
+    task, model = load_run(run_dir, need_head=False)
+    if is_adapted(model):
+        merge_lora(model)
+    try:
+        return save_gguf(model, task.tokenizers.get("tokenizer"), out, type, run_dir.name)
+    except ValueError as error:
+        raise ValueError(f"{run_dir}: {error}") from None

@@ -101,6 +101,24 @@ def test_a_client_that_leaves_mid_stream_frees_its_row(lm_run, slow_steps) -> No
         assert http(f"{url}/health")[1]["running"] == 0
 
 
+def test_a_client_that_leaves_before_a_whole_answer_frees_its_row(lm_run, slow_steps) -> None:
+    with live(lm_run, max_batch=2) as url:
+        body = json.dumps({"prompt": "to", "max_tokens": 60, "temperature": 0}).encode()
+        head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        port = int(url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            client.sendall(f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body)
+            deadline = time.monotonic() + 2
+            while not http(f"{url}/health")[1]["running"] and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert http(f"{url}/health")[1]["running"] == 1
+        deadline = time.monotonic() + 1  # well before the 60 tokens' 3 s
+        while http(f"{url}/health")[1]["running"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert http(f"{url}/health")[1]["running"] == 0
+        assert 'status="499"' in urllib.request.urlopen(f"{url}/metrics").read().decode()
+
+
 def test_a_request_past_its_timeout_is_a_504_and_frees_its_row(lm_run, slow_steps) -> None:
     with live(lm_run, timeout_s=0.5) as url:
         status, answer = http(f"{url}/v1/completions", {"prompt": "to", "max_tokens": 60})

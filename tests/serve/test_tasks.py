@@ -10,8 +10,10 @@ from pathlib import Path
 import numpy as np
 import openai
 import pytest
+import torch
 
 from helpers import http, live, run, train
+from scratchformer.data.batching import pad_batch
 from scratchformer.run import load_run
 
 
@@ -51,6 +53,14 @@ def test_classify_answers_what_the_cli_prints_however_batched(classification_run
         assert got == pytest.approx([e["probability"] for e in expected], abs=1e-6)
         single = concurrently(f"{url}/v1/classify", [{"input": line} for line in lines])
         assert [a["data"][0]["label"] for _, a in single] == [e["label"] for e in expected]
+        status, answer = http(f"{url}/v1/embeddings", {"input": lines[:2]})
+        assert status == 200 and [d["index"] for d in answer["data"]] == [0, 1]
+        vectors = torch.tensor([d["embedding"] for d in answer["data"]])
+        ids, mask = pad_batch([task.sentence_ids(text) for text in lines[:2]], 0)
+        with torch.no_grad():
+            hidden, _ = model.encode(ids, mask)
+        mean = (hidden * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)  # its pooling
+        assert torch.allclose(vectors, torch.nn.functional.normalize(mean, dim=-1), atol=1e-6)
         status, answer = http(f"{url}/v1/completions", {"prompt": "good"})
         assert (
             status == 404

@@ -20,6 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from ..data.batching import pad_batch
+from ..device import model_device
 from .cache import DecoderCache
 from .kernels import decoding_kernels
 
@@ -151,7 +152,7 @@ def decoding_device(model: nn.Module) -> torch.device:
     would be random and would break the cache's exactness, so training mode is an error."""
     if model.training:
         raise ValueError("the model is in training mode (dropout on); call model.eval() first")
-    return next(model.parameters()).device
+    return model_device(model)
 
 
 @torch.no_grad()

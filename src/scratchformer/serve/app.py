@@ -182,7 +182,7 @@ def create_app(run_dir: Path, options: ServeOptions = ServeOptions()) -> FastAPI
         return {"object": "list", "data": [card]}
 
     @app.post("/v1/completions")
-    async def completions(body: schema.CompletionRequest) -> Response:
+    async def completions(body: schema.CompletionRequest, request: Request) -> Response:
         if decoding is None:
             raise needs("a language-model run", "/v1/completions")
         prompts = decoding.prompts(body)
@@ -196,12 +196,12 @@ def create_app(run_dir: Path, options: ServeOptions = ServeOptions()) -> FastAPI
         head = {**identity("cmpl"), "object": "text_completion", "model": name}
         if body.stream:
             return streaming(decoding, choices, head, choice_json)
-        answers = await decoding.complete(choices, choice_json)
+        answers = await decoding.complete(choices, choice_json, request.is_disconnected)
         usage = decoding.usage(choices, prompts)
         return JSONResponse({**head, "choices": answers, "usage": usage})
 
     @app.post("/v1/chat/completions")
-    async def chat(body: schema.ChatRequest) -> Response:
+    async def chat(body: schema.ChatRequest, request: Request) -> Response:
         if decoding is None:
             raise needs("a language-model run", "/v1/chat/completions")
         prompt = decoding.chat_prompt(body)
@@ -228,14 +228,14 @@ def create_app(run_dir: Path, options: ServeOptions = ServeOptions()) -> FastAPI
                 "finish_reason": choice.finish_reason,
             }
 
-        answers = await decoding.complete(choices, message)
+        answers = await decoding.complete(choices, message, request.is_disconnected)
         usage = decoding.usage(choices, [prompt])
         return JSONResponse({**head, "choices": answers, "usage": usage})
 
     @app.post("/v1/embeddings")
     async def embeddings(body: schema.EmbeddingRequest) -> dict[str, Any]:
         if EMBED not in work:
-            raise needs("a similarity (bi-encoder) run", "/v1/embeddings")
+            raise needs("a sentence encoder's run (similarity, classification)", "/v1/embeddings")
         if body.dimensions is not None:
             raise ApiError(400, "dimensions: not supported by this server", "dimensions")
         texts = [body.input] if isinstance(body.input, str) else body.input

@@ -14,7 +14,7 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,9 @@ from ..interop.hf import CHAT_TEMPLATE_FILE
 from .errors import ApiError
 from .schema import ChatRequest, CompletionRequest, Sampled
 from .workers import Busy, DecodingWorker, Progress
+
+GONE_POLL_S = 0.1
+"""How often a request answered whole looks whether its client is still there."""
 
 
 class TextOf:
@@ -210,11 +213,26 @@ class Decoding:
                 choice.request.cancelled = True  # a no-op for the finished ones
 
     async def complete(
-        self, choices: list[Choice], build: Callable[[Choice, str], dict[str, Any]]
+        self,
+        choices: list[Choice],
+        build: Callable[[Choice, str], dict[str, Any]],
+        gone: Callable[[], Awaitable[bool]],
     ) -> list[dict[str, Any]]:
-        """Every choice run to its end: ``build(choice, text)`` of each, in order."""
-        async for _ in self.progress(choices, self.submit(choices)):
-            pass
+        """Every choice run to its end: ``build(choice, text)`` of each, in order. A client
+        that leaves before (``gone()`` is polled every :data:`GONE_POLL_S`) frees the rows
+        at once, and hears a 499 it will never read."""
+
+        async def run() -> None:
+            async for _ in self.progress(choices, queue):
+                pass
+
+        queue = self.submit(choices)
+        work = asyncio.ensure_future(run())
+        while not (await asyncio.wait({work}, timeout=GONE_POLL_S))[0]:
+            if await gone():
+                work.cancel()  # progress's finally cancels the requests
+                raise ApiError(499, "the client went away before the answer", None)
+        work.result()
         return [build(choice, choice.prefix + "".join(choice.pieces)) for choice in choices]
 
     def usage(self, choices: list[Choice], prompts: list[list[int]]) -> dict[str, int]:

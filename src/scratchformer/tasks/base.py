@@ -25,6 +25,7 @@ from torch import Tensor, nn
 from ..config import ModelConfig, Recipe
 from ..data.batching import fixed_size_batches, token_budget_batches
 from ..data.tokenizer import Tokenizer
+from ..device import model_device
 from ..metrics import perplexity
 from ..nn.loss import IGNORE_INDEX
 
@@ -305,7 +306,7 @@ class Task(ABC):
         if target is not None:
             raise ValueError(f"a target is for translation models, not for a {self.name} run")
         inputs, tokens = self.attention_inputs(text)
-        device = next(model.parameters()).device
+        device = model_device(model)
         return self.attend(model, {k: v.to(device) for k, v in inputs.items()}), tokens
 
     def attention_inputs(self, text: str) -> tuple[dict[str, Tensor], TokenLabels]:
@@ -446,7 +447,7 @@ class ExampleTask(Task):
     ) -> Iterator[tuple[Tensor, Batch]]:
         """The model's logits (on the CPU) for encoded examples, batch by batch, in their
         order, each with its batch."""
-        device = next(model.parameters()).device
+        device = model_device(model)
         for start in range(0, len(examples), batch_size):
             batch = self.collate(examples[start : start + batch_size]).to(device)
             yield self.logits(model, batch).float().cpu(), batch

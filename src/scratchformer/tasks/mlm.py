@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from ..data.batching import consecutive_windows, random_windows
 from ..data.masking import mask_tokens
+from ..device import model_device
 from ..nn.loss import IGNORE_INDEX
 from .base import Batch, TokenLabels
 from .corpus import CorpusTask
@@ -134,7 +135,7 @@ class MaskedLMTask(CorpusTask):
                 f"(data.max_len={self.data.max_len})",
                 stacklevel=3,
             )
-        device = next(model.parameters()).device
+        device = model_device(model)
         with torch.no_grad():
             was_training = model.training
             model.eval()

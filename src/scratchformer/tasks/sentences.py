@@ -10,12 +10,16 @@ from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import Recipe
+from ..data.batching import pad_batch
 from ..data.readers import LabeledText, read_tsv
 from ..data.registry import sst2_examples, stsb_examples
+from ..device import model_device
 from ..metrics import correlations
+from ..models.heads import pool
 from .base import Batch, ExampleTask, add, warn_cut
 
 SPECIALS = ("pad", "unk", "cls", "sep")
@@ -102,6 +106,22 @@ class SentenceTask(ExampleTask):
         """The tokens of the longest input that ``texts`` make, uncut: ``[CLS] text [SEP]``
         for each sentence read alone."""
         return max(len(self.tokenizer().encode(text)) + 2 for text in texts)
+
+    @torch.no_grad()
+    def embed(self, model: nn.Module, texts: Sequence[str], batch_size: int = 64) -> Tensor:
+        """Unit-length sentence vectors ``(len(texts), d_model)``: each text read alone
+        (``[CLS] text [SEP]``), its last hidden states pooled as the model's head pools
+        them. For a similarity model, the dot product of two is the cosine it predicts for
+        the pair; for a classifier, the vector its head reads."""
+        device = model_device(model)
+        vectors = []
+        for start in range(0, len(texts), batch_size):
+            sentences = [self.sentence_ids(text) for text in texts[start : start + batch_size]]
+            ids, mask = pad_batch(sentences, self.tokenizer().pad_id)
+            ids, mask = ids.to(device), mask.to(device)
+            hidden, _ = model.encode(ids, mask)
+            vectors.append(F.normalize(pool(hidden, mask, model.config.pooling).float(), dim=-1))
+        return torch.cat(vectors).cpu()
 
     def line_logits(self, model: nn.Module, lines: Sequence[str]) -> Iterator[Tensor]:
         """The model's logits (on the CPU) for lines of input, batch by batch, in order;

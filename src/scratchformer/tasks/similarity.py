@@ -15,12 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import Recipe
 from ..data.batching import pad_batch
-from ..models.heads import pool
 from .base import Attentions, Batch, TokenLabels
 from .sentences import ValueTask
 
@@ -73,20 +71,6 @@ class SimilarityTask(ValueTask):
         """Each sentence of the pair as ``[CLS] text [SEP]``."""
         first, second = texts
         return EncodedPair(self.sentence_ids(first), self.sentence_ids(second), float(target))
-
-    @torch.no_grad()
-    def embed(self, model: nn.Module, texts: Sequence[str], batch_size: int = 64) -> Tensor:
-        """Unit-length sentence vectors ``(len(texts), d_model)`` of a similarity model:
-        the dot product of two is the cosine the model predicts for the pair."""
-        device = next(model.parameters()).device
-        vectors = []
-        for start in range(0, len(texts), batch_size):
-            sentences = [self.sentence_ids(text) for text in texts[start : start + batch_size]]
-            ids, mask = pad_batch(sentences, self.tokenizer().pad_id)
-            ids, mask = ids.to(device), mask.to(device)
-            hidden, _ = model.encode(ids, mask)
-            vectors.append(F.normalize(pool(hidden, mask, model.config.pooling).float(), dim=-1))
-        return torch.cat(vectors).cpu()
 
     def attention_inputs(self, text: str) -> tuple[dict[str, Tensor], TokenLabels]:
         """One sentence: the bi-encoder reads each sentence of a pair alone."""

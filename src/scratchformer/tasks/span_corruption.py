@@ -28,6 +28,7 @@ from torch import nn
 from ..data.batching import consecutive_windows, pad_batch, random_windows
 from ..data.noise import corrupt, noise_counts, random_spans_noise_mask, raw_length
 from ..data.tokenizer import SENTINEL
+from ..device import model_device
 from ..inference.beam import greedy_decode
 from .base import Attentions, Batch, TokenLabels, warn_cut
 from .corpus import CorpusTask
@@ -120,7 +121,7 @@ class SpanCorruptionTask(CorpusTask):
         """The model's greedy output for each input (:meth:`encode_input`), 64 at a time:
         each sentinel followed by the span it fills, without the start token and eos."""
         tokenizer, start_token = self.tokenizer(), self.start_id()
-        device = next(model.parameters()).device
+        device = model_device(model)
         outputs: list[list[int]] = []
         for offset in range(0, len(inputs), 64):
             ids, mask = pad_batch(inputs[offset : offset + 64], tokenizer.pad_id)

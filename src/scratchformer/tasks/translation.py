@@ -14,6 +14,7 @@ from ..data.batching import pad_batch
 from ..data.readers import read_parallel
 from ..data.registry import parallel_examples
 from ..data.tokenizer import Tokenizer
+from ..device import model_device
 from ..inference.beam import beam_search, greedy_decode
 from ..metrics import translation_scores
 from ..nn.loss import IGNORE_INDEX
@@ -152,7 +153,7 @@ class TranslationTask(ExampleTask):
             (i for i, line in enumerate(lines) if line.strip()), key=lambda i: len(encoded[i])
         )
         results = [""] * len(lines)
-        device = next(model.parameters()).device
+        device = model_device(model)
         bar = tqdm(total=len(todo), disable=not progress, file=sys.stderr, unit="line")
         for start in range(0, len(todo), batch_size):
             rows = todo[start : start + batch_size]
@@ -223,7 +224,7 @@ def pair_attention(
     """The attention of an encoder-decoder ``model`` on one ``(source, target)`` pair as
     teacher forcing feeds it: every kind (encoder, decoder, cross), with the labels of the
     source tokens and of the decoder's inputs."""
-    device = next(model.parameters()).device
+    device = model_device(model)
     batch = seq2seq_batch([pair], source.pad_id, target.pad_id).to(device)
     inputs = source.labels(batch.inputs["src_ids"][0].tolist())
     outputs = target.labels(batch.inputs["tgt_ids"][0].tolist())
