@@ -5,6 +5,7 @@ itself -- its files, its writer, :func:`load_run` -- is :mod:`scratchformer.trai
 
 from __future__ import annotations
 
+import importlib.util
 import warnings
 from collections.abc import Sequence
 from contextlib import ExitStack
@@ -17,7 +18,6 @@ from torch import nn
 from .config import DataConfig, Recipe, TrainConfig
 from .data.tokenizer import recognise_roles
 from .errors import Interrupted
-from .interop.gguf import save_gguf
 from .interop.hf import (
     CHAT_TEMPLATE_FILE,
     TOKENIZER_FILE,
@@ -294,6 +294,10 @@ def export_gguf(run_dir: Path, out: Path, type: str = "f16") -> str:
     (``gpt2`` or ``llama``). What llama.cpp cannot run as ours (an encoder, a
     character-level tokenizer, ...) is a ``ValueError`` naming it, before anything is
     written."""
+    if importlib.util.find_spec("gguf") is None:
+        raise ValueError("export-gguf needs gguf: pip install 'scratchformer[export]'")
+    from .interop.gguf import save_gguf  # (gguf is an extra: imported when it is used)
+
     if out.is_dir():
         raise ValueError(f"--out {out} is a directory: name the .gguf file to write")
     if is_run(out.parent) and is_run_file(out.name):

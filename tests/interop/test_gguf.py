@@ -6,6 +6,7 @@ q8_0's agreement with our greedy tokens; and the refusals, from Python and the C
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,11 +19,12 @@ from scratchformer import ModelConfig, build_model
 from scratchformer.cli import main
 from scratchformer.data.tokenizer import Tokenizer
 from scratchformer.inference import generate
-from scratchformer.interop.gguf import interleave_heads, save_gguf
 from scratchformer.run import export_gguf, load_run
 
-gguf = pytest.importorskip("gguf")
+gguf = pytest.importorskip("gguf")  # the export extra
 llama_cpp = pytest.importorskip("llama_cpp")
+
+from scratchformer.interop.gguf import interleave_heads, save_gguf  # noqa: E402 (needs gguf)
 
 TEXT = (
     "To be, or not to be, that is the question: whether 'tis nobler in the mind to suffer\n"
@@ -395,3 +397,14 @@ def test_a_recipe_path_of_the_docs(text_file: Path, tmp_path: Path, capsys) -> N
     finally:
         model.close()
     assert completion["choices"][0]["text"]
+
+
+def test_without_gguf_the_extra_is_named(trained, monkeypatch, tmp_path: Path) -> None:
+    _, directory, _, _ = trained
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "gguf" else find_spec(name)
+    )
+    with pytest.raises(ValueError, match=r"pip install 'scratchformer\[export\]'"):
+        export_gguf(directory / "run", tmp_path / "m.gguf")
+    assert not list(tmp_path.iterdir())
