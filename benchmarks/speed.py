@@ -1,6 +1,6 @@
 """Speed side by side: our models against ``torch.nn`` and Hugging Face, fp32 on the CPU.
 
-What: six workloads, each comparing our model with models of the same shape built from
+What: seven workloads, each comparing our model with models of the same shape built from
 PyTorch's own ``torch.nn`` modules and from Hugging Face ``transformers``, on the same
 random inputs, with random weights (translation excepted):
 
@@ -26,6 +26,9 @@ random inputs, with random weights (translation excepted):
   d_model 256, 4 heads, d_ff 1024, post-LN, learned positions, mean pooling over real
   tokens, 2 classes). Ours with the attention mask; ``nn.TransformerEncoder`` on its fast
   path (``src_key_padding_mask``, nested tensors: padding is skipped).
+- ``onnx-infer``: the same forward (and one at the SST-2 MiniLM fine-tune's size, on SST-2
+  dev sentences), ours eager and through ``torch.compile`` against ONNX Runtime on the
+  graph ``scratchformer export-onnx`` writes of the same model (``workloads/onnx_infer.py``).
 - ``translate``: sentences/s translating the 1,000 German sentences of Multi30k
   test_2016_flickr (``$SCRATCHFORMER_DATA/multi30k/test_2016_flickr.de.gz``) with beam 5
   (``TranslationTask.translate``, as ``scratchformer translate`` does), by the
@@ -58,8 +61,9 @@ theirs, printed with each figure as "ok" or "MISSED": lm-train >= 1.25x torch.nn
 >= 1.5x Hugging Face tokens/s (both sizes); seq2seq-train >= 1.3x both; generate >= 3x at
 batch 1 and >= 1.5x at batch 8, and with int8 weights compiled >= 2x ours compiled and
 >= 5x Hugging Face at batch 1, >= 1.5x ours compiled at batch 8; translation >= 2x
-Marian; encoder-infer >= 1.0x; memory growth <= both. LM training step B should also reach
-90% of the matmul peak (bf16's for the bf16 variant, timed on CPUs with native bfloat16).
+Marian; encoder-infer >= 1.0x; onnx-infer: ours compiled >= 1.0x ONNX Runtime; memory
+growth <= both. LM training step B should also reach 90% of the matmul peak (bf16's for the
+bf16 variant, timed on CPUs with native bfloat16).
 
 How: each workload runs in a fresh interpreter of its own, as a user's program would, so
 that what one leaves behind in a process (a heap grown by its tensors, compiled code) cannot
@@ -108,6 +112,7 @@ from workloads.generation import generation
 from workloads.lm_train import lm_train
 from workloads.machine import Machine, measure_machine
 from workloads.memory import memory, memory_child
+from workloads.onnx_infer import onnx_infer
 from workloads.report import Row, Settings, print_header, print_summary, write_json
 from workloads.seq2seq_train import seq2seq_train
 from workloads.translation import translation
@@ -117,6 +122,7 @@ WORKLOADS: dict[str, Callable[[Settings], list[Row]]] = {
     "seq2seq-train": seq2seq_train,
     "generate": generation,
     "encoder-infer": encoder_infer,
+    "onnx-infer": onnx_infer,
     "translate": translation,
     "memory": memory,
 }

@@ -23,7 +23,7 @@ from typing import Any, NoReturn
 import pytest
 import torch
 
-from helpers import FAULTS_PROPERTY, train
+from helpers import FAULTS_PROPERTY, FILLER, squad_file, train
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -88,6 +88,34 @@ def classification_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "data.vocab_size=50",
     )
     return directory / "run"
+
+
+NAMES = ["Ada", "Grace", "Alan", "Edsger", "Barbara", "Donald", "Niklaus", "Tony"]
+
+
+@pytest.fixture(scope="session")
+def qa_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny extractive QA run (``recipes/squad.toml``, 32-token windows) on contexts that
+    name a winner, written here."""
+    directory = tmp_path_factory.mktemp("qa")
+    triples = [
+        (f"{FILLER[: 7 * i]} The winner is {name}. Then {FILLER[: 5 * i]}", "Who won?", name)
+        for i, name in enumerate(NAMES * 3)
+    ]
+    data = squad_file(directory / "train.json", triples)
+    run_dir = directory / "run"
+    train(
+        run_dir,
+        "squad.toml",
+        f"data.train='{data}'",
+        f"data.val='{data}'",
+        "data.dataset=none",
+        "data.vocab_size=200",
+        "data.max_len=32",
+        "data.doc_stride=8",
+        "model.max_len=32",
+    )
+    return run_dir
 
 
 MLM_SENTENCES = [

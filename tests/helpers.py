@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -213,3 +214,26 @@ def http(url: str, body: Any = None, headers: dict[str, str] | None = None) -> t
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as error:
         return error.code, json.loads(error.read())
+
+
+FILLER = " ".join(f"w{i}" for i in range(60))
+"""Sixty distinct words, to pad contexts and stretch them past a window."""
+
+
+def squad_file(path: Path, contexts: list[tuple[str, str, str]]) -> Path:
+    """A SQuAD JSON file of ``(context, question, answer)`` triples."""
+    qas = [
+        {
+            "context": context,
+            "qas": [
+                {
+                    "id": str(i),
+                    "question": question,
+                    "answers": [{"text": answer, "answer_start": context.index(answer)}],
+                }
+            ],
+        }
+        for i, (context, question, answer) in enumerate(contexts)
+    ]
+    path.write_text(json.dumps({"version": "1.1", "data": [{"title": "t", "paragraphs": qas}]}))
+    return path

@@ -110,6 +110,12 @@ PRECISION = arg(
     "bf16 where the device computes in it natively. With --quantize int8 and --compile, bf16 "
     "products read the int8 weights directly: the fastest decoding on such a CPU",
 )
+ONNX = arg(
+    "--onnx",
+    metavar="DIR",
+    help="run the model that export-onnx wrote to DIR through ONNX Runtime, in place of the "
+    "run's own (the run gives the tokenizer and labels)",
+)
 COMPILE = arg(
     "--compile",
     action="store_true",
@@ -271,6 +277,7 @@ COMMANDS = (
             arg("run", help="run directory of a classification or regression model"),
             QUANTIZE,
             PRECISION,
+            ONNX,
         ),
         description="One line out per line in: label<TAB>probability, or the value of a "
         "regression model. Sentence pairs are given as first<TAB>second. Inputs longer than "
@@ -280,7 +287,7 @@ COMMANDS = (
         "tag",
         "predict:tag",
         "tag the words of each line of stdin",
-        (arg("run", help="run directory of a tagging model"), QUANTIZE, PRECISION),
+        (arg("run", help="run directory of a tagging model"), QUANTIZE, PRECISION, ONNX),
         description="Words are split on whitespace; each comes out as 'word tag', with a "
         "blank line after each sentence (an empty line gives just the blank line). Words "
         "beyond the model's data.max_len sub-words are tagged O, with a warning on stderr.",
@@ -289,7 +296,12 @@ COMMANDS = (
         "answer",
         "predict:answer",
         "answer each question<TAB>context line of stdin",
-        (arg("run", help="run directory of a question-answering model"), QUANTIZE, PRECISION),
+        (
+            arg("run", help="run directory of a question-answering model"),
+            QUANTIZE,
+            PRECISION,
+            ONNX,
+        ),
         description="One line out per line in: answer<TAB>probability, the answer an exact "
         "substring of the context (an empty line gives an empty line). A context longer "
         "than the model's data.max_len tokens is read through overlapping windows "
@@ -381,7 +393,8 @@ COMMANDS = (
         ),
         description="Endpoints by the run's task: /v1/completions and /v1/chat/completions "
         "(with a chat_template.jinja in the run directory) for language models, with "
-        "continuous batching; /v1/embeddings for similarity runs; /v1/classify, /v1/tag, "
+        "continuous batching; /v1/embeddings for similarity, classification and regression "
+        "runs; /v1/classify, /v1/tag, "
         "/v1/answer, /v1/translate, /v1/fill-mask, /v1/fill-spans for the others; and for "
         "every run GET /v1/models, /health, /metrics (Prometheus) and / (a page to try it). "
         "SIGTERM or Ctrl-C finishes the requests in flight, then stops.",
@@ -420,6 +433,17 @@ COMMANDS = (
         "result. HF_DIR may not be a run directory.",
     ),
     Command(
+        "export-onnx",
+        "export:export_onnx_graph",
+        "write an encoder run's model as an ONNX graph, for ONNX Runtime",
+        (RUN, arg("--out", required=True, help="directory to write: model.onnx and more")),
+        description="DIR gets model.onnx (dynamic batch and sequence axes; inputs input_ids, "
+        "attention_mask and, with segment embeddings, token_type_ids; outputs last_hidden_state "
+        "and the task's logits, or a similarity model's unit-length sentence_embedding), the run's "
+        "tokenizer.json, and a config.json naming them, with the labels. classify, tag and "
+        "answer run it with --onnx DIR. DIR must be new, empty or an earlier export.",
+    ),
+    Command(
         "export-peft",
         "hf:export_adapter",
         "write a LoRA run's adapters for Hugging Face PEFT",
@@ -435,7 +459,7 @@ COMMANDS = (
     ),
     Command(
         "export-gguf",
-        "gguf:export_model",
+        "export:export_gguf_file",
         "write a language model run as a GGUF file, for llama.cpp",
         (
             arg("run", help="run directory of a language model (task lm, data.tokenizer=bpe)"),

@@ -3,6 +3,7 @@ them without importing what raises them."""
 
 from __future__ import annotations
 
+import importlib.util
 import signal
 
 
@@ -27,3 +28,13 @@ class Interrupted(BaseException):
     def status(self) -> int:
         """The exit status of a process that a signal ended: 143 for SIGTERM, 130 for SIGINT."""
         return 128 + self.signum
+
+
+def require_extra(*packages: str, purpose: str, extra: str = "export") -> None:
+    """Refuse ``purpose`` in one line naming the optional packages it lacks and the extra of
+    scratchformer that installs them."""
+    missing = [name for name in packages if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ValueError(
+            f"{purpose} needs {' and '.join(missing)}: pip install 'scratchformer[{extra}]'"
+        )

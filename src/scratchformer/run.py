@@ -5,7 +5,6 @@ itself -- its files, its writer, :func:`load_run` -- is :mod:`scratchformer.trai
 
 from __future__ import annotations
 
-import importlib.util
 import warnings
 from collections.abc import Sequence
 from contextlib import ExitStack
@@ -17,7 +16,7 @@ from torch import nn
 
 from .config import DataConfig, Recipe, TrainConfig
 from .data.tokenizer import recognise_roles
-from .errors import Interrupted
+from .errors import Interrupted, require_extra
 from .interop.hf import (
     CHAT_TEMPLATE_FILE,
     TOKENIZER_FILE,
@@ -25,8 +24,10 @@ from .interop.hf import (
     from_pretrained,
     save_pretrained,
 )
+from .interop.onnx import check_destination
+from .interop.onnx import export_onnx as write_onnx
 from .interop.peft import save_adapter
-from .io import atomic_write_text
+from .io import atomic_write_dir, atomic_write_text
 from .tasks import Task, build_task
 from .training.checkpoint import latest_checkpoint
 from .training.distributed import setup
@@ -272,6 +273,28 @@ def export_hf(run_dir: Path, hf_dir: Path) -> None:
     save_pretrained(model, hf_dir, task.tokenizers.get("tokenizer"))  # type: ignore[arg-type]
 
 
+def export_onnx(run_dir: Path, out_dir: Path) -> None:
+    """An ONNX directory of an encoder run's model, tokenizer and labels
+    (:func:`~.interop.onnx.export_onnx`); a LoRA run's with its adapters merged."""
+    check_destination(out_dir)
+    if saved_quantization(run_dir) is not None:
+        raise ValueError(
+            f"{run_dir} holds int8 weights, which the ONNX export does not write: export the "
+            "run it was quantized from"
+        )
+    task, model = load_run(run_dir)
+    if model.config.arch != "encoder":
+        raise ValueError(
+            f"{run_dir} is a {task.name!r} run ({model.config.arch}): export-onnx exports "
+            "encoder runs (export-gguf: language models)"
+        )
+    if is_adapted(model):
+        merge_lora(model)
+    about = {"task": task.name, "labels": task.data.labels}
+    tokenizer = task.tokenizer().to_json()
+    atomic_write_dir(out_dir, lambda directory: write_onnx(model, directory, tokenizer, about))
+
+
 def export_peft(run_dir: Path, out_dir: Path) -> None:
     """A PEFT adapter directory of a LoRA run's adapters (:func:`~.interop.peft.save_adapter`),
     for ``peft`` to load onto the Hugging Face checkpoint the run started from
@@ -294,8 +317,7 @@ def export_gguf(run_dir: Path, out: Path, type: str = "f16") -> str:
     (``gpt2`` or ``llama``). What llama.cpp cannot run as ours (an encoder, a
     character-level tokenizer, ...) is a ``ValueError`` naming it, before anything is
     written."""
-    if importlib.util.find_spec("gguf") is None:
-        raise ValueError("export-gguf needs gguf: pip install 'scratchformer[export]'")
+    require_extra("gguf", purpose="export-gguf")
     from .interop.gguf import save_gguf  # (gguf is an extra: imported when it is used)
 
     if out.is_dir():

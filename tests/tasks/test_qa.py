@@ -4,18 +4,15 @@ mapped back to the context's characters, the span decoding, and a tiny run end t
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
 
-from helpers import run, train
+from helpers import FILLER, run
 from scratchformer.data.tokenizer import Tokenizer
 from scratchformer.data.windows import Window, answer_tokens, question_windows
 from scratchformer.tasks.qa import best_answer, span_loss
 
-WORDS = [f"w{i}" for i in range(60)]
-FILLER = " ".join(WORDS)
 UNICODE = "Zoë fährt nach Köln — naïve 日本語 café, 東京 and São Paulo. "
 
 
@@ -157,51 +154,6 @@ def test_span_loss_ignores_padding() -> None:
     )  # over real tokens only, padding is not smoothed into
     assert torch.allclose(span_loss(padded, mask, targets, label_smoothing=0.1), smoothed)
     assert torch.allclose(smoothed, reference)
-
-
-def squad_file(path: Path, contexts: list[tuple[str, str, str]]) -> Path:
-    """A SQuAD JSON file of ``(context, question, answer)`` triples."""
-    qas = [
-        {
-            "context": context,
-            "qas": [
-                {
-                    "id": str(i),
-                    "question": question,
-                    "answers": [{"text": answer, "answer_start": context.index(answer)}],
-                }
-            ],
-        }
-        for i, (context, question, answer) in enumerate(contexts)
-    ]
-    path.write_text(json.dumps({"version": "1.1", "data": [{"title": "t", "paragraphs": qas}]}))
-    return path
-
-
-NAMES = ["Ada", "Grace", "Alan", "Edsger", "Barbara", "Donald", "Niklaus", "Tony"]
-
-
-@pytest.fixture(scope="module")
-def qa_run(tmp_path_factory) -> Path:
-    directory = tmp_path_factory.mktemp("qa")
-    triples = [
-        (f"{FILLER[: 7 * i]} The winner is {name}. Then {FILLER[: 5 * i]}", "Who won?", name)
-        for i, name in enumerate(NAMES * 3)
-    ]
-    data = squad_file(directory / "train.json", triples)
-    run_dir = directory / "run"
-    train(
-        run_dir,
-        "squad.toml",
-        f"data.train='{data}'",
-        f"data.val='{data}'",
-        "data.dataset=none",
-        "data.vocab_size=200",
-        "data.max_len=32",
-        "data.doc_stride=8",
-        "model.max_len=32",
-    )
-    return run_dir
 
 
 def test_a_tiny_run_evaluates_and_answers_line_by_line(qa_run, capsys, monkeypatch) -> None:

@@ -19,11 +19,19 @@ from ..tasks import TASKS, Task
 
 def run_of(args: argparse.Namespace, command: str) -> tuple[Task, nn.Module]:
     """The task and model of ``args.run`` (quantized as ``args.quantize`` says), on
-    ``args.device``; the run must be of a task that ``command`` serves."""
+    ``args.device``; the run must be of a task that ``command`` serves. With ``--onnx
+    DIR`` the model is the one exported there, run by ONNX Runtime."""
+    onnx = getattr(args, "onnx", None)
+    if onnx is not None and args.quantize is not None:
+        raise UsageError("--onnx runs the exported float32 graph: leave out --quantize")
     task, model = load_run(Path(args.run), quantization=args.quantize)
     if task.command != command:
         wanted = " or ".join(name for name, kind in TASKS.items() if kind.command == command)
         raise UsageError(f"{args.run} is a {task.name!r} run; {command} needs a {wanted} run")
+    if onnx is not None:
+        from ..interop.onnx import OnnxRuntimeModel  # (ONNX Runtime: imported when asked for)
+
+        return task, OnnxRuntimeModel.of_run(Path(onnx), task)
     return task, model.to(default_device(args.device))
 
 

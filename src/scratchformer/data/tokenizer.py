@@ -148,10 +148,13 @@ class Tokenizer:
             raise ValueError(f"{path} is not a valid tokenizer.json: {error}") from None
         return cls(backend, roles)
 
+    def to_json(self) -> str:
+        """The library's ``tokenizer.json`` (byte-identical for identical training)."""
+        return self._backend.to_str(pretty=False)
+
     def save(self, path: str | Path) -> None:
-        """Write the library's ``tokenizer.json`` (byte-identical for identical training),
-        atomically: a failed save leaves the old file as it was."""
-        atomic_write_text(path, self._backend.to_str(pretty=False))
+        """Write :meth:`to_json` atomically: a failed save leaves the old file as it was."""
+        atomic_write_text(path, self.to_json())
 
     # Pickling (DataLoader workers under spawn) goes through the JSON, which does not keep
     # ``encode_special_tokens``: rebuilding through __init__ sets it again.
