@@ -158,6 +158,9 @@ class OnnxRuntimeModel(nn.Module):
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = threads or torch.get_num_threads()
         options.log_severity_level = 3
+        # its threads sleep between runs rather than spin, leaving the cores to the rest of
+        # the process (torch, a server's event loop)
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = onnxruntime.InferenceSession(
             str(directory / GRAPH), options, providers=["CPUExecutionProvider"]
         )
