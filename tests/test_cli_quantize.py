@@ -123,8 +123,10 @@ def test_what_a_quantized_run_cannot_be_or_go_to(runs, tmp_path, capsys) -> None
     assert main(["quantize", str(runs["float"]), "--out", str(runs["int8"])]) == 2
     assert "is not empty" in capsys.readouterr().err
     assert main(["export-hf", str(runs["int8"]), "--out", str(tmp_path / "hf")]) == 2
-    assert "holds quantized weights" in capsys.readouterr().err
+    assert "holds int8 weights, which no Hugging Face checkpoint" in capsys.readouterr().err
     assert not (tmp_path / "hf").exists()
+    assert main(["export-onnx", str(runs["int8"]), "--out", str(tmp_path / "onnx")]) == 2
+    assert "holds int8 weights, which the ONNX export does not write" in capsys.readouterr().err
 
 
 def test_a_lora_run_is_quantized_with_its_adapters_merged(

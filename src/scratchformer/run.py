@@ -255,6 +255,21 @@ def import_hf(hf_dir: Path, run_dir: Path, overrides: Sequence[str] = ()) -> Rec
     return recipe
 
 
+def full_weights(run_dir: Path, refusal: str, need_head: bool = True) -> tuple[Task, nn.Module]:
+    """A run's task and model to export: a LoRA run's adapters merged; a run with int8
+    weights refused, ``refusal`` saying why."""
+    quantization = saved_quantization(run_dir)
+    if quantization is not None:
+        raise ValueError(
+            f"{run_dir} holds {quantization} weights, {refusal}: export the run it was "
+            "quantized from"
+        )
+    task, model = load_run(run_dir, need_head=need_head)
+    if is_adapted(model):
+        merge_lora(model)
+    return task, model
+
+
 def export_hf(run_dir: Path, hf_dir: Path) -> None:
     """A Hugging Face checkpoint directory of a run's model and tokenizer (for models that
     a family of :data:`~.interop.families.FAMILIES` expresses); a LoRA run's with its
@@ -262,14 +277,7 @@ def export_hf(run_dir: Path, hf_dir: Path) -> None:
     replaced by the checkpoint's)."""
     if is_run(hf_dir):
         raise ValueError(f"{hf_dir} is a run directory: write the checkpoint elsewhere")
-    if saved_quantization(run_dir) is not None:
-        raise ValueError(
-            f"{run_dir} holds quantized weights, which no Hugging Face checkpoint of ours "
-            "holds: export the run it was quantized from"
-        )
-    task, model = load_run(run_dir, need_head=False)
-    if is_adapted(model):
-        merge_lora(model)
+    task, model = full_weights(run_dir, "which no Hugging Face checkpoint of ours holds", False)
     save_pretrained(model, hf_dir, task.tokenizers.get("tokenizer"))  # type: ignore[arg-type]
 
 
@@ -277,19 +285,12 @@ def export_onnx(run_dir: Path, out_dir: Path) -> None:
     """An ONNX directory of an encoder run's model, tokenizer and labels
     (:func:`~.interop.onnx.export_onnx`); a LoRA run's with its adapters merged."""
     check_destination(out_dir)
-    if saved_quantization(run_dir) is not None:
-        raise ValueError(
-            f"{run_dir} holds int8 weights, which the ONNX export does not write: export the "
-            "run it was quantized from"
-        )
-    task, model = load_run(run_dir)
+    task, model = full_weights(run_dir, "which the ONNX export does not write")
     if model.config.arch != "encoder":
         raise ValueError(
             f"{run_dir} is a {task.name!r} run ({model.config.arch}): export-onnx exports "
             "encoder runs (export-gguf: language models)"
         )
-    if is_adapted(model):
-        merge_lora(model)
     about = {"task": task.name, "labels": task.data.labels}
     tokenizer = task.tokenizer().to_json()
     atomic_write_dir(out_dir, lambda directory: write_onnx(model, directory, tokenizer, about))
@@ -324,14 +325,8 @@ def export_gguf(run_dir: Path, out: Path, type: str = "f16") -> str:
         raise ValueError(f"--out {out} is a directory: name the .gguf file to write")
     if is_run(out.parent) and is_run_file(out.name):
         raise ValueError(f"--out {out} is a file of the run directory {out.parent}")
-    if saved_quantization(run_dir) is not None:
-        raise ValueError(
-            f"{run_dir} holds int8 weights, which GGUF's types do not hold as ours: export "
-            "the run it was quantized from (--type q8_0 quantizes for llama.cpp)"
-        )
-    task, model = load_run(run_dir, need_head=False)
-    if is_adapted(model):
-        merge_lora(model)
+    refusal = "which GGUF's types do not hold as ours (--type q8_0 quantizes for llama.cpp)"
+    task, model = full_weights(run_dir, refusal, False)
     try:
         return save_gguf(model, task.tokenizers.get("tokenizer"), out, type, run_dir.name)
     except ValueError as error:
