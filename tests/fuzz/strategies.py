@@ -115,7 +115,7 @@ def mutated(draw: st.DrawFn, document: Any, changes: int = 3, depth: int = 4) ->
     return document
 
 
-def cli(*args: str, stdin: str = "") -> tuple[int, str, str]:
+def cli(*args: str, stdin: str | bytes = "") -> tuple[int, str, str]:
     """``scratchformer --quiet ARGS`` run here: its exit status, stdout and stderr."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), standard_input(stdin):
@@ -127,9 +127,10 @@ def cli(*args: str, stdin: str = "") -> tuple[int, str, str]:
 
 
 @contextlib.contextmanager
-def standard_input(text: str) -> Iterator[None]:
+def standard_input(text: str | bytes) -> Iterator[None]:
     before = sys.stdin
-    sys.stdin = io.TextIOWrapper(io.BytesIO(text.encode("utf-8")))
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    sys.stdin = io.TextIOWrapper(io.BytesIO(data))
     try:
         yield
     finally:

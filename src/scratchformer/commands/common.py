@@ -6,8 +6,9 @@ from __future__ import annotations
 import argparse
 import functools
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from torch import nn
 
@@ -70,6 +71,14 @@ def progress_wanted(args: argparse.Namespace) -> bool:
     return not args.quiet and sys.stderr.isatty()
 
 
-def output_lines(outputs: Sequence[str]) -> None:
-    """Write each output as a line of standard output."""
+def answer_lines(task: Task, model: nn.Module, **options: Any) -> None:
+    """The task's output for each line of standard input, a line each on standard output.
+    A line the task refuses (its error begins ``line N:``) is named as standard input's."""
+    lines = input_lines()
+    try:
+        outputs = task.predict_lines(model, lines, **options)
+    except ValueError as error:
+        if not str(error).startswith("line "):
+            raise
+        raise type(error)(f"standard input, {error}") from None
     sys.stdout.writelines(output + "\n" for output in outputs)

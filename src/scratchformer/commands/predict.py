@@ -14,7 +14,7 @@ from ..device import default_device
 from ..errors import UsageError
 from ..inference.generate import stream
 from ..run import load_run
-from .common import in_precision, input_lines, output_lines, progress_wanted, run_of
+from .common import answer_lines, in_precision, progress_wanted, run_of
 
 
 @in_precision
@@ -88,15 +88,13 @@ def translate_lines(args: argparse.Namespace) -> int:
     """``scratchformer translate DIR < source > hypotheses``: one line out per line in."""
     task, model = run_of(args, "translate")
     model = compiled_if_asked(args, model)
-    output_lines(
-        task.predict_lines(
-            model,
-            input_lines(),
-            beam_size=args.beam,
-            length_penalty=args.length_penalty,
-            batch_size=args.batch_size,
-            progress=progress_wanted(args),
-        )
+    answer_lines(
+        task,
+        model,
+        beam_size=args.beam,
+        length_penalty=args.length_penalty,
+        batch_size=args.batch_size,
+        progress=progress_wanted(args),
     )
     return 0
 
@@ -105,7 +103,7 @@ def translate_lines(args: argparse.Namespace) -> int:
 def classify(args: argparse.Namespace) -> int:
     """``scratchformer classify DIR < sentences``: label and probability (or value) a line."""
     task, model = run_of(args, "classify")
-    output_lines(task.predict_lines(model, input_lines()))
+    answer_lines(task, model)
     return 0
 
 
@@ -114,7 +112,7 @@ def tag(args: argparse.Namespace) -> int:
     """``scratchformer tag DIR < sentences``: ``token tag`` lines, a blank line after each
     sentence (CoNLL style); words are split on whitespace."""
     task, model = run_of(args, "tag")
-    output_lines(task.predict_lines(model, input_lines()))
+    answer_lines(task, model)
     return 0
 
 
@@ -123,7 +121,7 @@ def answer(args: argparse.Namespace) -> int:
     """``scratchformer answer DIR < questions``: for each ``question<TAB>context`` line, the
     answer (a span of the context) and its probability."""
     task, model = run_of(args, "answer")
-    output_lines(task.predict_lines(model, input_lines()))
+    answer_lines(task, model)
     return 0
 
 
@@ -131,7 +129,7 @@ def answer(args: argparse.Namespace) -> int:
 def fill_mask(args: argparse.Namespace) -> int:
     """``scratchformer fill-mask DIR < texts``: the likeliest tokens for each ``[MASK]``."""
     task, model = run_of(args, "fill-mask")
-    output_lines(task.predict_lines(model, input_lines(), top_k=args.top_k))
+    answer_lines(task, model, top_k=args.top_k)
     return 0
 
 
@@ -140,5 +138,5 @@ def fill_spans(args: argparse.Namespace) -> int:
     """``scratchformer fill-spans DIR < texts``: the spans the model writes for each line's
     sentinels."""
     task, model = run_of(args, "fill-spans")
-    output_lines(task.predict_lines(model, input_lines()))
+    answer_lines(task, model)
     return 0

@@ -14,9 +14,9 @@ import bisect
 import dataclasses
 import warnings
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -35,6 +35,9 @@ queries, keys)`` of each layer."""
 
 TokenLabels = dict[str, tuple[list[str], list[str]]]
 """Per attention kind: the labels of the query tokens and of the key tokens."""
+
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -325,6 +328,18 @@ def rdrop_loss(first: Tensor, second: Tensor) -> Tensor:
     log_p, log_q = first.log_softmax(-1), second.log_softmax(-1)
     symmetric = ((log_p.exp() - log_q.exp()) * (log_p - log_q)).sum(-1)
     return symmetric.mean() / 4
+
+
+def per_line(lines: Sequence[str], read: Callable[[str], T]) -> list[T]:
+    """``read(line)`` for each of ``lines``; a line it refuses (``ValueError``) is named by its
+    number, from 1 (``line 3: ...``), for the command to say where the lines came from."""
+    results = []
+    for number, line in enumerate(lines, 1):
+        try:
+            results.append(read(line))
+        except ValueError as error:
+            raise ValueError(f"line {number}: {error}") from None
+    return results
 
 
 def warn_cut(too_long: Sequence[int], limit: int) -> None:

@@ -23,7 +23,7 @@ from ..data.batching import consecutive_windows, random_windows
 from ..data.masking import mask_tokens
 from ..device import model_device
 from ..nn.loss import IGNORE_INDEX
-from .base import Batch, TokenLabels
+from .base import Batch, TokenLabels, per_line
 from .corpus import CorpusTask
 
 SPECIALS = ("pad", "unk", "cls", "sep", "mask")
@@ -156,9 +156,9 @@ class MaskedLMTask(CorpusTask):
         return [
             " | ".join(
                 "\t".join(f"{token} {probability:.4f}" for token, probability in candidates)
-                for candidates in self.fill(model, line, top_k)
+                for candidates in fills
             )
-            for line in lines
+            for fills in per_line(lines, lambda line: self.fill(model, line, top_k))
         ]
 
     def attention_inputs(self, text: str) -> tuple[dict[str, Tensor], TokenLabels]:

@@ -20,7 +20,7 @@ from ..data.registry import sst2_examples, stsb_examples
 from ..device import model_device
 from ..metrics import correlations
 from ..models.heads import pool
-from .base import Batch, ExampleTask, add, warn_cut
+from .base import Batch, ExampleTask, add, per_line, warn_cut
 
 SPECIALS = ("pad", "unk", "cls", "sep")
 READERS = {"sst2": sst2_examples, "stsb": stsb_examples}
@@ -126,7 +126,7 @@ class SentenceTask(ExampleTask):
     def line_logits(self, model: nn.Module, lines: Sequence[str]) -> Iterator[Tensor]:
         """The model's logits (on the CPU) for lines of input, batch by batch, in order;
         lines longer than ``data.max_len`` tokens are cut, with a warning."""
-        texts = [self.split_line(line) for line in lines]
+        texts = per_line(lines, self.split_line)
         limit = self.data.max_len
         warn_cut([i + 1 for i, t in enumerate(texts) if self.tokens_needed(t) > limit], limit)
         encoded = [self.encode_texts(t) for t in texts]
