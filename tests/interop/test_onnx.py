@@ -5,12 +5,14 @@ run's own, line for line."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
 
 from helpers import FILLER, run
 from scratchformer import ModelConfig, build_model
+from scratchformer.cli import main
 from scratchformer.interop.onnx import OnnxRuntimeModel, check_destination, export_onnx
 
 TOLERANCE = 1e-4
@@ -96,30 +98,34 @@ def test_classify_through_onnx_prints_what_the_run_prints(
         check_destination(out_dir)
 
 
+@pytest.fixture(scope="module")
+def qa_export(qa_run, tmp_path_factory) -> Path:
+    """The shared QA run, exported by the command line."""
+    out_dir = tmp_path_factory.mktemp("qa-onnx") / "onnx"
+    assert main(["--quiet", "export-onnx", str(qa_run), "--out", str(out_dir)]) == 0
+    return out_dir
+
+
 def test_answer_through_onnx_prints_what_the_run_prints(
-    qa_run, tmp_path, capsys, monkeypatch
+    qa_run, qa_export, capsys, monkeypatch
 ) -> None:
-    out_dir = tmp_path / "onnx"
-    assert run(capsys, monkeypatch, "", "export-onnx", str(qa_run), "--out", str(out_dir))[0] == 0
     contexts = [f"{FILLER} The winner is Ada. Then more.", "The winner is Zoë in Köln."]
     lines = f"Who won?\t{contexts[0]}\n\nWho won?\t{contexts[1]}\n"
     _, ours, _ = run(capsys, monkeypatch, lines, "answer", str(qa_run))
     status, theirs, _ = run(
-        capsys, monkeypatch, lines, "answer", str(qa_run), "--onnx", str(out_dir)
+        capsys, monkeypatch, lines, "answer", str(qa_run), "--onnx", str(qa_export)
     )
     assert status == 0 and len(theirs) == 3
     assert [line.split("\t")[0] for line in theirs] == [line.split("\t")[0] for line in ours]
 
 
 def test_what_cannot_be_exported_or_run_is_refused_in_one_line(
-    copy_run, classification_run, qa_run, tmp_path, capsys, monkeypatch
+    copy_run, classification_run, qa_export, tmp_path, capsys, monkeypatch
 ) -> None:
     status, _, err = run(
         capsys, monkeypatch, "", "export-onnx", str(copy_run), "--out", str(tmp_path / "x")
     )
     assert status == 2 and "export-onnx exports encoder runs" in err and err.count("\n") == 1
-    qa_export = tmp_path / "qa"
-    assert run(capsys, monkeypatch, "", "export-onnx", str(qa_run), "--out", str(qa_export))[0] == 0
     refusals = {
         ("--onnx", str(qa_export)): "not of this 'classification' run's",
         ("--onnx", str(tmp_path)): "no model.onnx; is it a directory written by export-onnx?",

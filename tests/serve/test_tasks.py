@@ -4,6 +4,7 @@ requests share a batch, and the endpoints of other tasks refused with a 404."""
 from __future__ import annotations
 
 import base64
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -70,6 +71,9 @@ def test_classify_answers_what_the_cli_prints_however_batched(classification_run
         assert status == 404 and answer["error"]["type"] == "not_found_error"
         status, answer = http(f"{url}/v1/classify", {"input": []})
         assert status == 400 and answer["error"]["param"] == "input"
+        metrics = urllib.request.urlopen(f"{url}/metrics").read().decode()
+        assert 'requests_total{endpoint="/v1/classify",status="200"}' in metrics
+        assert 'requests_total{endpoint="/v1/classify",status="400"} 1.0' in metrics
 
 
 def test_embeddings_are_the_bi_encoders_vectors(similarity_run) -> None:
