@@ -10,10 +10,12 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from safetensors.torch import load_file, save
 
-from fuzz.strategies import assert_sound_or_refused, cli, examples, mutated
+from fuzz.strategies import SCALARS, assert_sound_or_refused, cli, examples, mutated
 from scratchformer.run import load_run
 
 pytest.importorskip("transformers")
@@ -22,6 +24,7 @@ SIZES = st.sampled_from(
     ["hidden_size", "n_embd", "num_hidden_layers", "n_layer", "vocab_size", "intermediate_size"]
 )
 HUGE = st.sampled_from([0, -3, 2**31, 2**40, 10**18, 1e300])
+FIXTURE = [HealthCheck.function_scoped_fixture]
 
 
 @pytest.fixture(scope="module")
@@ -75,3 +78,97 @@ def test_a_checkpoint_without_its_weights_is_refused(tiny_gpt2, tmp_path) -> Non
     status, _, err = cli("import-hf", str(damaged), "--out", str(tmp_path / "run"))
     assert_sound_or_refused(status, err, str(damaged))
     assert status == 2
+
+
+DTYPES = st.sampled_from([torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.bool])
+
+
+@st.composite
+def damaged_tensors(draw: st.DrawFn, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``tensors`` with a few of them reshaped, retyped, emptied or dropped, or one added."""
+    tensors = dict(tensors)
+    for _ in range(draw(st.integers(1, 3))):
+        name = draw(st.sampled_from(sorted(tensors)))
+        change = draw(st.sampled_from(["shape", "dtype", "empty", "drop", "extra", "scalar"]))
+        if change == "shape":
+            tensors[name] = torch.zeros(
+                *[draw(st.integers(1, 5)) for _ in range(draw(st.integers(1, 3)))]
+            )
+        elif change == "dtype":
+            tensors[name] = tensors[name].to(draw(DTYPES))
+        elif change == "empty":
+            tensors[name] = torch.zeros(0)
+        elif change == "drop" and len(tensors) > 1:
+            del tensors[name]
+        elif change == "extra":
+            tensors[draw(st.text(min_size=1, max_size=12))] = torch.zeros(2)
+        else:
+            tensors[name] = torch.tensor(draw(st.floats(allow_nan=True, allow_infinity=True)))
+    return tensors
+
+
+@st.composite
+def damaged_index(draw: st.DrawFn, index: dict) -> dict:
+    """A shard index whose map names files that are missing, wrong or not files, or whose
+    entries are of the wrong type."""
+    index = json.loads(json.dumps(index))
+    names = sorted(index["weight_map"])
+    for _ in range(draw(st.integers(1, 3))):
+        name = draw(st.sampled_from(names))
+        index["weight_map"][name] = draw(
+            st.sampled_from(["missing.safetensors", "config.json", "../model.safetensors", ""])
+            | SCALARS
+        )
+    if draw(st.booleans()):
+        index = draw(mutated(index, changes=1, depth=2))
+    return index
+
+
+def import_with_files(checkpoint: Path, files: dict[str, bytes]) -> None:
+    """``checkpoint`` with ``files`` (name -> bytes) in place of its weights, imported."""
+    with tempfile.TemporaryDirectory() as scratch:
+        damaged, run_dir = Path(scratch) / "checkpoint", Path(scratch) / "run"
+        damaged.mkdir()
+        for file in checkpoint.iterdir():
+            if not file.name.startswith("model.safetensors"):
+                (damaged / file.name).symlink_to(file)
+        for name, data in files.items():
+            (damaged / name).write_bytes(data)
+        status, _, err = cli("import-hf", str(damaged), "--out", str(run_dir))
+        assert_sound_or_refused(status, err, str(damaged))
+        if status == 0:
+            load_run(run_dir, need_head=False)
+
+
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=FIXTURE)
+@given(st.data())
+def test_damaged_weights_are_imported_or_refused_in_one_line(checkpoints, data) -> None:
+    checkpoint = data.draw(st.sampled_from(checkpoints))
+    tensors = load_file(checkpoint / "model.safetensors")
+    damaged = data.draw(damaged_tensors(tensors))
+    import_with_files(checkpoint, {"model.safetensors": safetensors_bytes(damaged)})
+
+
+@settings(max_examples=examples(20), deadline=None, suppress_health_check=FIXTURE)
+@given(st.data())
+def test_a_damaged_shard_index_is_imported_or_refused_in_one_line(checkpoints, data) -> None:
+    checkpoint = data.draw(st.sampled_from(checkpoints))
+    tensors = load_file(checkpoint / "model.safetensors")
+    names = sorted(tensors)
+    halves = {
+        "model-00001-of-00002.safetensors": names[::2],
+        "model-00002-of-00002.safetensors": names[1::2],
+    }
+    files = {
+        shard: safetensors_bytes({n: tensors[n] for n in part}) for shard, part in halves.items()
+    }
+    index = {
+        "metadata": {},
+        "weight_map": {n: shard for shard, part in halves.items() for n in part},
+    }
+    files["model.safetensors.index.json"] = json.dumps(data.draw(damaged_index(index))).encode()
+    import_with_files(checkpoint, files)
+
+
+def safetensors_bytes(tensors: dict[str, torch.Tensor]) -> bytes:
+    return save({name: tensor.contiguous() for name, tensor in tensors.items()})
