@@ -183,6 +183,21 @@ def test_a_dangling_pointer_falls_back_to_the_newest_complete_checkpoint(tmp_pat
         assert load_checkpoint(tmp_path, model=decoder(dropout=0.1))["step"] == 1
 
 
+@pytest.mark.parametrize("elsewhere", ["other/checkpoints/step-00000009", "ABSOLUTE", "../x"])
+def test_a_pointer_out_of_the_runs_checkpoints_names_none(tmp_path: Path, elsewhere) -> None:
+    run_dir, other = tmp_path / "run", tmp_path / "other"
+    save(other, 9)
+    save(run_dir, 1)
+    target = str(other / "checkpoints/step-00000009") if elsewhere == "ABSOLUTE" else elsewhere
+    if elsewhere.startswith("other"):
+        target = f"../{elsewhere}"
+    (run_dir / "trainer_state.json").write_text(json.dumps({"checkpoint": target}))
+    with pytest.warns(UserWarning, match="names no complete checkpoint"):
+        assert latest_checkpoint(run_dir) == run_dir / "checkpoints" / "step-00000001"
+    with pytest.warns(UserWarning, match="names no checkpoint"):
+        assert load_checkpoint(run_dir, model=decoder(dropout=0.1))["step"] == 1
+
+
 def truncate(path: Path) -> None:
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
 

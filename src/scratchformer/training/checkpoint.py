@@ -205,12 +205,16 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
 
 
 def _pointed(run_dir: Path) -> Path | None:
-    """The checkpoint directory that ``trainer_state.json`` names, if it names one."""
+    """The checkpoint directory that ``trainer_state.json`` names, if it names one of the
+    run's own (``checkpoints/step-*``: a pointer elsewhere, another run's or an absolute
+    path, names none)."""
     try:
         state = json.loads((run_dir / TRAINER_STATE).read_text(encoding="utf-8"))
-        return run_dir / state["checkpoint"]
+        pointed = run_dir / state["checkpoint"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    own = pointed.parent == run_dir / CHECKPOINTS and STEP_DIR.fullmatch(pointed.name)
+    return pointed if own else None
 
 
 def load_checkpoint(
