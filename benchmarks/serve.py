@@ -12,9 +12,11 @@ classifier (``recipes/sst2.toml``). Each is served by ``scratchformer serve`` in
 its own on 127.0.0.1, loaded by clients of the official ``openai`` package (completions) or
 of aiohttp (``/v1/classify``, whose requests are cheap enough that a heavier client would
 be what limits them) at a fixed concurrency, each client asking again as soon as
-it is answered, a fixed number of requests in all. Reported: completion tokens (or
-requests) per second over the whole load, and the median and 99th percentile of the
-requests' latencies; targets: at concurrency 32, >= 4x the tokens/s of one at a time for
+it is answered, a fixed number of requests in all. The servers of a run are up together
+and their loads alternate (A, B, A, B, ...; classification 5 times each, the median load
+reported), so that drift in the machine's speed hits them alike. Reported: completion
+tokens (or requests) per second over the whole load, and the median and 99th percentile of
+the requests' latencies; targets: at concurrency 32, >= 4x the tokens/s of one at a time for
 decoding, >= 5x the requests/s for classification. The language model is also served with
 ``--compile`` (its start-up, compiling, is timed), whose greedy texts must equal the eager
 server's. ``GET /health`` under the same load is the most requests/s this machine's HTTP
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import platform
 import socket
@@ -60,6 +63,10 @@ CONCURRENCY = (1, 8, 32)
 TARGETS = {"completions": 4.0, "classify": 5.0}
 ENDPOINTS = tuple(TARGETS)
 """The least speed-up at concurrency 32 of continuous batching over one at a time."""
+REPEATS = {"completions": 1, "classify": 5}
+"""Loads of each server at each concurrency, alternating between the servers (the median's
+row is reported): a classification load lasts seconds, and one-at-a-time's requests/s
+moved by +-25% between single loads as the machine's other work came and went."""
 PROMPTS = ["ROMEO:", "JULIET: O Romeo, Romeo!", "First Citizen:\nBefore we proceed", "KING"]
 SENTENCES = ["a wonderful, moving film", "dull and far too long", "it is fine", "not for me"]
 
@@ -244,20 +251,30 @@ def main() -> None:
             if endpoint == "completions" and not args.no_compile:
                 servers.insert(1, (32, True))
             texts = {}
-            for max_batch, compile in servers:
-                with served(run_dir, max_batch, args.threads, compile) as url:
-                    for concurrency in CONCURRENCY:
-                        requests = (2 if args.quick else 4) * concurrency
-                        if endpoint == "completions":
-                            result = completions(url, concurrency, requests, max_tokens)
-                        else:
-                            result = classify(url, concurrency, requests * 10)
+            with contextlib.ExitStack() as stack:  # every server up at once: loads alternate
+                urls = [
+                    stack.enter_context(served(run_dir, max_batch, args.threads, compile))
+                    for max_batch, compile in servers
+                ]
+                for concurrency in CONCURRENCY:
+                    requests = (2 if args.quick else 4) * concurrency
+                    repeats = 1 if args.quick else REPEATS[endpoint]
+                    loads: list[list[Load]] = [[] for _ in servers]
+                    for _ in range(repeats):
+                        for url, results in zip(urls, loads, strict=True):
+                            if endpoint == "completions":
+                                results.append(completions(url, concurrency, requests, max_tokens))
+                            else:
+                                results.append(classify(url, concurrency, requests * 10))
+                    for (max_batch, compile), results in zip(servers, loads, strict=True):
+                        result = sorted(results, key=Load.rate)[len(results) // 2]
                         rows.append((endpoint, max_batch, compile, concurrency, result))
                         print_row(*rows[-1])
+                for url, (max_batch, compile) in zip(urls, servers, strict=True):
                     if endpoint == "completions":
                         texts[compile] = greedy_texts(url, max_tokens)
                     elif max_batch > 1:
-                        ceiling = health(url, CONCURRENCY[-1], requests * 10)
+                        ceiling = health(url, CONCURRENCY[-1], 40 * CONCURRENCY[-1])
                         rows.append(("health", max_batch, compile, CONCURRENCY[-1], ceiling))
                         print_row(*rows[-1])
             if len(texts) == 2 and texts[True] != texts[False]:
