@@ -13,15 +13,18 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
 from safetensors.torch import load_file
 
 from helpers import RECIPES, TINY_MODEL, set_options
 from scratchformer.config import Recipe
 from scratchformer.run import train
 from scratchformer.training.rundir import has_checkpoint
+from scratchformer.training.trainer import Trainer
 
 RECIPE = RECIPES / "copy.toml"
 MAX_STEPS = 30
+STOPPED_AT = MAX_STEPS // 2
 SETTINGS = [
     *TINY_MODEL,
     "model.dropout=0.1",  # so that a resume must restore the random state
@@ -82,6 +85,22 @@ def flags_to_go_on(run_dir: Path) -> list[str]:
 def train_here(run_dir: Path, **options: Any) -> None:
     """The suite's run in this process (``run.train``'s ``options``: resume, overwrite)."""
     train(Recipe.load(RECIPE, SETTINGS), run_dir, quiet=True, **options)
+
+
+def train_until_stopped(run_dir: Path) -> None:
+    """The suite's run, stopped (as by Ctrl-C) just after its checkpoint of step
+    :data:`STOPPED_AT`."""
+    with pytest.MonkeyPatch.context() as patch:
+        train_step = Trainer._train_step
+
+        def stop_half_way(self: Trainer, network: Any) -> Any:
+            if self.state["step"] == STOPPED_AT:
+                raise KeyboardInterrupt
+            return train_step(self, network)
+
+        patch.setattr(Trainer, "_train_step", stop_half_way)
+        with pytest.raises(KeyboardInterrupt):
+            train_here(run_dir)
 
 
 def go_on_here(run_dir: Path) -> None:

@@ -11,11 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from faults.harness import INJECTED, MAX_STEPS, SURVIVED, assert_recovered, train_here
+from faults.harness import (
+    INJECTED,
+    STOPPED_AT,
+    SURVIVED,
+    assert_recovered,
+    train_here,
+    train_until_stopped,
+)
 from helpers import snapshot
-from scratchformer.training.trainer import Trainer
 
-STOPPED_AT = MAX_STEPS // 2
 LATEST = f"checkpoints/step-{STOPPED_AT:08d}"
 DAMAGED = [
     *(
@@ -34,17 +39,7 @@ def cut_short(path: Path) -> None:
 def stopped(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A run stopped half-way, just after its checkpoint of step ``STOPPED_AT``."""
     run_dir = tmp_path_factory.mktemp("stopped") / "run"
-    with pytest.MonkeyPatch.context() as patch:
-        train_step = Trainer._train_step
-
-        def stop_half_way(self, network):
-            if self.state["step"] == STOPPED_AT:
-                raise KeyboardInterrupt
-            return train_step(self, network)
-
-        patch.setattr(Trainer, "_train_step", stop_half_way)
-        with pytest.raises(KeyboardInterrupt):
-            train_here(run_dir)
+    train_until_stopped(run_dir)
     return run_dir
 
 

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+import torch
 from hypothesis import strategies as st
 
 from scratchformer.cli import main
@@ -145,3 +146,30 @@ def assert_sound_or_refused(status: int, err: str, *names: str) -> None:
         lines = [line for line in err.splitlines() if not line.startswith("scratchformer: warning")]
         assert len(lines) == 1 and re.match(r"scratchformer( [\w-]+)?: error: ", lines[0]), err
         assert any(name in lines[0] for name in names), f"{lines[0]!r} names none of {names}"
+
+
+DTYPES = st.sampled_from([torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.bool])
+
+
+@st.composite
+def damaged_tensors(draw: st.DrawFn, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``tensors`` with a few of them reshaped, retyped, emptied or dropped, or one added."""
+    tensors = dict(tensors)
+    for _ in range(draw(st.integers(1, 3))):
+        name = draw(st.sampled_from(sorted(tensors)))
+        change = draw(st.sampled_from(["shape", "dtype", "empty", "drop", "extra", "scalar"]))
+        if change == "shape":
+            tensors[name] = torch.zeros(
+                *[draw(st.integers(1, 5)) for _ in range(draw(st.integers(1, 3)))]
+            )
+        elif change == "dtype":
+            tensors[name] = tensors[name].to(draw(DTYPES))
+        elif change == "empty":
+            tensors[name] = torch.zeros(0)
+        elif change == "drop" and len(tensors) > 1:
+            del tensors[name]
+        elif change == "extra":
+            tensors[draw(st.text(min_size=1, max_size=12))] = torch.zeros(2)
+        else:
+            tensors[name] = torch.tensor(draw(st.floats(allow_nan=True, allow_infinity=True)))
+    return tensors

@@ -15,7 +15,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load_file, save
 
-from fuzz.strategies import SCALARS, assert_sound_or_refused, cli, examples, mutated
+from fuzz.strategies import (
+    SCALARS,
+    assert_sound_or_refused,
+    cli,
+    damaged_tensors,
+    examples,
+    mutated,
+)
 from scratchformer.run import load_run
 
 pytest.importorskip("transformers")
@@ -78,33 +85,6 @@ def test_a_checkpoint_without_its_weights_is_refused(tiny_gpt2, tmp_path) -> Non
     status, _, err = cli("import-hf", str(damaged), "--out", str(tmp_path / "run"))
     assert_sound_or_refused(status, err, str(damaged))
     assert status == 2
-
-
-DTYPES = st.sampled_from([torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.bool])
-
-
-@st.composite
-def damaged_tensors(draw: st.DrawFn, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """``tensors`` with a few of them reshaped, retyped, emptied or dropped, or one added."""
-    tensors = dict(tensors)
-    for _ in range(draw(st.integers(1, 3))):
-        name = draw(st.sampled_from(sorted(tensors)))
-        change = draw(st.sampled_from(["shape", "dtype", "empty", "drop", "extra", "scalar"]))
-        if change == "shape":
-            tensors[name] = torch.zeros(
-                *[draw(st.integers(1, 5)) for _ in range(draw(st.integers(1, 3)))]
-            )
-        elif change == "dtype":
-            tensors[name] = tensors[name].to(draw(DTYPES))
-        elif change == "empty":
-            tensors[name] = torch.zeros(0)
-        elif change == "drop" and len(tensors) > 1:
-            del tensors[name]
-        elif change == "extra":
-            tensors[draw(st.text(min_size=1, max_size=12))] = torch.zeros(2)
-        else:
-            tensors[name] = torch.tensor(draw(st.floats(allow_nan=True, allow_infinity=True)))
-    return tensors
 
 
 @st.composite

@@ -26,6 +26,7 @@ from scratchformer.training import (
     restore_rng,
     save_checkpoint,
 )
+from scratchformer.training.trainer import check_state
 
 
 @pytest.fixture(autouse=True)
@@ -196,6 +197,23 @@ def test_a_pointer_out_of_the_runs_checkpoints_names_none(tmp_path: Path, elsewh
         assert latest_checkpoint(run_dir) == run_dir / "checkpoints" / "step-00000001"
     with pytest.warns(UserWarning, match="names no checkpoint"):
         assert load_checkpoint(run_dir, model=decoder(dropout=0.1))["step"] == 1
+
+
+def test_swapped_files_and_states_of_wrong_types_fall_back_to_the_checkpoint_before(
+    tmp_path: Path,
+) -> None:
+    for step in (1, 2):
+        save(tmp_path, step, keep=2, best=None, best_step=None, bad_evals=0)
+    latest = tmp_path / "checkpoints" / "step-00000002"
+    (latest / "optimizer.pt").write_bytes((latest / "rng.pt").read_bytes())
+    model, optimizer, scheduler = trainee(0)
+    fallback = r"does not fit .*: resuming from .*step-00000001$"
+    with pytest.warns(UserWarning, match=r"step-00000002/optimizer.pt " + fallback):
+        load_checkpoint(tmp_path, model=model, optimizer=optimizer, scheduler=scheduler)
+    save(tmp_path, 2, keep=2, best="high", best_step=None, bad_evals=0)
+    with pytest.warns(UserWarning, match=r"state.json does not fit \(ValueError: 'best' is "):
+        state = load_checkpoint(tmp_path, model=model, check_state=check_state)
+    assert state["step"] == 1
 
 
 def truncate(path: Path) -> None:

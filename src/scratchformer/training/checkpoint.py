@@ -225,16 +225,19 @@ def load_checkpoint(
     scheduler: LRScheduler | None = None,
     average: nn.Module | None = None,
     restore_rng: bool = True,
+    check_state: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Load the latest checkpoint of ``run_dir`` into ``model`` (and the optimizer,
     scheduler, moving average of the weights and global random states) and return its
-    saved trainer state, with ``"step"``.
+    saved trainer state, with ``"step"``, which ``check_state`` may refuse (a
+    ``ValueError``: values of the wrong type).
 
     Every file asked for is read whole before anything is loaded. If one of the latest
-    checkpoint's does not load (a truncated or missing file), the checkpoint before it is
-    taken, with a warning naming the file. Raises ``FileNotFoundError`` when the run has
-    no checkpoint, ``ValueError`` naming the files at fault when none loads, or when
-    ``average`` is asked for and the run was saved without one."""
+    checkpoint's does not load (a truncated, missing or swapped file, weights or states
+    that do not fit), the checkpoint before it is taken, with a warning naming the file.
+    Raises ``FileNotFoundError`` when the run has no checkpoint, ``ValueError`` naming the
+    files at fault when none loads, or when ``average`` is asked for and the run was saved
+    without one."""
     run_dir = Path(run_dir)
     pointed = _pointed(run_dir)
     candidates = [] if pointed is None else [pointed]  # then the others, newest first
@@ -265,20 +268,21 @@ def load_checkpoint(
             if not path.is_dir():
                 raise ValueError(f"{path} is missing")
             files = {name: _read(path / name, read) for name, read in readers.items()}
-        except ValueError as error:
-            failures.append(str(error))
+            if check_state is not None:
+                _fitting(path / STATE_FILE, check_state, files[STATE_FILE])
+            for name, target in ((OPTIMIZER_FILE, optimizer), (SCHEDULER_FILE, scheduler)):
+                if target is not None:
+                    _fitting(path / name, target.load_state_dict, files[name])
+            load_tensors(files[MODEL_FILE], model, str(path / MODEL_FILE))
+            if average is not None:
+                load_tensors(files[AVERAGE_FILE], average, str(path / AVERAGE_FILE))
+            if restore_rng:
+                _fitting(path / RNG_FILE, _restore_rng, files[RNG_FILE])
+        except ValueError as error:  # (a later candidate loads every part again)
+            failures.append(str(error).splitlines()[0])
             continue
         if failures:
             warnings.warn(f"{'; '.join(failures)}: resuming from {path}", stacklevel=2)
-        load_tensors(files[MODEL_FILE], model, str(path / MODEL_FILE))
-        if average is not None:
-            load_tensors(files[AVERAGE_FILE], average, str(path / AVERAGE_FILE))
-        if optimizer is not None:
-            optimizer.load_state_dict(files[OPTIMIZER_FILE])
-        if scheduler is not None:
-            scheduler.load_state_dict(files[SCHEDULER_FILE])
-        if restore_rng:
-            _restore_rng(files[RNG_FILE])
         return files[STATE_FILE]
     raise ValueError(f"no checkpoint of {run_dir} loads: {'; '.join(failures)}")
 
@@ -292,6 +296,16 @@ def _read(path: Path, read: Callable[[Path], Any]) -> Any:
     except Exception as error:  # a damaged file fails in its reader's own way
         reason = (str(error).splitlines() or [""])[0]
         raise ValueError(f"{path} does not load ({type(error).__name__}: {reason})") from None
+
+
+def _fitting(path: Path, load: Callable[[Any], Any], content: Any) -> None:
+    """``load(content)``, the content of ``path``; content that does not fit (a swapped
+    file, values of the wrong type or shape) is a ``ValueError`` that names the file."""
+    try:
+        load(content)
+    except (KeyError, ValueError, TypeError, IndexError, AttributeError, RuntimeError) as error:
+        reason = (str(error).splitlines() or [""])[0]
+        raise ValueError(f"{path} does not fit ({type(error).__name__}: {reason})") from None
 
 
 def _read_state(path: Path) -> dict[str, Any]:

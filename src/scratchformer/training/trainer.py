@@ -156,6 +156,7 @@ class Trainer:
                 optimizer=self.optimizer,
                 scheduler=self.scheduler,
                 average=self.average,
+                check_state=check_state,
             )
             if self.dist.is_main:
                 trim_metrics(self.run_dir, self.state["step"])
@@ -369,3 +370,26 @@ class Trainer:
             )
             return None
         return SummaryWriter(str(self.run_dir / TENSORBOARD_DIR))
+
+
+def check_state(state: dict[str, Any]) -> None:
+    """Refuse a saved trainer state whose values are not the trainer's: counts (``step``,
+    ``bad_evals``, ``checkpoint_step``, ``best_step``: whole numbers from 0) and the best
+    metric (a finite number), either of the last two possibly unset (None), but there."""
+
+    def count(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+    for key in ("best", "best_step"):
+        if key not in state:
+            raise ValueError(f"no {key!r}")
+    for key in ("step", "bad_evals"):
+        if not count(state.get(key)):
+            raise ValueError(f"{key!r} is {state.get(key)!r}, not a count")
+    for key in ("checkpoint_step", "best_step"):
+        if state.get(key) is not None and not count(state[key]):
+            raise ValueError(f"{key!r} is {state[key]!r}, not a count")
+    best = state.get("best")
+    finite = isinstance(best, (int, float)) and not isinstance(best, bool) and math.isfinite(best)
+    if best is not None and not finite:
+        raise ValueError(f"'best' is {best!r}, not a finite number")
