@@ -1,6 +1,7 @@
 """The data files of every task (TSV, CoNLL, SQuAD JSON, plain text), damaged, read by
-``eval --data``; and standard input of every command that reads it, of any bytes. Each
-command answers, or refuses in one line that names the file (standard input)."""
+``eval --data``; and standard input of any bytes, read by classify, tag, answer, fill-mask
+and translate. Each command answers, or refuses in one line that names the file (standard
+input)."""
 
 from __future__ import annotations
 
@@ -102,6 +103,7 @@ INPUTS = {
     "tag": ("tagging", "Peter went to Paris\n"),
     "answer": ("qa", "Who won?\tThe winner is Ada.\n"),
     "fill-mask": ("mlm", "the cat [MASK] on the mat .\n"),
+    "translate": ("translation", "3 4 5\n7 7 1 2\n"),
 }
 """Each command that reads standard input a line at a time, the run it reads with, and a
 valid input to damage."""
@@ -111,10 +113,10 @@ valid input to damage."""
 @settings(max_examples=examples(8), deadline=None, suppress_health_check=FIXTURE)
 @given(data=st.data())
 def test_standard_input_of_any_bytes_is_answered_or_refused(
-    command, classification_run, tagging_run, qa_run, mlm_run, data
+    command, classification_run, tagging_run, qa_run, mlm_run, copy_run, data
 ) -> None:
     runs = {"classification": classification_run, "tagging": tagging_run, "qa": qa_run}
-    runs["mlm"] = mlm_run
+    runs |= {"mlm": mlm_run, "translation": copy_run}
     kind, valid = INPUTS[command]
     stdin = data.draw(damaged(valid) | st.binary(max_size=40))
     status, _, err = cli(command, str(runs[kind]), stdin=stdin)
