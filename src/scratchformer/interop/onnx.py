@@ -5,7 +5,8 @@ scratchformer installed::
 
     model.onnx        the graph and its weights: dynamic batch and sequence axes
     tokenizer.json    the run's tokenizer (Hugging Face ``tokenizers``)
-    config.json       the inputs and outputs by name, the labels, the pooling, max_len
+    config.json       the inputs and outputs by name, the task and its labels, the model's
+                      settings (its pooling, max_len, ...)
 
 Inputs are ``input_ids`` and ``attention_mask`` (1 at real tokens), and ``token_type_ids``
 for models with segment embeddings, all int64 ``(batch, seq)``. Outputs are ``last_hidden_state``
@@ -110,14 +111,7 @@ def export_onnx(
             verbose=False,
         )
     write_text(directory / TOKENIZER, tokenizer_json)
-    config = {
-        **about,
-        "inputs": inputs,
-        "outputs": outputs,
-        "max_len": model.config.max_len,
-        "pooling": model.config.pooling,
-        "model": model.config.to_dict(),
-    }
+    config = {**about, "inputs": inputs, "outputs": outputs, "model": model.config.to_dict()}
     write_text(directory / CONFIG, json.dumps(config, indent=2) + "\n")
 
 

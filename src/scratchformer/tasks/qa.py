@@ -19,7 +19,7 @@ from ..data.readers import Question, read_squad
 from ..data.registry import squad_examples
 from ..data.windows import Span, Window, question_windows
 from ..metrics import squad_scores
-from .base import Batch, ExampleTask, TokenLabels, add
+from .base import Batch, ExampleTask, TokenLabels, add, per_line
 
 SPECIALS = ("pad", "unk", "cls", "sep")
 
@@ -188,30 +188,30 @@ class QuestionAnsweringTask(ExampleTask):
     def predict_lines(self, model: nn.Module, lines: Sequence[str], **options: Any) -> list[str]:
         """``answer<TAB>probability`` for each ``question<TAB>context`` line; an empty line
         gives an empty answer."""
-        questions = [split_question(line, n) for n, line in enumerate(lines, 1) if line]
-        answers = iter(self.answer(model, questions))
+        pairs = per_line(lines, lambda line: split_question(line) if line else None)
+        answers = iter(self.answer(model, [pair for pair in pairs if pair is not None]))
         outputs = []
-        for line in lines:
-            if not line:
+        for pair in pairs:
+            if pair is None:
                 outputs.append("")
                 continue
-            prediction, (_, context) = next(answers), split_question(line, 0)
+            prediction, (_, context) = next(answers), pair
             outputs.append(f"{context[slice(*prediction.span)]}\t{prediction.score:.4f}")
         return outputs
 
     def attention_inputs(self, text: str) -> tuple[dict[str, Tensor], TokenLabels]:
         """``question<TAB>context``, its first window as in training."""
-        question, context = split_question(text, 1)
+        question, context = split_question(text)
         inputs = self.collate([Encoded(self.windows(question, context)[0], 0)]).inputs
         tokens = self.tokenizer().labels(inputs["input_ids"][0].tolist())
         return inputs, {"encoder": (tokens, tokens)}
 
 
-def split_question(line: str, number: int) -> tuple[str, str]:
-    """``(question, context)`` of a ``question<TAB>context`` line (numbered from 1)."""
+def split_question(line: str) -> tuple[str, str]:
+    """``(question, context)`` of a ``question<TAB>context`` line."""
     question, tab, context = line.partition("\t")
     if not tab:
-        raise ValueError(f"line {number}: expected 'question<TAB>context', got {line[:60]!r}")
+        raise ValueError(f"expected 'question<TAB>context', got {line[:60]!r}")
     return question, context
 
 

@@ -291,21 +291,23 @@ def _read(path: Path, read: Callable[[Path], Any]) -> Any:
     """``read(path)``; any failure is a ``ValueError`` that names the file."""
     if not path.is_file():
         raise ValueError(f"{path} is missing")
-    try:
-        return read(path)
-    except Exception as error:  # a damaged file fails in its reader's own way
-        reason = (str(error).splitlines() or [""])[0]
-        raise ValueError(f"{path} does not load ({type(error).__name__}: {reason})") from None
+    return _naming(path, "does not load", lambda: read(path))
 
 
 def _fitting(path: Path, load: Callable[[Any], Any], content: Any) -> None:
     """``load(content)``, the content of ``path``; content that does not fit (a swapped
     file, values of the wrong type or shape) is a ``ValueError`` that names the file."""
+    _naming(path, "does not fit", lambda: load(content))
+
+
+def _naming(path: Path, failure: str, call: Callable[[], Any]) -> Any:
+    """``call()``; any exception it raises (a damaged file fails in its reader's own way)
+    is a ``ValueError``: ``path``, the ``failure``, and the exception's first line."""
     try:
-        load(content)
-    except (KeyError, ValueError, TypeError, IndexError, AttributeError, RuntimeError) as error:
+        return call()
+    except Exception as error:
         reason = (str(error).splitlines() or [""])[0]
-        raise ValueError(f"{path} does not fit ({type(error).__name__}: {reason})") from None
+        raise ValueError(f"{path} {failure} ({type(error).__name__}: {reason})") from None
 
 
 def _read_state(path: Path) -> dict[str, Any]:
