@@ -11,6 +11,14 @@ class UsageError(ValueError):
     """A mistake in how a command was called."""
 
 
+class LineError(ValueError):
+    """A line of input refused, by its number (from 1), for the command that read the
+    lines to say where they came from."""
+
+    def __init__(self, number: int, reason: str) -> None:
+        super().__init__(f"line {number}: {reason}")
+
+
 class TrainingError(RuntimeError):
     """Training cannot go on, e.g. the loss is no longer a finite number."""
 

@@ -13,7 +13,7 @@ from typing import Any
 from torch import nn
 
 from ..device import bf16_autocast, default_device, uses_bf16
-from ..errors import UsageError
+from ..errors import LineError, UsageError
 from ..run import load_run
 from ..tasks import TASKS, Task
 
@@ -73,12 +73,10 @@ def progress_wanted(args: argparse.Namespace) -> bool:
 
 def answer_lines(task: Task, model: nn.Module, **options: Any) -> None:
     """The task's output for each line of standard input, a line each on standard output.
-    A line the task refuses (its error begins ``line N:``) is named as standard input's."""
+    A line the task refuses is named as standard input's."""
     lines = input_lines()
     try:
         outputs = task.predict_lines(model, lines, **options)
-    except ValueError as error:
-        if not str(error).startswith("line "):
-            raise
-        raise type(error)(f"standard input, {error}") from None
+    except LineError as error:
+        raise ValueError(f"standard input, {error}") from None
     sys.stdout.writelines(output + "\n" for output in outputs)

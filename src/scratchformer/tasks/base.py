@@ -26,6 +26,7 @@ from ..config import ModelConfig, Recipe
 from ..data.batching import fixed_size_batches, token_budget_batches
 from ..data.tokenizer import Tokenizer
 from ..device import model_device
+from ..errors import LineError
 from ..metrics import perplexity
 from ..nn.loss import IGNORE_INDEX
 
@@ -332,13 +333,13 @@ def rdrop_loss(first: Tensor, second: Tensor) -> Tensor:
 
 def per_line(lines: Sequence[str], read: Callable[[str], T]) -> list[T]:
     """``read(line)`` for each of ``lines``; a line it refuses (``ValueError``) is named by its
-    number, from 1 (``line 3: ...``), for the command to say where the lines came from."""
+    number, from 1 (:class:`~scratchformer.errors.LineError`)."""
     results = []
     for number, line in enumerate(lines, 1):
         try:
             results.append(read(line))
         except ValueError as error:
-            raise ValueError(f"line {number}: {error}") from None
+            raise LineError(number, str(error)) from None
     return results
 
 
