@@ -15,6 +15,7 @@ settings are in the environment, so that commands the tests start inherit them.
 """
 
 import os
+import random
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import Any, NoReturn
 import pytest
 import torch
 
-from helpers import FAULTS_PROPERTY, FILLER, squad_file, train
+from helpers import FAULTS_PROPERTY, FILLER, pretrain_t5, squad_file, train
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -149,6 +150,54 @@ def mlm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "model.max_len=64",
         "model.norm_first=false",  # BERT's post-LN and positions, to export as a BertForMaskedLM
         "model.positional='learned'",
+    )
+    return run_dir
+
+
+WORDS = ("a", "man", "dog", "woman", "runs", "sits", "on", "the", "in", "red", "park", "with")
+
+
+@pytest.fixture(scope="session")
+def t5_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """300 sentences of random words, one a line: a corpus to pretrain on."""
+    rng = random.Random(0)
+    path = tmp_path_factory.mktemp("corpus") / "corpus.txt"
+    lines = (" ".join(rng.choices(WORDS, k=rng.randint(4, 12))) for _ in range(300))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture(scope="session")
+def span_run(t5_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny span-corruption run of 2 steps, for the commands that fill sentinels."""
+    run_dir = tmp_path_factory.mktemp("runs") / "span"
+    assert pretrain_t5(run_dir, t5_corpus, "train.max_steps=2") == 0
+    return run_dir
+
+
+LM_TEXT = "to be or not to be, that is the question: whether 'tis nobler in the mind.\n" * 30
+
+
+@pytest.fixture(scope="session")
+def lm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny Llama-style language model with a byte-level BPE tokenizer (it has an eos
+    token), trained on a line of Hamlet until it writes text (not stray bytes)."""
+    text = tmp_path_factory.mktemp("lm-text") / "text.txt"
+    text.write_text(LM_TEXT, encoding="utf-8")
+    run_dir = tmp_path_factory.mktemp("runs") / "lm"
+    train(
+        run_dir,
+        "shakespeare-llama.toml",
+        f"data.train='{text}'",
+        f"data.val='{text}'",
+        "data.dataset=none",
+        "data.tokenizer=bpe",
+        "data.vocab_size=300",
+        "data.block_size=16",
+        "model.max_len=64",
+        "model.n_kv_heads=2",
+        "train.max_steps=60",
+        "train.eval_every=60",
     )
     return run_dir
 

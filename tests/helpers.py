@@ -102,6 +102,33 @@ def train(run_dir: Path, recipe: str, *settings: str) -> None:
     assert main([*args, *set_options([*TINY_RUN, *settings])]) == 0
 
 
+def tiny_t5(corpus: Path) -> list[str]:
+    """Settings that make pretrain-t5.toml a tiny run on ``corpus``."""
+    return [
+        *TINY_MODEL,
+        "data.corpus=none",
+        f"data.train='{corpus}'",
+        "data.document_per_line=true",
+        "data.tokenizer='char'",
+        "data.vocab_size=60",
+        "data.sentinels=8",
+        "data.max_len=40",
+        "model.dropout=0.1",  # so that resume must restore the random state exactly
+        "train.batch_size=4",
+        "train.eval_every=4",
+        "train.warmup_steps=2",
+        "train.max_minutes=none",
+    ]
+
+
+def pretrain_t5(out: Path, corpus: Path, *extra: str) -> int:
+    """Span-corruption pretraining (``recipes/pretrain-t5.toml``, tiny) on ``corpus``."""
+    recipe = str(RECIPES / "pretrain-t5.toml")
+    return main(
+        ["--quiet", "train", recipe, "--out", str(out), *set_options([*tiny_t5(corpus), *extra])]
+    )
+
+
 def run(capsys, monkeypatch, stdin: str, *args: str) -> tuple[int, list[str], str]:
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(stdin.encode("utf-8"))))
     capsys.readouterr()

@@ -74,6 +74,16 @@ def test_train_then_eval_prints_json(tmp_path: Path, capsys) -> None:
             ["--resume continues a run and --overwrite replaces it: choose one"],
         ),
         (["eval", "nowhere"], ["nowhere holds no trained model"]),
+        (["export-hf", ".", "--out", "hf"], [". holds no trained model"]),
+        (["plot-pe", "--out", "missing/pe.png"], ["no directory missing: 'missing/pe.png'"]),
+        (
+            ["plot-pe", "--out", f"{RECIPES / 'copy.toml'}/pe.png"],
+            [f"{RECIPES / 'copy.toml'} is a file, not a directory"],
+        ),
+        (
+            ["train", str(RECIPES / "copy.toml"), "--out", "x", "--set", "data.tokenizer='bpe'"],
+            ["data.vocab_size=20 is too small for byte-level BPE"],
+        ),
     ],
 )
 def test_user_errors_are_one_line(tmp_path: Path, monkeypatch, capsys, args, fragments) -> None:
@@ -187,6 +197,7 @@ def test_asking_for_a_gpu_without_one_is_a_clear_error(tmp_path: Path, capsys) -
         ["generate", "run", "--prompt", "a", "--repetition-penalty", "0"],
         ["attention", "run", "text", "--out", "a.png", "--layer", "-1"],
         ["plot-pe", "--out", "pe.png", "--d-model", "0"],
+        ["plot-pe", "--out", "pe.png", "--length", "4097"],
     ],
     ids=lambda args: " ".join(args[-2:]),
 )
@@ -195,6 +206,20 @@ def test_numeric_options_are_checked_where_they_are_parsed(args: list[str], caps
     err = capsys.readouterr().err
     assert status == 2 and err.count("\n") == 1 and "Traceback" not in err
     assert err.startswith(f"scratchformer {args[0]}: error: argument {args[-2]}")
+
+
+@pytest.mark.parametrize(
+    ("args", "argument"),
+    [
+        (["eval", ""], "run"),
+        (["import-hf", "", "--out", "x"], "hf_dir"),
+        (["plot", "r", "--out", ""], "--out"),
+    ],
+)
+def test_an_empty_path_is_refused_where_it_is_parsed(args, argument, capsys) -> None:
+    """An empty path would be the working directory: a run's files written or read there."""
+    assert main(args) == 2
+    assert capsys.readouterr().err.endswith(f": error: argument {argument}: '' is no path\n")
 
 
 def test_global_options_are_accepted_after_the_subcommand(tmp_path: Path, capsys) -> None:

@@ -155,3 +155,36 @@ def test_standard_input_that_is_not_utf8_names_its_line(copy_run, capsys, monkey
     err = capsys.readouterr().err
     assert status == 2 and err.count("\n") == 1
     assert "standard input, line 2: not UTF-8 text" in err
+
+
+def test_beams_that_would_not_fit_in_memory_are_refused(copy_run, capsys, monkeypatch) -> None:
+    """The decoding cache's size is checked in integer arithmetic before it is allocated."""
+    status, _, err = run(
+        capsys, monkeypatch, "3 4 5\n", "translate", str(copy_run), "--beam", "2147483648"
+    )
+    assert status == 2 and len(err.splitlines()) == 1
+    assert "a decoding cache for 2147483648 rows" in err and "this machine's memory holds" in err
+
+
+def test_generate_refuses_a_prompt_or_stop_it_cannot_use(lm_run, capsys, monkeypatch) -> None:
+    for options, message in [
+        (["--prompt", "to \udcff"], "--prompt: character(s) ' \\udcff' are not in the vocabulary"),
+        (["--prompt", ""], "--prompt '' is no tokens"),
+        (["--prompt", "to", "--stop", ""], "--stop '' would stop before the first token"),
+    ]:
+        status, _, err = run(capsys, monkeypatch, "", "generate", str(lm_run), *options)
+        assert status == 2 and len(err.splitlines()) == 1 and message in err, err
+
+
+def test_export_hf_of_a_model_no_family_holds_names_the_run(
+    copy_run, tmp_path, capsys, monkeypatch
+):
+    status, _, err = run(
+        capsys, monkeypatch, "", "export-hf", str(copy_run), "--out", str(tmp_path / "hf")
+    )
+    assert status == 2 and err.startswith(f"scratchformer: error: {copy_run}: cannot export as t5")
+
+
+def test_eval_data_of_a_translation_run_names_the_option(copy_run, capsys, monkeypatch) -> None:
+    status, _, err = run(capsys, monkeypatch, "", "eval", str(copy_run), "--data", "one.txt")
+    assert status == 2 and "--data 'one.txt' must list two files: source, target" in err

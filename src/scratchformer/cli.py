@@ -66,11 +66,20 @@ def bounded(
     return parse
 
 
+def path(text: str) -> str:
+    """An argparse type: a path, which the empty text is not (it would be ``.``)."""
+    if not text:
+        raise argparse.ArgumentTypeError("'' is no path")
+    return text
+
+
 POSITIVE_INT = bounded(int, 1)
 COUNT = bounded(int, 0)
 NON_NEGATIVE = bounded(float, 0)
 POSITIVE = bounded(float, 0, above=True)
 PROBABILITY = bounded(float, 0, above=True, high=1)
+PICTURE_SIDE = 4096
+"""The most cells a picture has along a side: more would not show, only fill memory."""
 
 
 @dataclass(frozen=True)
@@ -94,8 +103,8 @@ def settings(help: str) -> Argument:
     return arg("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help=help)
 
 
-RUN = arg("run", help="run directory")
-OUT_RUN = arg("--out", required=True, help="run directory to write, e.g. runs/NAME")
+RUN = arg("run", type=path, help="run directory")
+OUT_RUN = arg("--out", required=True, type=path, help="run directory to write, e.g. runs/NAME")
 QUANTIZE = arg(
     "--quantize",
     choices=QUANTIZATIONS,
@@ -112,6 +121,7 @@ PRECISION = arg(
 )
 ONNX = arg(
     "--onnx",
+    type=path,
     metavar="DIR",
     help="run the model that export-onnx wrote to DIR through ONNX Runtime, in place of the "
     "run's own (the run gives the tokenizer and labels)",
@@ -133,7 +143,7 @@ COMMANDS = (
         "training:train",
         "train a model from a TOML recipe",
         (
-            arg("recipe", help="recipe file (TOML), e.g. recipes/shakespeare-char.toml"),
+            arg("recipe", type=path, help="recipe file (TOML), e.g. recipes/shakespeare-char.toml"),
             OUT_RUN,
             settings("override a recipe setting (repeatable), e.g. train.max_steps=200"),
             arg(
@@ -152,7 +162,7 @@ COMMANDS = (
         "merge",
         "training:merge",
         "fold a LoRA run's adapters into its weights",
-        (arg("run", help="run directory of a LoRA run (train.lora_rank set)"), OUT_RUN),
+        (arg("run", type=path, help="run directory of a LoRA run (train.lora_rank set)"), OUT_RUN),
         description="--out becomes an ordinary run directory (new or empty; anything there "
         "is refused): the recipe with train.lora_rank unset, the tokenizers, and the weights "
         "W + B A * lora_alpha / lora_rank in full, for eval, classify, export-hf and the rest.",
@@ -191,6 +201,7 @@ COMMANDS = (
             ),
             arg(
                 "--data",
+                type=path,
                 exclusive="source",
                 help="a file in the task's format (translation: SRC,TGT)",
             ),
@@ -204,7 +215,7 @@ COMMANDS = (
         "predict:generate",
         "continue a prompt with a language model",
         (
-            arg("run", help="run directory of a language model"),
+            arg("run", type=path, help="run directory of a language model"),
             arg("--prompt", required=True, help="the text to continue"),
             arg("--max-new-tokens", type=COUNT, default=200, help="tokens to add at most"),
             arg("--temperature", type=NON_NEGATIVE, default=0.8, help="0: greedy"),
@@ -252,7 +263,7 @@ COMMANDS = (
         "predict:translate_lines",
         "translate stdin to stdout, line by line",
         (
-            arg("run", help="run directory of a translation model"),
+            arg("run", type=path, help="run directory of a translation model"),
             arg("--beam", type=POSITIVE_INT, default=5, help="beam size (1: greedy)"),
             arg(
                 "--length-penalty",
@@ -274,7 +285,7 @@ COMMANDS = (
         "predict:classify",
         "label each line of stdin",
         (
-            arg("run", help="run directory of a classification or regression model"),
+            arg("run", type=path, help="run directory of a classification or regression model"),
             QUANTIZE,
             PRECISION,
             ONNX,
@@ -287,7 +298,7 @@ COMMANDS = (
         "tag",
         "predict:tag",
         "tag the words of each line of stdin",
-        (arg("run", help="run directory of a tagging model"), QUANTIZE, PRECISION, ONNX),
+        (arg("run", type=path, help="run directory of a tagging model"), QUANTIZE, PRECISION, ONNX),
         description="Words are split on whitespace; each comes out as 'word tag', with a "
         "blank line after each sentence (an empty line gives just the blank line). Words "
         "beyond the model's data.max_len sub-words are tagged O, with a warning on stderr.",
@@ -297,7 +308,7 @@ COMMANDS = (
         "predict:answer",
         "answer each question<TAB>context line of stdin",
         (
-            arg("run", help="run directory of a question-answering model"),
+            arg("run", type=path, help="run directory of a question-answering model"),
             QUANTIZE,
             PRECISION,
             ONNX,
@@ -312,7 +323,7 @@ COMMANDS = (
         "predict:fill_mask",
         "fill the [MASK] tokens of each line of stdin",
         (
-            arg("run", help="run directory of a masked language model (task mlm)"),
+            arg("run", type=path, help="run directory of a masked language model (task mlm)"),
             arg("--top-k", type=POSITIVE_INT, default=5, help="fillers shown for each mask"),
             QUANTIZE,
             PRECISION,
@@ -326,7 +337,11 @@ COMMANDS = (
         "predict:fill_spans",
         "fill the sentinels <extra_id_N> of each line of stdin",
         (
-            arg("run", help="run directory of a span-corruption model (task span_corruption)"),
+            arg(
+                "run",
+                type=path,
+                help="run directory of a span-corruption model (task span_corruption)",
+            ),
             QUANTIZE,
             PRECISION,
         ),
@@ -340,7 +355,7 @@ COMMANDS = (
         "serve:serve",
         "serve a run over HTTP: OpenAI's API for language models, task endpoints for the rest",
         (
-            arg("run", help="run directory"),
+            arg("run", type=path, help="run directory"),
             arg(
                 "--host",
                 default="127.0.0.1",
@@ -405,7 +420,7 @@ COMMANDS = (
         "make a run directory from a Hugging Face checkpoint "
         f"({family_names('encoder')}, {family_names('decoder')}, {family_names('seq2seq')})",
         (
-            arg("hf_dir", help="Hugging Face checkpoint directory"),
+            arg("hf_dir", type=path, help="Hugging Face checkpoint directory"),
             OUT_RUN,
             settings(
                 "a data or train setting of the run (repeatable), e.g. "
@@ -425,7 +440,12 @@ COMMANDS = (
         "export-hf",
         "hf:export_checkpoint",
         f"write a run's model as a Hugging Face checkpoint ({family_names()})",
-        (RUN, arg("--out", required=True, help="Hugging Face checkpoint directory to write")),
+        (
+            RUN,
+            arg(
+                "--out", required=True, type=path, help="Hugging Face checkpoint directory to write"
+            ),
+        ),
         description="The model is written as the first family it fits: "
         + ", ".join(f"{family.name} ({family.summary})" for family in FAMILIES.values())
         + ". Others fail naming what differs. transformers.AutoModel(ForCausalLM, "
@@ -436,7 +456,10 @@ COMMANDS = (
         "export-onnx",
         "export:export_onnx_graph",
         "write an encoder run's model as an ONNX graph, for ONNX Runtime",
-        (RUN, arg("--out", required=True, help="directory to write: model.onnx and more")),
+        (
+            RUN,
+            arg("--out", required=True, type=path, help="directory to write: model.onnx and more"),
+        ),
         description="DIR gets model.onnx (dynamic batch and sequence axes; inputs input_ids, "
         "attention_mask and, with segment embeddings, token_type_ids; outputs last_hidden_state "
         "and the task's logits, or a similarity model's unit-length sentence_embedding), the run's "
@@ -448,8 +471,8 @@ COMMANDS = (
         "hf:export_adapter",
         "write a LoRA run's adapters for Hugging Face PEFT",
         (
-            arg("run", help="run directory of a LoRA run (train.lora_rank set)"),
-            arg("--out", required=True, help="adapter directory to write"),
+            arg("run", type=path, help="run directory of a LoRA run (train.lora_rank set)"),
+            arg("--out", required=True, type=path, help="adapter directory to write"),
         ),
         description="--out receives adapter_config.json and adapter_model.safetensors, which "
         "peft.PeftModel.from_pretrained(base, OUT) loads onto base, the Hugging Face model of "
@@ -462,8 +485,12 @@ COMMANDS = (
         "export:export_gguf_file",
         "write a language model run as a GGUF file, for llama.cpp",
         (
-            arg("run", help="run directory of a language model (task lm, data.tokenizer=bpe)"),
-            arg("--out", required=True, help="the .gguf file to write"),
+            arg(
+                "run",
+                type=path,
+                help="run directory of a language model (task lm, data.tokenizer=bpe)",
+            ),
+            arg("--out", required=True, type=path, help="the .gguf file to write"),
             arg(
                 "--type",
                 choices=GGUF_TYPES,
@@ -496,7 +523,9 @@ COMMANDS = (
             ),
             arg("--layer", type=COUNT, help="only this layer (0-based)"),
             arg("--head", type=COUNT, help="only this head (0-based)"),
-            arg("--out", required=True, help="attn.png, attn.svg, attn.pdf or attn.html"),
+            arg(
+                "--out", required=True, type=path, help="attn.png, attn.svg, attn.pdf or attn.html"
+            ),
         ),
         description="A PNG (or SVG, PDF) grid of heatmaps, layers x heads, of one kind of "
         "attention, or with --out *.html one self-contained page to explore every kind, layer "
@@ -509,8 +538,8 @@ COMMANDS = (
         "pictures:plot",
         "draw a run's training curves",
         (
-            arg("run", help="run directory (reads its metrics.jsonl)"),
-            arg("--out", required=True, help="curves.png (or .svg, .pdf)"),
+            arg("run", type=path, help="run directory (reads its metrics.jsonl)"),
+            arg("--out", required=True, type=path, help="curves.png (or .svg, .pdf)"),
         ),
     ),
     Command(
@@ -518,9 +547,19 @@ COMMANDS = (
         "pictures:plot_positional",
         "draw the sinusoidal positional encoding",
         (
-            arg("--d-model", type=POSITIVE_INT, default=128, help="width of the encoding"),
-            arg("--length", type=POSITIVE_INT, default=100, help="number of positions"),
-            arg("--out", required=True, help="pe.png (or .svg, .pdf)"),
+            arg(
+                "--d-model",
+                type=bounded(int, 1, high=PICTURE_SIDE),
+                default=128,
+                help=f"width of the encoding (at most {PICTURE_SIDE})",
+            ),
+            arg(
+                "--length",
+                type=bounded(int, 1, high=PICTURE_SIDE),
+                default=100,
+                help=f"number of positions (at most {PICTURE_SIDE})",
+            ),
+            arg("--out", required=True, type=path, help="pe.png (or .svg, .pdf)"),
         ),
     ),
     Command(
@@ -528,7 +567,7 @@ COMMANDS = (
         "demo:demo",
         "train a tiny model on a synthetic task, no data needed",
         (
-            arg("--out", default="runs/demo", help="run directory (default: runs/demo)"),
+            arg("--out", default="runs/demo", type=path, help="run directory (default: runs/demo)"),
             arg("--overwrite", action="store_true", help=OVERWRITE_HELP),
         ),
     ),

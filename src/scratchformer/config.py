@@ -780,7 +780,7 @@ def _apply_override(values: dict[str, Any], override: str) -> None:
     """Set ``section.key=value`` in ``values`` (``task=...`` sets the task)."""
     key, sep, raw = override.partition("=")
     if not sep:
-        raise ValueError(f"override {override!r} must look like section.key=value")
+        raise ValueError(f"--set {override!r} must look like section.key=value")
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
@@ -792,10 +792,10 @@ def _apply_override(values: dict[str, Any], override: str) -> None:
     section, dot, name = key.partition(".")
     if not dot or section not in SECTIONS:
         raise ValueError(
-            f"override {override!r}: the key must be section.key with section one of "
+            f"--set {override!r}: the key must be section.key with section one of "
             f"{', '.join(SECTIONS)}"
         )
     body = values.setdefault(section, {})
     if not isinstance(body, dict):
-        raise ValueError(f"override {override!r}: [{section}] must be a table of settings")
+        raise ValueError(f"--set {override!r}: [{section}] must be a table of settings")
     body[name] = value

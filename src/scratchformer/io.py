@@ -14,6 +14,7 @@ nothing else of the package.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import secrets
@@ -38,7 +39,14 @@ except ImportError:  # pragma: no cover - Windows
 
 
 def temp_path(path: Path) -> Path:
-    """A fresh hidden sibling of ``path``, ``.NAME.tmp-RANDOM``: same directory, same disk."""
+    """A fresh hidden sibling of ``path``, ``.NAME.tmp-RANDOM``: same directory, same disk.
+    A ``path`` whose directory is missing, or a file, is an error naming ``path`` (not the
+    temp name)."""
+    if path.parent.is_file():
+        reason = f"{path.parent} is a file, not a directory"
+        raise NotADirectoryError(errno.ENOTDIR, reason, str(path))
+    if not path.parent.exists():
+        raise FileNotFoundError(errno.ENOENT, f"no directory {path.parent}", str(path))
     return path.with_name(f".{path.name}.tmp-{secrets.token_hex(4)}")
 
 

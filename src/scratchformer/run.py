@@ -224,7 +224,7 @@ def import_hf(hf_dir: Path, run_dir: Path, overrides: Sequence[str] = ()) -> Rec
     for override in overrides:
         if override.partition(".")[0].strip() not in ("data", "train"):
             raise ValueError(
-                f"override {override!r}: an imported run takes data.* and train.* settings "
+                f"--set {override!r}: an imported run takes data.* and train.* settings "
                 "(its task and model are the checkpoint's)"
             )
     check_empty(run_dir)
@@ -278,7 +278,10 @@ def export_hf(run_dir: Path, hf_dir: Path) -> None:
     if is_run(hf_dir):
         raise ValueError(f"{hf_dir} is a run directory: write the checkpoint elsewhere")
     task, model = full_weights(run_dir, "which no Hugging Face checkpoint of ours holds", False)
-    save_pretrained(model, hf_dir, task.tokenizers.get("tokenizer"))  # type: ignore[arg-type]
+    try:
+        save_pretrained(model, hf_dir, task.tokenizers.get("tokenizer"))  # type: ignore[arg-type]
+    except ValueError as error:  # (a model no family expresses: the run is at fault)
+        raise ValueError(f"{run_dir}: {error}") from None
 
 
 def export_onnx(run_dir: Path, out_dir: Path) -> None:

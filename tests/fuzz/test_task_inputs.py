@@ -1,7 +1,7 @@
 """The data files of every task (TSV, CoNLL, SQuAD JSON, plain text), damaged, read by
-``eval --data``; and standard input of any bytes, read by classify, tag, answer, fill-mask
-and translate. Each command answers, or refuses in one line that names the file (standard
-input)."""
+``eval --data``; standard input of any bytes, read by classify, tag, answer, fill-mask,
+fill-spans and translate; and any prompt, continued by generate. Each command answers, or
+refuses in one line that names the file (standard input) or option."""
 
 from __future__ import annotations
 
@@ -13,22 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fuzz.conftest import CONLL
 from fuzz.strategies import assert_sound_or_refused, cli, examples
-from helpers import train
 
 FIXTURE = [HealthCheck.function_scoped_fixture]
-CONLL = "Peter B-PER\nwent O\nto O\nParis B-LOC\n\nAnna B-PER\nsings O\n\n"
-
-
-@pytest.fixture(scope="module")
-def tagging_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny tagger (``recipes/conll2003.toml``) trained on a CoNLL file written here."""
-    directory = tmp_path_factory.mktemp("tagging")
-    data = directory / "train.txt"
-    data.write_text(CONLL * 5, encoding="utf-8")
-    settings = [f"data.train='{data}'", f"data.val='{data}'", "data.dataset=none"]
-    train(directory / "run", "conll2003.toml", *settings, "data.vocab_size=60")
-    return directory / "run"
 
 
 def squad(context: str, question: str, answer: str, start: int) -> str:
@@ -104,6 +92,7 @@ INPUTS = {
     "answer": ("qa", "Who won?\tThe winner is Ada.\n"),
     "fill-mask": ("mlm", "the cat [MASK] on the mat .\n"),
     "translate": ("translation", "3 4 5\n7 7 1 2\n"),
+    "fill-spans": ("span", "the man<extra_id_0> in the park\na <extra_id_1> dog<extra_id_0>\n"),
 }
 """Each command that reads standard input a line at a time, the run it reads with, and a
 valid input to damage."""
@@ -113,11 +102,22 @@ valid input to damage."""
 @settings(max_examples=examples(8), deadline=None, suppress_health_check=FIXTURE)
 @given(data=st.data())
 def test_standard_input_of_any_bytes_is_answered_or_refused(
-    command, classification_run, tagging_run, qa_run, mlm_run, copy_run, data
+    command, classification_run, tagging_run, qa_run, mlm_run, copy_run, span_run, data
 ) -> None:
     runs = {"classification": classification_run, "tagging": tagging_run, "qa": qa_run}
-    runs |= {"mlm": mlm_run, "translation": copy_run}
+    runs |= {"mlm": mlm_run, "translation": copy_run, "span": span_run}
     kind, valid = INPUTS[command]
     stdin = data.draw(damaged(valid) | st.binary(max_size=40))
     status, _, err = cli(command, str(runs[kind]), stdin=stdin)
     assert_sound_or_refused(status, err, "standard input")
+
+
+@settings(max_examples=examples(12), deadline=None, suppress_health_check=FIXTURE)
+@given(prompt=st.text(max_size=30) | st.sampled_from(["", "\x00", "\udcff", "to be\r\n"]))
+def test_any_prompt_is_continued_or_refused(lm_run, prompt) -> None:
+    """``generate --prompt``: any text (a lone surrogate is what a prompt of bytes that are
+    not UTF-8 becomes in ``sys.argv``) is continued, or refused naming the option."""
+    status, out, err = cli("generate", str(lm_run), "--prompt", prompt, "--max-new-tokens", "4")
+    assert_sound_or_refused(status, err, "--prompt")
+    if status == 0:
+        assert out.startswith(prompt)

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from helpers import COMPILED, compiled_graphs, peaked
+from helpers import COMPILED, compile_without_inductor, compiled_graphs, peaked
 from scratchformer.inference import beam_search, greedy_decode
 
 BOS, EOS = 1, 2
@@ -192,7 +192,7 @@ def assert_same_hypotheses(found: list, expected: list) -> None:
         assert [h.score for h in hyps] == pytest.approx([h.score for h in wanted], abs=1e-5)
 
 
-def test_compiled_decoding_compiles_a_few_graphs_and_finds_the_eager_outputs() -> None:
+def test_compiled_decoding_compiles_a_few_graphs_and_finds_the_eager_outputs(monkeypatch) -> None:
     """Through a ``CompiledModel`` the decoder batch keeps its shape, so a search of any
     length compiles four graphs: the encoder, the decoder's first step (which fills the
     cross-attention cache), the later steps, and the step that fills the KV cache to its
@@ -200,8 +200,12 @@ def test_compiled_decoding_compiles_a_few_graphs_and_finds_the_eager_outputs() -
     nothing, and a longer search of the same batch compiles nothing more. Greedy decoding of
     the same sentences reuses the encoder's graph and compiles its own three decoder steps
     (3 rows, where beam search has 12), which beam search with one beam then reuses. (One
-    test, as compiling is slow.)"""
+    test, as compiling is slow.) The graphs are Dynamo's, compiled here with eager kernels:
+    what Inductor's kernels compute in an encoder-decoder is held by the compiled T5 test
+    (``tests/interop/test_hf_t5.py``) and by the translation benchmark, fully autotuned."""
     from scratchformer.inference import CompiledModel
+
+    compile_without_inductor(monkeypatch)
 
     model = tiny_seq2seq(peaked_by=1.5, **COMPILED)
     src, mask = sources()

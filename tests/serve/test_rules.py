@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from helpers import http, live
+from scratchformer.cli import main
 from scratchformer.inference import ContinuousBatcher
 
 
@@ -234,3 +235,19 @@ def test_the_page_escapes_the_run_name(lm_run, tmp_path) -> None:
         page = response.read().decode()
     assert "<script>odd" not in page and "&lt;script&gt;odd" in page
     assert "/v1/completions" in page
+
+
+def test_an_address_that_cannot_be_had_is_refused_before_the_run_loads(capsys) -> None:
+    """The socket is bound before the run loads (here there is none to load): a taken port
+    or an address not of this machine is one line naming the option, not uvicorn's log."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        for host, reason in [("127.0.0.1", "in use"), ("1.2.3.4", "assign requested address")]:
+            assert main(["--quiet", "serve", "no-run", "--host", host, "--port", port]) == 2
+            err = capsys.readouterr().err
+            assert err.startswith(
+                f"scratchformer: error: cannot listen on --host '{host}' --port {port}: "
+            )
+            assert reason in err and len(err.splitlines()) == 1

@@ -4,7 +4,6 @@ start from it."""
 from __future__ import annotations
 
 import json
-import random
 import re
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from helpers import RECIPES, TINY_MODEL, interrupted_after, run, set_options
+from helpers import RECIPES, interrupted_after, pretrain_t5, run, set_options, tiny_t5
 from scratchformer.cli import main
 from scratchformer.config import Recipe
 from scratchformer.data.noise import corrupted_lengths
@@ -21,56 +20,18 @@ from scratchformer.tasks import build_task
 from scratchformer.tasks.span_corruption import SpanCorruptionTask, split_spans
 from scratchformer.training.rundir import load_run
 
-WORDS = ("a", "man", "dog", "woman", "runs", "sits", "on", "the", "in", "red", "park", "with")
-
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """300 sentences of random words, one a line."""
-    rng = random.Random(0)
-    path = tmp_path_factory.mktemp("corpus") / "corpus.txt"
-    lines = (" ".join(rng.choices(WORDS, k=rng.randint(4, 12))) for _ in range(300))
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def tiny(corpus: Path) -> list[str]:
-    """Settings that make pretrain-t5.toml a tiny run on ``corpus``."""
-    return [
-        *TINY_MODEL,
-        "data.corpus=none",
-        f"data.train='{corpus}'",
-        "data.document_per_line=true",
-        "data.tokenizer='char'",
-        "data.vocab_size=60",
-        "data.sentinels=8",
-        "data.max_len=40",
-        "model.dropout=0.1",  # so that resume must restore the random state exactly
-        "train.batch_size=4",
-        "train.eval_every=4",
-        "train.warmup_steps=2",
-        "train.max_minutes=none",
-    ]
-
-
-def pretrain(out: Path, corpus: Path, *extra: str) -> int:
-    recipe = str(RECIPES / "pretrain-t5.toml")
-    return main(
-        ["--quiet", "train", recipe, "--out", str(out), *set_options([*tiny(corpus), *extra])]
-    )
-
-
-@pytest.fixture(scope="module")
-def pretrained(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def pretrained(t5_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny span-corruption run of 8 steps: the unbroken run that a resumed one must
     equal, and the start of the fine-tunes."""
     run_dir = tmp_path_factory.mktemp("span-corruption") / "run"
-    assert pretrain(run_dir, corpus, "train.max_steps=8") == 0
+    assert pretrain_t5(run_dir, t5_corpus, "train.max_steps=8") == 0
     return run_dir
 
 
-def prepared(corpus: Path) -> SpanCorruptionTask:
-    task = build_task(Recipe.load(RECIPES / "pretrain-t5.toml", tiny(corpus)))
+def prepared(t5_corpus: Path) -> SpanCorruptionTask:
+    task = build_task(Recipe.load(RECIPES / "pretrain-t5.toml", tiny_t5(t5_corpus)))
     task.prepare()
     return task
 
@@ -86,8 +47,8 @@ def uncorrupt(inputs: list[int], targets: list[int], sentinels: list[int]) -> li
     return [t for token in inputs for t in (spans[token] if token in sentinels else [token])]
 
 
-def test_batches_hide_spans_behind_sentinels_of_windows_of_the_corpus(corpus: Path) -> None:
-    task = prepared(corpus)
+def test_batches_hide_spans_behind_sentinels_of_windows_of_the_corpus(t5_corpus: Path) -> None:
+    task = prepared(t5_corpus)
     tokenizer = task.tokenizer()
     assert len(tokenizer.sentinel_ids) == 8 and tokenizer.bos_id is not None
     assert task.model_config().tgt_vocab_size == task.model_config().vocab_size
@@ -105,7 +66,7 @@ def test_batches_hide_spans_behind_sentinels_of_windows_of_the_corpus(corpus: Pa
         window = uncorrupt(inputs[:-1], outputs[:-1], tokenizer.sentinel_ids)
         assert len(window) == task.window
         starts = [i for i in range(len(stream)) if stream[i : i + len(window)] == window]
-        assert starts, "the text is a window of the corpus"
+        assert starts, "the text is a window of the t5_corpus"
     again = task.global_batch(3, 2)
     assert torch.equal(again.inputs["src_ids"], src) and torch.equal(again.targets, targets)
     assert not torch.equal(task.global_batch(4, 2).inputs["src_ids"], src)
@@ -115,16 +76,18 @@ def test_batches_hide_spans_behind_sentinels_of_windows_of_the_corpus(corpus: Pa
     )
 
 
-def test_too_few_sentinels_for_the_spans_is_an_error(corpus: Path) -> None:
+def test_too_few_sentinels_for_the_spans_is_an_error(t5_corpus: Path) -> None:
     with pytest.raises(ValueError, match=r"sentinels=1 is fewer than the 2 spans"):
-        build_task(Recipe.load(RECIPES / "pretrain-t5.toml", [*tiny(corpus), "data.sentinels=1"]))
+        build_task(
+            Recipe.load(RECIPES / "pretrain-t5.toml", [*tiny_t5(t5_corpus), "data.sentinels=1"])
+        )
 
 
 def test_resume_is_bit_identical_mid_pretraining(
-    tmp_path: Path, corpus: Path, pretrained: Path
+    tmp_path: Path, t5_corpus: Path, pretrained: Path
 ) -> None:
     with interrupted_after(4):
-        assert pretrain(tmp_path / "halves", corpus, "train.max_steps=8") == 130
+        assert pretrain_t5(tmp_path / "halves", t5_corpus, "train.max_steps=8") == 130
     recipe = str(RECIPES / "pretrain-t5.toml")
     assert main(["--quiet", "train", recipe, "--out", str(tmp_path / "halves"), "--resume"]) == 0
     straight, halves = (
@@ -171,13 +134,6 @@ def test_translation_fine_tunes_from_a_span_corruption_run(
     assert len(task.translate(tuned, ["a man runs"], beam_size=2)) == 1
 
 
-@pytest.fixture(scope="module")
-def span_run(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    run_dir = tmp_path_factory.mktemp("runs") / "span"
-    assert pretrain(run_dir, corpus, "train.max_steps=2") == 0
-    return run_dir
-
-
 def test_spans_are_the_tokens_after_each_sentinel() -> None:
     assert split_spans([7, 1, 5, 6, 2, 1, 8], {1, 2}) == {1: [8], 2: []}
     assert split_spans([5, 2, 6, 6], {1, 2}) == {2: [6, 6]}
@@ -201,7 +157,10 @@ def test_fill_spans_prints_the_greedy_span_of_each_sentinel(
     spans = split_spans(output, {s0, s1})
     fills = [tokenizer.decode(spans.get(s, [])) for s in (s1, s0)]
     assert len(out) == 2 and out[1].split("\t") == fills and out[0].count("\t") == 0
-    for text, message in [("no sentinel", "no <extra_id_0> in"), ("<extra_id_8>", "8 sentinels")]:
+    for text, message in [
+        ("a<extra_id_0>\nno sentinel", "standard input, line 2: no <extra_id_0> in 'no sentinel'"),
+        ("<extra_id_8>", "8 sentinels"),
+    ]:
         status, _, err = run(capsys, monkeypatch, text, "fill-spans", str(span_run))
         assert status == 2 and message in err and len(err.splitlines()) == 1
 

@@ -49,10 +49,15 @@ def generate(args: argparse.Namespace) -> int:
     """``scratchformer generate DIR --prompt TEXT``: stream a continuation to stdout."""
     task, model = run_of(args, "generate")
     tokenizer = task.tokenizer()
-    prompt = tokenizer.encode(args.prompt)
+    try:
+        prompt = tokenizer.encode(args.prompt)
+    except ValueError as error:
+        raise UsageError(f"--prompt: {error}") from None
     if not prompt:
-        raise UsageError("the prompt is empty: give --prompt some text")
+        raise UsageError(f"--prompt {args.prompt!r} is no tokens: give it some text")
     stops = list(args.stop)
+    if "" in stops:
+        raise UsageError("--stop '' would stop before the first token: give it some text")
     new: list[int] = []
     shown = ""
     model = compiled_if_asked(args, model)

@@ -3,12 +3,28 @@
 from __future__ import annotations
 
 import argparse
+import socket
 import sys
 from pathlib import Path
 
 import uvicorn
 
 from ..serve import ServeOptions, create_app
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port``, taken before the run loads: an address that cannot
+    be had is the one-line error naming it, not the server's log and exit later."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((host, port))
+    except (OSError, UnicodeError) as error:
+        listener.close()
+        reason = getattr(error, "strerror", None) or error
+        raise ValueError(f"cannot listen on --host {host!r} --port {port}: {reason}") from None
+    return listener
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -25,16 +41,18 @@ def serve(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         context=args.context,
     )
-    if args.compile and not args.quiet:
-        print("compiling the decoding step: a minute or two before serving", file=sys.stderr)
-    app = create_app(Path(args.run), options)
-    if not args.quiet:
-        print(f"serving {args.run} on http://{args.host}:{args.port}", file=sys.stderr)
-    uvicorn.run(
-        app,
-        host=args.host,
-        port=args.port,
-        log_level="warning" if args.quiet else "info",
-        timeout_graceful_shutdown=int(args.timeout),
-    )
+    listener = listening_socket(args.host, args.port)
+    with listener:
+        if args.compile and not args.quiet:
+            print("compiling the decoding step: a minute or two before serving", file=sys.stderr)
+        app = create_app(Path(args.run), options)
+        if not args.quiet:
+            port = listener.getsockname()[1]
+            print(f"serving {args.run} on http://{args.host}:{port}", file=sys.stderr)
+        config = uvicorn.Config(
+            app,
+            log_level="warning" if args.quiet else "info",
+            timeout_graceful_shutdown=int(args.timeout),
+        )
+        uvicorn.Server(config).run(sockets=[listener])
     return 0

@@ -430,7 +430,7 @@ def _train_bpe(
     alphabet = pre_tokenizers.ByteLevel.alphabet()
     if vocab_size < len(alphabet) + len(specials):
         raise ValueError(
-            f"vocab_size={vocab_size} is too small for byte-level BPE: it needs at least "
+            f"data.vocab_size={vocab_size} is too small for byte-level BPE: it needs at least "
             f"{len(alphabet)} byte symbols + {len(specials)} specials"
         )
     backend = _Backend(models.BPE())

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..config import max_parameters
 from ..nn.quantized import product_dtype
 
 
@@ -97,6 +98,13 @@ class DecoderCache:
 
     def __init__(self, decoder: nn.Module, batch: int, max_len: int) -> None:
         first = decoder.layers[0].self_attn
+        numbers = 2 * len(decoder.layers) * batch * max_len * first.n_kv_heads * first.d_head
+        if numbers > max_parameters():
+            raise ValueError(
+                f"a decoding cache for {batch} rows (beams or requests) of {max_len} positions "
+                f"would hold {numbers:,} numbers, more than the {max_parameters():,} this "
+                "machine's memory holds: decode fewer at once"
+            )
         parameter = next(decoder.parameters())
         dtype = product_dtype(parameter)
         self.self_attn = [

@@ -30,9 +30,9 @@ from ..data.noise import corrupt, noise_counts, random_spans_noise_mask, raw_len
 from ..data.tokenizer import SENTINEL
 from ..device import model_device
 from ..inference.beam import greedy_decode
-from .base import Attentions, Batch, TokenLabels, warn_cut
+from .base import Attentions, Batch, TokenLabels, per_line
 from .corpus import CorpusTask
-from .translation import clip, pair_attention, seq2seq_batch, specials, start_id
+from .translation import cut_to, pair_attention, seq2seq_batch, specials, start_id
 
 EVAL_SEED = 2**31 - 1
 """Seeds the noise of evaluation batches: the same spans hidden at every evaluation."""
@@ -107,15 +107,14 @@ class SpanCorruptionTask(CorpusTask):
         return start_id(self.tokenizer(), self.recipe.model.decoder_start)
 
     def encode_input(self, text: str) -> list[int]:
-        """The encoder's ids of ``text``: each ``<extra_id_N>`` in it sentinel N, then eos;
-        cut to ``data.max_len`` (with a warning)."""
+        """The encoder's ids of ``text``: each ``<extra_id_N>`` in it sentinel N, then eos
+        (not yet cut to ``data.max_len``)."""
         tokenizer = self.tokenizer()
         ids = [*tokenizer.encode_sentinels(text), tokenizer.eos_id]
         if not set(ids) & set(tokenizer.sentinel_ids):
             first = SENTINEL.format(0)
             raise ValueError(f"no {first} in {text!r}: mark the spans to fill with {first}, ...")
-        warn_cut([1] if len(ids) > self.data.max_len else [], self.data.max_len)
-        return clip(ids, self.data.max_len)
+        return ids
 
     def fill(self, model: nn.Module, inputs: Sequence[list[int]]) -> list[list[int]]:
         """The model's greedy output for each input (:meth:`encode_input`), 64 at a time:
@@ -135,7 +134,7 @@ class SpanCorruptionTask(CorpusTask):
         line has them, separated by tabs (a sentinel the model leaves out: empty)."""
         tokenizer = self.tokenizer()
         sentinels = set(tokenizer.sentinel_ids)
-        inputs = [self.encode_input(line) for line in lines]
+        inputs = cut_to(per_line(lines, self.encode_input), self.data.max_len)
         results = []
         for ids, output in zip(inputs, self.fill(model, inputs), strict=True):
             spans = split_spans(output, sentinels)
@@ -151,7 +150,7 @@ class SpanCorruptionTask(CorpusTask):
         <extra_id_1> ...``), or the model's own greedy fill when None. The decoder's
         queries are its inputs, its start token first."""
         tokenizer = self.tokenizer()
-        source = self.encode_input(text)
+        (source,) = cut_to([self.encode_input(text)], self.data.max_len)
         if target is None:
             output = self.fill(model, [source])[0]
         else:

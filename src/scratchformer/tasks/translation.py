@@ -63,7 +63,8 @@ class TranslationTask(ExampleTask):
         files = path.split(",") if path is not None else getattr(self.data, split, None)
         if files is not None:
             if isinstance(files, str) or len(files) != 2:
-                raise ValueError(f"data.{split} must list two files: source, target")
+                where = f"data.{split}" if path is None else f"--data {path!r}"
+                raise ValueError(f"{where} must list two files: source, target")
             return read_parallel(*files)
         if self.data.dataset == "multi30k":
             if self.data.pair is None:
@@ -146,9 +147,7 @@ class TranslationTask(ExampleTask):
         benchmarks)."""
         source, target = self.source_tokenizer(), self.target_tokenizer()
         limit, start_token = self.data.max_len, self.start_id()
-        encoded = self.encode_sources(lines)
-        warn_cut([i + 1 for i, ids in enumerate(encoded) if len(ids) > limit], limit)
-        encoded = [clip(ids, limit) for ids in encoded]
+        encoded = cut_to(self.encode_sources(lines), limit)
         todo = sorted(
             (i for i, line in enumerate(lines) if line.strip()), key=lambda i: len(encoded[i])
         )
@@ -248,3 +247,10 @@ def seq2seq_batch(examples: Sequence[Pair], src_pad: int, tgt_pad: int) -> Batch
 def clip(ids: list[int], limit: int) -> list[int]:
     """At most ``limit`` ids, keeping the last one (eos)."""
     return ids if len(ids) <= limit else ids[: limit - 1] + ids[-1:]
+
+
+def cut_to(lines: Sequence[list[int]], limit: int) -> list[list[int]]:
+    """Each input line's ids cut to ``limit`` (:func:`clip`), with a warning that numbers
+    the lines cut."""
+    warn_cut([i + 1 for i, ids in enumerate(lines) if len(ids) > limit], limit)
+    return [clip(ids, limit) for ids in lines]

@@ -352,8 +352,7 @@ def load_run(
     (one of ``QUANTIZATIONS``) quantizes the model once loaded, a LoRA run's with its
     adapters merged first. With ``need_head``, a model without the task's head (an
     imported encoder) is an error."""
-    if not (run_dir / MODEL_FILE).exists():
-        raise FileNotFoundError(f"{run_dir} holds no trained model ({MODEL_FILE}); train it first")
+    trained_model(run_dir)
     task, recipe = open_task(run_dir)
     if need_head and recipe.model.head != task.head:
         raise ValueError(
@@ -406,9 +405,17 @@ def run_model(recipe: Recipe, pretrained_weights: bool) -> nn.Module:
     return apply_lora(model, recipe.train)
 
 
+def trained_model(run_dir: Path) -> Path:
+    """The run's weights file, which must exist."""
+    path = run_dir / MODEL_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{run_dir} holds no trained model ({MODEL_FILE}); train it first")
+    return path
+
+
 def saved_quantization(run_dir: Path) -> str | None:
     """The quantization of the run's weights (``None``: float)."""
-    path = run_dir / MODEL_FILE
+    path = trained_model(run_dir)
     saved = read_metadata(path).get(QUANTIZATION_KEY)
     if saved is not None and saved not in QUANTIZATIONS:
         raise ValueError(
