@@ -5,7 +5,7 @@ from itertools import pairwise
 import pytest
 import torch
 
-from scratchformer.config import SCHEDULES
+from scratchformer.config import SCHEDULES, TrainConfig
 from scratchformer.training import build_schedule
 
 
@@ -23,20 +23,29 @@ def lrs(scheduler: torch.optim.lr_scheduler.LambdaLR, steps: int) -> list[float]
     return out
 
 
-def test_noam_is_the_papers_formula_with_base_lr_one() -> None:
-    # base model: d_model 512, 4000 warm-up steps; lrate = 512^-0.5 * min(s^-0.5, s * 4000^-1.5)
-    scheduler = build_schedule("noam", optimizer(), warmup_steps=4000, max_steps=1, d_model=512)
-    assert lrs(scheduler, 2) == pytest.approx([512**-0.5 * 4000**-1.5, 512**-0.5 * 2 * 4000**-1.5])
-    lr = [scheduler.lr_lambdas[0](index) for index in range(16000)]  # index = step - 1
-    assert lr[1999] == pytest.approx(512**-0.5 * 2000 * 4000**-1.5)  # half way up: half the peak
-    assert lr[3999] == pytest.approx(6.9877e-4, rel=1e-4)  # the peak, (512 * 4000)^-0.5
-    assert lr[15999] == pytest.approx(512**-0.5 * 16000**-0.5)  # four times later: half
-    assert max(lr) == lr[3999]
+PAPER_STEPS = (1, 2000, 4000, 16000, 100000)
+PAPER_LRS = (1.74693e-7, 3.49386e-4, 6.98771e-4, 3.49386e-4, 1.39754e-4)
+"""The paper's base model (d_model 512, 4000 warm-up steps) at ``PAPER_STEPS``, by hand:
+512^-0.5 * 4000^-1.5 at step 1, half and all of the peak (512 * 4000)^-0.5 at 2000 and 4000,
+sqrt(4000 / step) of it after."""
 
 
-def test_noam_base_lr_is_a_factor() -> None:
-    scheduler = build_schedule("noam", optimizer(2.0), warmup_steps=10, max_steps=1, d_model=64)
-    assert lrs(scheduler, 10)[-1] == pytest.approx(2.0 * (64 * 10) ** -0.5)
+def test_noam_with_lr_from_d_model_and_warmup_is_the_papers_formula() -> None:
+    d_model, warmup = 512, 4000
+    lr = (d_model * warmup) ** -0.5  # 6.99e-4: the setting the docs give
+    scheduler = build_schedule("noam", optimizer(lr), warmup_steps=warmup, max_steps=1)
+    ours = [lr * scheduler.lr_lambdas[0](step - 1) for step in PAPER_STEPS]
+    papers = [d_model**-0.5 * min(s**-0.5, s * warmup**-1.5) for s in PAPER_STEPS]
+    assert ours == pytest.approx(papers, rel=1e-12)  # equal up to float rounding
+    assert ours == pytest.approx(PAPER_LRS, rel=1e-5)  # the hand values' six digits
+    assert lrs(scheduler, 2) == pytest.approx([lr / warmup, 2 * lr / warmup], rel=1e-12)
+
+
+def test_noam_and_inverse_sqrt_are_one_schedule() -> None:
+    def curve(name: str) -> list[float]:
+        return lrs(build_schedule(name, optimizer(0.3), warmup_steps=7, max_steps=1), 40)
+
+    assert curve("noam") == curve("inverse_sqrt")
 
 
 def test_cosine_warms_up_decays_and_stays_at_the_floor() -> None:
@@ -76,17 +85,27 @@ def test_inverse_sqrt_is_fairseqs() -> None:
 
 
 @pytest.mark.parametrize("name", SCHEDULES)
-def test_warm_up_rises_to_the_peak_at_warmup_steps(name: str) -> None:
-    scheduler = build_schedule(name, optimizer(), warmup_steps=50, max_steps=200, d_model=16)
-    lr = lrs(scheduler, 200)
+def test_every_schedule_peaks_at_train_lr_at_warmup_steps(name: str) -> None:
+    """``train.lr`` means the peak lr whatever the schedule: reached at ``warmup_steps``,
+    equal to ``train.lr`` up to float rounding (relative 1e-12), never exceeded."""
+    config = TrainConfig(schedule=name, lr=3e-4, warmup_steps=50, max_steps=200)
+    scheduler = build_schedule(
+        config.schedule,
+        optimizer(config.lr),
+        warmup_steps=config.warmup_steps,
+        max_steps=config.max_steps,
+        min_lr_ratio=config.min_lr_ratio,
+    )
+    lr = lrs(scheduler, config.max_steps)
     assert all(a < b for a, b in pairwise(lr[:50])), "warm-up is not increasing"
     assert max(lr) == lr[49]
+    assert lr[49] == pytest.approx(config.lr, rel=1e-12)
 
 
 @pytest.mark.parametrize("name", SCHEDULES)
 def test_state_dict_round_trip_gives_the_same_next_lrs(name: str) -> None:
     def build() -> torch.optim.lr_scheduler.LambdaLR:
-        return build_schedule(name, optimizer(0.1), warmup_steps=5, max_steps=20, d_model=8)
+        return build_schedule(name, optimizer(0.1), warmup_steps=5, max_steps=20)
 
     scheduler = build()
     lrs(scheduler, 7)
@@ -111,12 +130,11 @@ def test_state_dict_round_trip_gives_the_same_next_lrs(name: str) -> None:
         ("cosine", {"max_steps": 0}, "max_steps=0 must be >= 1"),
         ("cosine", {"warmup_steps": 20}, "max_steps=10 must be >= warmup_steps=20"),
         ("cosine", {"min_lr_ratio": 1.5}, "min_lr_ratio=1.5 must be in [0, 1]"),
-        ("noam", {"d_model": None}, "d_model=None must be >= 1 for schedule='noam'"),
         ("noam", {"warmup_steps": 0}, "warmup_steps=0 must be >= 1 for schedule='noam'"),
         ("inverse_sqrt", {"warmup_steps": 0}, "warmup_steps=0 must be >= 1"),
     ],
 )
 def test_bad_values_name_the_field(name: str, values: dict, message: str) -> None:
-    kwargs = {"warmup_steps": 2, "max_steps": 10, "d_model": 8, **values}
+    kwargs = {"warmup_steps": 2, "max_steps": 10, **values}
     with pytest.raises(ValueError, match=message.replace("[", r"\[")):
         build_schedule(name, optimizer(), **kwargs)

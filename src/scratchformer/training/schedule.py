@@ -3,8 +3,8 @@
 ``LambdaLR`` keeps only counters in its ``state_dict`` (the multiplier is rebuilt from the
 config), so a saved scheduler restores exactly. Every multiplier here is a function of
 ``step``, the number of the optimizer update the lr is used for, counted from 1: the
-scheduler has been stepped ``step - 1`` times when that update happens. Warm-up reaches the
-base lr at ``step == warmup_steps``.
+scheduler has been stepped ``step - 1`` times when that update happens. Every schedule
+peaks at the base lr (``train.lr``), where warm-up ends: at ``step == warmup_steps``.
 """
 
 from __future__ import annotations
@@ -18,15 +18,16 @@ from torch.optim.lr_scheduler import LambdaLR
 from ..config import SCHEDULES
 
 
-def noam(step: int, *, d_model: int, warmup_steps: int) -> float:
-    """``d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)`` ("Attention Is All You
-    Need", sec. 5.3): linear warm-up, then inverse-square-root decay; the peak, at
-    ``warmup_steps``, is ``(d_model * warmup_steps)^-0.5``.
+def noam(step: int, *, warmup_steps: int) -> float:
+    """The schedule of "Attention Is All You Need" (sec. 5.3), normalised to peak at 1:
+    linear warm-up from 0 to 1 over ``warmup_steps``, then ``sqrt(warmup_steps / step)``.
 
-    The paper's formula is the lr itself, so a base lr of 1.0 reproduces it exactly; any
-    other base lr scales the whole curve (the ``factor`` of tensor2tensor-style code).
+    The paper's ``lrate = d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)`` is this
+    times its peak, ``(d_model * warmup_steps)^-0.5``: a base lr of that value (6.99e-4 for
+    d_model 512 and 4000 warm-up steps) gives the paper's curve, any other base lr the same
+    shape peaking at that lr. fairseq calls the same schedule ``inverse_sqrt``.
     """
-    return d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
+    return min(step / warmup_steps, math.sqrt(warmup_steps / step))
 
 
 def cosine(step: int, *, warmup_steps: int, max_steps: int, min_lr_ratio: float) -> float:
@@ -45,12 +46,6 @@ def constant(step: int, *, warmup_steps: int) -> float:
     return min(1.0, step / warmup_steps) if warmup_steps > 0 else 1.0
 
 
-def inverse_sqrt(step: int, *, warmup_steps: int) -> float:
-    """fairseq's ``inverse_sqrt``: linear warm-up from 0 to 1 over ``warmup_steps``, then
-    ``sqrt(warmup_steps / step)``. Unlike ``noam`` the peak is the base lr itself."""
-    return step / warmup_steps if step < warmup_steps else math.sqrt(warmup_steps / step)
-
-
 def _check_int(name: str, value: object, minimum: int, context: str = "") -> None:
     if not (isinstance(value, int) and not isinstance(value, bool) and value >= minimum):
         raise ValueError(f"{name}={value!r} must be >= {minimum}{context}")
@@ -62,13 +57,14 @@ def build_schedule(
     *,
     warmup_steps: int,
     max_steps: int,
-    d_model: int | None = None,
     min_lr_ratio: float = 0.0,
 ) -> LambdaLR:
-    """The schedule ``name`` (one of ``SCHEDULES``) over ``optimizer``'s base lr.
+    """The schedule ``name`` (one of ``SCHEDULES``) over ``optimizer``'s base lr, which
+    every schedule reaches at ``warmup_steps``: the peak lr. ``noam`` and ``inverse_sqrt``
+    name one schedule (:func:`noam`).
 
-    ``max_steps`` matters to ``cosine`` only and ``d_model`` to ``noam`` only; call
-    ``scheduler.step()`` after every ``optimizer.step()``.
+    ``max_steps`` and ``min_lr_ratio`` matter to ``cosine`` only; call ``scheduler.step()``
+    after every ``optimizer.step()``.
     """
     if name not in SCHEDULES:
         raise ValueError(f"schedule={name!r} must be one of {', '.join(SCHEDULES)}")
@@ -77,19 +73,17 @@ def build_schedule(
     _check_int("max_steps", max_steps, 1)
     if name in ("noam", "inverse_sqrt"):
         _check_int("warmup_steps", warmup_steps, 1, for_name)
-    if name == "noam":
-        _check_int("d_model", d_model, 1, for_name)
     if name == "cosine" and max_steps < warmup_steps:
         raise ValueError(f"max_steps={max_steps} must be >= warmup_steps={warmup_steps}{for_name}")
     if not (isinstance(min_lr_ratio, (int, float)) and 0.0 <= min_lr_ratio <= 1.0):
         raise ValueError(f"min_lr_ratio={min_lr_ratio!r} must be in [0, 1]")
     multiplier = {
-        "noam": partial(noam, d_model=d_model, warmup_steps=warmup_steps),
+        "noam": partial(noam, warmup_steps=warmup_steps),
         "cosine": partial(
             cosine, warmup_steps=warmup_steps, max_steps=max_steps, min_lr_ratio=min_lr_ratio
         ),
         "constant": partial(constant, warmup_steps=warmup_steps),
-        "inverse_sqrt": partial(inverse_sqrt, warmup_steps=warmup_steps),
+        "inverse_sqrt": partial(noam, warmup_steps=warmup_steps),
     }[name]
     # LambdaLR counts completed scheduler steps from 0; the update about to happen is one more.
     return LambdaLR(optimizer, lambda index: multiplier(index + 1))

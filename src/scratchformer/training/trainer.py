@@ -126,7 +126,6 @@ class Trainer:
             self.optimizer,
             warmup_steps=min(self.config.warmup_steps, self.config.max_steps),  # smoke runs
             max_steps=self.config.max_steps,
-            d_model=task.recipe.model.d_model,
             min_lr_ratio=self.config.min_lr_ratio,
         )
         self.average = (
