@@ -116,6 +116,27 @@ def test_an_existing_run_is_not_overwritten(tmp_path: Path, capsys) -> None:
     assert_one_line_error(status, err, "already holds a run", "--resume")
 
 
+def test_an_overwrite_that_cannot_start_keeps_the_run_it_would_replace(
+    tmp_path: Path, capsys
+) -> None:
+    """The old run's files are set aside, not deleted, until the new run is written: a
+    setting, data file or tokenizer refused leaves the old run as it was."""
+    run_dir = tmp_path / "copy"
+    train = ["train", str(RECIPES / "copy.toml"), "--out", str(run_dir)]
+    assert run(capsys, *train, *TINY)[0] == 0
+    before = snapshot(run_dir)
+    for setting, refusal in [
+        ("", "--set '' must look like section.key=value"),
+        ("data.train=['no.de', 'no.en']", "no.de"),
+        ("data.tokenizer='bpe'", "data.vocab_size=20 is too small for byte-level BPE"),
+    ]:
+        status, _, err = run(capsys, *train, *TINY, "--overwrite", "--set", setting)
+        assert_one_line_error(status, err, refusal)
+        assert snapshot(run_dir) == before
+    assert run(capsys, *train, *TINY, "--overwrite")[0] == 0
+    assert not [path for path in run_dir.iterdir() if path.name.startswith(".")]  # none aside
+
+
 @pytest.mark.parametrize("command", ["train", "demo"])
 def test_help_tells_what_overwrite_replaces(command: str, capsys) -> None:
     assert main([command, "--help"]) == 0

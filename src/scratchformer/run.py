@@ -125,9 +125,12 @@ def train(
             failure = None
             if dist.is_main:
                 try:
-                    owned.enter_context(claim(run_dir, resume=resume, overwrite=overwrite))
+                    started = owned.enter_context(
+                        claim(run_dir, resume=resume, overwrite=overwrite)
+                    )
                     if not resume:
                         task, model = start_run(_recipe_of(recipe, overrides), run_dir)
+                    started()  # (a run replaced is deleted only now)
                 except Exception as error:  # told to the other ranks, then raised
                     failure = error
             if dist.any(failure is not None):  # also the barrier: rank 0 has written the run

@@ -37,7 +37,7 @@ import json
 import re
 import shutil
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -60,6 +60,7 @@ from ..io import (
     read_metadata,
     remove_temps,
     save_weights,
+    temp_path,
 )
 from ..models import build_model
 from ..tasks import Task, build_task
@@ -192,10 +193,13 @@ def check_target(run_dir: Path, *, resume: bool, overwrite: bool) -> None:
 
 
 @contextmanager
-def claim(run_dir: Path, *, resume: bool, overwrite: bool) -> Iterator[None]:
+def claim(run_dir: Path, *, resume: bool, overwrite: bool) -> Iterator[Callable[[], None]]:
     """Lock ``run_dir`` (created if need be) for a training run, check it again under the
     lock (another writer may have come first), remove what killed writers left half-written
-    and, with ``overwrite``, empty it. A writer at work is named before anything else."""
+    and, with ``overwrite``, set its files aside. A writer at work is named before anything
+    else. The block is given ``started``, to call once the new run is written: the files
+    set aside are deleted then, and restored if the block fails before (a recipe, data or
+    tokenizer refused costs the user nothing)."""
     check_free(run_dir)
     check_target(run_dir, resume=resume, overwrite=overwrite)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -203,14 +207,44 @@ def claim(run_dir: Path, *, resume: bool, overwrite: bool) -> Iterator[None]:
         check_target(run_dir, resume=resume, overwrite=overwrite)
         for directory in (run_dir, run_dir / CHECKPOINTS):
             remove_temps(directory, "*")
-        if overwrite:
-            for name in contents(run_dir):
-                path = run_dir / name
-                if path.is_dir():
-                    shutil.rmtree(path)
-                else:
-                    path.unlink()
-        yield
+        aside = set_aside(run_dir) if overwrite else None
+
+        def started() -> None:
+            if aside is not None and aside.exists():
+                shutil.rmtree(aside)
+
+        try:
+            yield started
+        except BaseException:
+            if aside is not None and aside.exists():
+                restore(aside, run_dir)
+            raise
+
+
+def set_aside(run_dir: Path) -> Path:
+    """Move the files of ``run_dir`` into a hidden temp directory in it (which the next
+    :func:`claim` removes, should this process be killed), and return that directory."""
+    aside = temp_path(run_dir / "replaced")
+    aside.mkdir()
+    for name in contents(run_dir):
+        if run_dir / name != aside:
+            (run_dir / name).rename(aside / name)
+    return aside
+
+
+def restore(aside: Path, run_dir: Path) -> None:
+    """Put back the files :func:`set_aside` moved, in place of what was written since."""
+    for name in contents(run_dir):
+        path = run_dir / name
+        if path == aside:
+            continue
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    for path in aside.iterdir():
+        path.rename(run_dir / path.name)
+    aside.rmdir()
 
 
 def check_free(run_dir: Path) -> None:
