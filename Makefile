@@ -36,7 +36,8 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-# The generated parts of docs/ (recipe keys, command line, quoted code), from the code.
+# The generated parts of docs/ (recipe keys, command line, quoted code, the guide's
+# pictures), from the code.
 docs: $(STAMP)
 	$(BIN)/python docs/build.py
 

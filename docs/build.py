@@ -1,9 +1,12 @@
 """Regenerate the parts of the documentation that the code defines, so that they cannot go
 stale: the recipe keys (from the config dataclasses' attribute docstrings), the command
-line (from its argparse parser) and the code quoted by the guide (from the source).
+line (from its argparse parser), the code quoted by the guide (from the source) and the
+pictures of ``docs/pictures/`` (drawn by the guide's snippets and by ``docs/figures.py``).
 
-    python docs/build.py            # rewrite every generated region (or: make docs)
-    python docs/build.py --check    # exit 1, naming the files, if one is stale
+    python docs/build.py            # rewrite every generated region, redraw the pictures
+                                    # (or: make docs)
+    python docs/build.py --check    # exit 1, naming the files, if a region is stale
+                                    # (tests/test_docs.py checks the pictures)
 
 A generated region of README.md or docs/*.md lies between two markers:
 
@@ -15,6 +18,10 @@ A generated region of README.md or docs/*.md lies between two markers:
 ``src/scratchformer/PATH``; ``recipe-keys CLASS`` tables the keys of a config dataclass;
 ``cli`` is the reference of every command and option. Everything between the markers is
 replaced; everything around them is written by hand.
+
+A picture is saved by a Python snippet of a document of ``PICTURED`` into the directory
+that ``$SCRATCHFORMER_PICTURES`` names (the current one if unset), or drawn by a function
+of ``docs/figures.py`` named in ``FIGURES``.
 """
 
 from __future__ import annotations
@@ -25,20 +32,41 @@ import dataclasses
 import importlib
 import inspect
 import itertools
+import os
 import re
+import shutil
 import sys
+import tempfile
 import textwrap
 import types
 import typing
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "src" / "scratchformer"
 REGION = re.compile(r"(<!-- generated: (.+?) -->\n)(.*?)(<!-- /generated -->)", re.DOTALL)
 COMMAND = "python docs/build.py"
+PICTURES = ROOT / "docs" / "pictures"
+PICTURED = [ROOT / "docs" / "guide.md"]
+"""The documents whose snippets draw pictures."""
+FIGURES = {"figure1.png": "figure1"}
+"""Pictures drawn by a function of ``docs/figures.py``, not by a snippet."""
+SHADES = 2
+"""Pictures drawn on two machines differ in the last bits of float math (AVX2 or AVX-512),
+so a few pixels may differ by a shade or two: a picture is the same as another if its
+pixels differ by at most ``SHADES`` of 255 in every channel, but for ``OUTLIERS`` of them."""
+OUTLIERS = 0.001
+FENCE = re.compile(r"^```(\w*)\s*$")
+NO_RUN = re.compile(r"^<!-- no-run: (.+) -->$")
+GENERATED = re.compile(r"^<!-- (/?)generated")
+"""Code quoted between these markers is the source, not an example."""
 sys.path.insert(0, str(SOURCE.parent))  # document this checkout's code, installed or not
+sys.path.append(str(ROOT))  # the guide's snippets import docs.figures
 
 
 def documents() -> list[Path]:
@@ -240,6 +268,103 @@ GENERATORS: dict[str, Callable[[str, Path], str]] = {
 }
 
 
+# -- code blocks and pictures -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Block:
+    language: str
+    code: str
+    line: int
+    """1-based line of the first line of code in its file."""
+    runs: bool
+    """False when the block is preceded by ``<!-- no-run: why -->``."""
+
+
+def blocks(path: Path) -> list[Block]:
+    """The fenced code blocks of a Markdown file, but those of generated regions."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    found, start, language, quoted = [], None, "", False
+    for number, line in enumerate(lines, 1):
+        generated = GENERATED.match(line)
+        if generated is not None and start is None:
+            quoted = generated.group(1) == ""
+        fence = FENCE.match(line)
+        if fence is None or quoted:
+            continue
+        if start is None:
+            start, language = number, fence.group(1)
+            continue
+        before = lines[start - 2] if start >= 2 else ""
+        code = "\n".join(lines[start : number - 1]) + "\n"
+        found.append(Block(language, code, start + 1, NO_RUN.match(before) is None))
+        start = None
+    assert start is None, f"{path}:{start}: unclosed code block"
+    return found
+
+
+def run_python(block: Block, path: Path, namespace: dict[str, Any]) -> None:
+    """Run a Python block in ``namespace``; its tracebacks name its lines of ``path``."""
+    exec(compile("\n" * (block.line - 1) + block.code, str(path), "exec"), namespace)
+
+
+def save_picture(figure: Any, path: Path) -> None:
+    """A matplotlib figure as a PNG, without the version stamp that would differ by machine."""
+    figure.savefig(path, dpi=100, metadata={"Software": None})
+
+
+def draw_figures(directory: Path) -> None:
+    """Draw the pictures of ``FIGURES`` into ``directory``."""
+    figures = importlib.import_module("docs.figures")
+    for name, function in FIGURES.items():
+        save_picture(getattr(figures, function)(), directory / name)
+
+
+def draw_pictures(directory: Path) -> None:
+    """Draw every picture into ``directory``: those of ``FIGURES``, and those of the
+    documents of ``PICTURED``, whose Python snippets run, in order in one namespace each, in
+    a temporary working directory with ``$SCRATCHFORMER_PICTURES`` set to ``directory``."""
+    draw_figures(directory)
+    before, pictures = Path.cwd(), os.environ.get("SCRATCHFORMER_PICTURES")
+    with tempfile.TemporaryDirectory() as work:
+        os.chdir(work)
+        os.environ["SCRATCHFORMER_PICTURES"] = str(directory.resolve())
+        try:
+            for document in PICTURED:
+                namespace: dict[str, Any] = {"__name__": "__docs__"}
+                for block in blocks(document):
+                    if block.language == "python" and block.runs:
+                        run_python(block, document, namespace)
+        finally:
+            os.chdir(before)
+            os.environ.pop("SCRATCHFORMER_PICTURES")
+            if pictures is not None:
+                os.environ["SCRATCHFORMER_PICTURES"] = pictures
+
+
+def picture_difference(drawn: Path, committed: Path) -> float:
+    """The share of the pixels of two PNGs that differ by more than ``SHADES`` (1.0 when
+    their sizes differ)."""
+    from matplotlib.image import imread
+
+    first, second = (np.round(imread(path) * 255).astype(np.int16) for path in (drawn, committed))
+    if first.shape != second.shape:
+        return 1.0
+    return float((np.abs(first - second) > SHADES).any(axis=-1).mean())
+
+
+def update_pictures() -> None:
+    """Redraw the pictures; write over those of ``docs/pictures/`` that changed."""
+    PICTURES.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory() as temp:
+        draw_pictures(Path(temp))
+        for drawn in sorted(Path(temp).glob("*.png")):
+            committed = PICTURES / drawn.name
+            if not committed.exists() or picture_difference(drawn, committed) > OUTLIERS:
+                shutil.copyfile(drawn, committed)
+                print(f"wrote {committed.relative_to(ROOT)}")
+
+
 # -- the documents -----------------------------------------------------------------------
 
 
@@ -275,6 +400,7 @@ def main() -> None:
         if text != path.read_text(encoding="utf-8"):
             path.write_text(text, encoding="utf-8")
             print(f"wrote {path.relative_to(ROOT)}")
+    update_pictures()
 
 
 if __name__ == "__main__":

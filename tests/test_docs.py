@@ -1,12 +1,13 @@
 """The documentation's examples run as written, its recipes are valid, its links lead
-somewhere, and its generated parts are current.
+somewhere, and its generated parts and pictures are current.
 
 Every fenced ``python`` and ``bash`` block of README.md and docs/*.md runs, in the order of
 its file, in a temporary directory of that file (``recipes/`` reachable there): the Python
 blocks of a file share one namespace; a bash block runs as one script (``set -euo
 pipefail``) with ``scratchformer`` and ``python`` being this interpreter's, and
 ``$SCRATCHFORMER_DATA`` as the tests have it. A block that
-cannot run here is preceded by ``<!-- no-run: why -->``.
+cannot run here is preceded by ``<!-- no-run: why -->``. The pictures that the Python
+blocks save into ``$SCRATCHFORMER_PICTURES`` are those of ``docs/pictures/``.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ import os
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -27,41 +28,41 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 README_LIMIT = 12_000
 """Bytes: the README says what the project is and how to start; the rest is in docs/."""
-FENCE = re.compile(r"^```(\w*)\s*$")
-NO_RUN = re.compile(r"^<!-- no-run: (.+) -->$")
-GENERATED = re.compile(r"^<!-- (/?)generated")
-"""Code quoted by docs/build.py between these markers is the source, not an example."""
 
 
-@dataclass(frozen=True)
-class Block:
-    language: str
-    code: str
-    line: int
-    """1-based line of the first line of code in its file."""
-    runs: bool
+def load_build() -> ModuleType:
+    """docs/build.py, which parses the documents' code blocks and draws the pictures."""
+    spec = importlib.util.spec_from_file_location("docs_build", ROOT / "docs" / "build.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # for its dataclass
+    spec.loader.exec_module(module)
+    return module
 
 
-def blocks(path: Path) -> list[Block]:
-    """The fenced code blocks of a Markdown file, but those of generated regions."""
-    lines = path.read_text(encoding="utf-8").splitlines()
-    found, start, language, quoted = [], None, "", False
-    for number, line in enumerate(lines, 1):
-        generated = GENERATED.match(line)
-        if generated is not None and start is None:
-            quoted = generated.group(1) == ""
-        fence = FENCE.match(line)
-        if fence is None or quoted:
-            continue
-        if start is None:
-            start, language = number, fence.group(1)
-            continue
-        before = lines[start - 2] if start >= 2 else ""
-        code = "\n".join(lines[start : number - 1]) + "\n"
-        found.append(Block(language, code, start + 1, NO_RUN.match(before) is None))
-        start = None
-    assert start is None, f"{path}:{start}: unclosed code block"
-    return found
+build = load_build()
+blocks = build.blocks
+
+
+def assert_pictures_drawn(path: Path, drawn: Path) -> None:
+    """The pictures that document ``path`` shows from docs/pictures/ are those its snippets
+    drew into ``drawn`` (but the ones docs/figures.py draws), and are current."""
+    shown = re.findall(r"\]\(pictures/([^)]+)\)", path.read_text("utf-8"))
+    missing = set(shown) - set(build.FIGURES) - {picture.name for picture in drawn.iterdir()}
+    assert not missing, f"{path.name} shows {', '.join(sorted(missing))}, which it does not draw"
+    assert_pictures_current(drawn, path.name)
+
+
+def assert_pictures_current(drawn: Path, source: str) -> None:
+    """Every picture in ``drawn`` is the one of the same name in docs/pictures/."""
+    for picture in sorted(drawn.glob("*.png")):
+        committed = build.PICTURES / picture.name
+        assert committed.exists(), f"{source} draws {picture.name}, not in docs/pictures/"
+        share = build.picture_difference(picture, committed)
+        assert share <= build.OUTLIERS, (
+            f"{source}: docs/pictures/{picture.name} is stale ({share:.2%} of its pixels "
+            "differ); run `python docs/build.py` (or `make docs`)"
+        )
 
 
 def command_directory(tmp_path: Path) -> Path:
@@ -83,6 +84,9 @@ def test_examples_run(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     (work / "recipes").symlink_to(ROOT / "recipes")
     monkeypatch.chdir(work)
     monkeypatch.setenv("MPLBACKEND", "Agg")
+    pictures = tmp_path / "pictures"
+    pictures.mkdir()
+    monkeypatch.setenv("SCRATCHFORMER_PICTURES", str(pictures))
     env = {
         **os.environ,
         "PATH": f"{command_directory(tmp_path)}{os.pathsep}{os.environ['PATH']}",
@@ -95,7 +99,7 @@ def test_examples_run(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         if not block.runs:
             continue
         if block.language == "python":
-            exec(compile("\n" * (block.line - 1) + block.code, str(path), "exec"), namespace)
+            build.run_python(block, path, namespace)
         elif block.language == "bash":
             done = subprocess.run(
                 ["bash", "-euo", "pipefail", "-c", block.code],
@@ -108,6 +112,14 @@ def test_examples_run(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
             assert done.returncode == 0, (
                 f"{path.name}:{block.line}: exit {done.returncode}\n{done.stdout}\n{done.stderr}"
             )
+    assert_pictures_drawn(path, pictures)
+
+
+def test_figures_are_current(tmp_path: Path) -> None:
+    """The pictures that docs/figures.py draws by itself (no snippet draws them)."""
+    build.draw_figures(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(build.FIGURES)
+    assert_pictures_current(tmp_path, "docs/figures.py")
 
 
 def test_every_document_has_its_examples_marked() -> None:
@@ -156,9 +168,5 @@ def test_readme_is_short() -> None:
 
 
 def test_generated_docs_are_current() -> None:
-    spec = importlib.util.spec_from_file_location("docs_build", ROOT / "docs" / "build.py")
-    assert spec is not None and spec.loader is not None
-    build = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(build)
     stale = [str(path.relative_to(ROOT)) for path in build.stale()]
     assert not stale, f"{', '.join(stale)}: stale; run `python docs/build.py` (or `make docs`)"
