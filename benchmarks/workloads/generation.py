@@ -24,7 +24,8 @@ INT8_TARGETS = {
 }
 """Batch size: the least speed-ups of ours with int8 weights, compiled."""
 COMPILED_VARIANTS = (gen.COMPILED, gen.BF16_COMPILED, gen.QUANTIZED)
-"""Our compiled candidates, the variants of the row (the bf16 one on native-bf16 CPUs)."""
+"""Our compiled candidates, the variants of the row: those of them that ran (the bf16 one
+runs on native-bf16 CPUs only)."""
 
 
 def generation(settings: Settings) -> list[Row]:
@@ -70,8 +71,11 @@ def generation(settings: Settings) -> list[Row]:
                 figures,
                 [Target(gen.HF, bound), *(INT8_TARGETS[batch] if settings.compile else [])],
                 ours=gen.CACHED,
-                variants=COMPILED_VARIANTS if settings.compile else (),
+                variants=tuple(v for v in COMPILED_VARIANTS if v in {f.candidate for f in figures}),
                 machine=settings.machine,
+                remark=""
+                if gen.BF16 or not settings.compile
+                else f"{gen.BF16_COMPILED}: not run, this CPU has no native bf16",
             )
         )
         print_row(rows[-1])

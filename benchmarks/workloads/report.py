@@ -156,6 +156,12 @@ class Row:
     limit_target: float | None = None
     """The fraction of the machine's limit ours and every variant should reach."""
 
+    def __post_init__(self) -> None:
+        ran = {figure.candidate for figure in self.figures}
+        missing = [name for name in (self.ours, *self.variants) if name not in ran]
+        if missing:  # (a candidate not run on this machine is no variant of its row)
+            raise ValueError(f"{self.title}: no figure of {', '.join(missing)}")
+
     @property
     def title(self) -> str:
         return f"{self.workload} {self.case}".strip()
