@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from helpers import PROMPTS, tiny_lm
+from helpers import PROMPTS, compile_without_inductor, compiled_graphs, tiny_lm
 from scratchformer.inference import generate
 from scratchformer.inference import kernels as kernels_module
 from scratchformer.inference.kernels import (
@@ -101,15 +101,19 @@ def test_installing_and_removing_restores_the_core_path() -> None:
     the outer one back, the outer none gives the methods back."""
     attention = MultiHeadAttention(16, 2, cross=True).eval()
     proj = attention.q_proj
-    outer = [*attention_kernels(attention), (proj, "forward", TransposedLinear(proj, 3))]
+    outer = [
+        *attention_kernels(attention, FEW_QUERIES),
+        (proj, "forward", TransposedLinear(proj, 3)),
+    ]
     with installed(outer):
         assert isinstance(attention.attend, DecodingAttention)
-        assert attention.attend.few_queries == 0 and proj.forward is outer[1][2]
-        with installed(attention_kernels(attention, FEW_QUERIES)):
-            assert attention.attend.few_queries == FEW_QUERIES
+        assert attention.attend.few_queries == FEW_QUERIES and proj.forward is outer[1][2]
+        with installed(attention_kernels(attention)):
+            assert attention.attend.few_queries == 0
         with decoding_kernels(attention, 3):
             assert attention.attend is not outer[0][2]
         assert attention.attend is outer[0][2]
+    assert attention_kernels(attention) == attention_kernels(attention)  # kept: the same
     assert attention.attend.__func__ is MultiHeadAttention.attend
     assert proj.forward.__func__ is nn.Linear.forward
     assert not {"attend", "forward"} & (vars(attention).keys() | vars(proj).keys())
@@ -243,3 +247,21 @@ def test_transposed_linear_traces_with_symbolic_sizes() -> None:
     for rows in (4, 40):
         x = torch.randn(rows, 48)
         torch.testing.assert_close(compiled(x), F.linear(x, linear.weight, linear.bias))
+
+
+def test_a_compiled_model_decodes_again_without_compiling_again(monkeypatch) -> None:
+    """Each decoding loop installs its kernels; they are the same objects every time, so
+    the code compiled in the first loop stays valid for the next (built afresh, the old
+    ones freed, every loop compiled again: the transposed linear kernels of a CPU where
+    they are faster made every call of ``translate --compile`` a compilation)."""
+    from scratchformer.inference import CompiledModel
+
+    compile_without_inductor(monkeypatch)
+    monkeypatch.setattr(kernels_module, "transposed_is_faster", lambda linears, rows: True)
+    compiled = CompiledModel(tiny_lm("rotary", n_layers=1))
+    prompts = PROMPTS[:2]
+    first = generate(compiled, prompts, max_new_tokens=4, greedy=True)
+    before = compiled_graphs()
+    for _ in range(2):
+        assert generate(compiled, prompts, max_new_tokens=4, greedy=True) == first
+    assert compiled_graphs() == before

@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from functools import cache
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -200,10 +201,22 @@ def _transposed_is_faster(
     return statistics.median(transposed) < statistics.median(plain)
 
 
+def kept(kind: Callable[..., Any], module: nn.Module, *args: object) -> Any:
+    """The kernel ``kind(module, *args)``, built once and kept on the module: installed
+    again, it is the same object. Compiled code holds the kernels it traced, and Dynamo
+    drops it once one of them is freed: a kernel built afresh for every decoding loop made
+    every loop of a ``CompiledModel`` compile again."""
+    built = vars(module).setdefault("_decoding_kernels", {})
+    key = (kind, *args)
+    if key not in built:
+        built[key] = kind(module, *args)
+    return built[key]
+
+
 def attention_kernels(model: nn.Module, few_queries: int = 0) -> list[Kernel]:
     """A :class:`DecodingAttention` for every ``MultiHeadAttention`` of ``model``."""
     return [
-        (module, "attend", DecodingAttention(module, few_queries))
+        (module, "attend", kept(DecodingAttention, module, few_queries))
         for module in model.modules()
         if isinstance(module, MultiHeadAttention)
     ]
@@ -218,7 +231,7 @@ def linear_kernels(model: nn.Module, rows: int) -> list[Kernel]:
         return []
     if not transposed_is_faster(linears, rows):
         return []
-    return [(module, "forward", TransposedLinear(module, rows)) for module in linears]
+    return [(module, "forward", kept(TransposedLinear, module, rows)) for module in linears]
 
 
 @contextmanager
