@@ -76,7 +76,10 @@ def test_train_then_eval_prints_json(tmp_path: Path, capsys) -> None:
         (["eval", "nowhere"], ["nowhere holds no trained model"]),
         (["export-hf", ".", "--out", "hf"], [". holds no trained model"]),
         (["plot-pe", "--out", "missing/pe.png"], ["no directory missing: 'missing/pe.png'"]),
-        (["plot-pe", "--out", "pe.png", "--d-model", "\u0663"], ["--d-model 3 must be even"]),
+        (
+            ["plot-pe", "--out", "pe.png", "--d-model", "\u0663"],
+            ["--d-model 3: d_model=3 must be an even number"],
+        ),
         (
             ["plot-pe", "--out", f"{RECIPES / 'copy.toml'}/pe.png"],
             [f"{RECIPES / 'copy.toml'} is a file, not a directory"],

@@ -120,4 +120,4 @@ def test_plot_pe(tmp_path, capsys, monkeypatch) -> None:
     status, _, _ = run(capsys, monkeypatch, "", *args)
     assert status == 0 and out.read_text().startswith("<?xml")
     status, _, err = run(capsys, monkeypatch, "", "plot-pe", "--d-model", "7", "--out", str(out))
-    assert status == 2 and "--d-model 7 must be even" in err
+    assert status == 2 and "--d-model 7: d_model=7 must be an even number" in err

@@ -63,9 +63,11 @@ def plot_positional(args: argparse.Namespace) -> int:
     """``scratchformer plot-pe --d-model D --length N --out pe.png``."""
     out = Path(args.out)
     _check_picture_format(out)
-    if args.d_model % 2:
-        raise UsageError(f"--d-model {args.d_model} must be even: a sine and a cosine a frequency")
-    save_figure(positional_encoding_figure(args.d_model, args.length), out)
+    try:
+        figure = positional_encoding_figure(args.d_model, args.length)
+    except ValueError as error:  # (the sizes the encoding refuses, named as options)
+        raise UsageError(f"--d-model {args.d_model}: {error}") from None
+    save_figure(figure, out)
     print(f"{out}: sinusoidal positional encoding, d_model={args.d_model}, {args.length} positions")
     return 0
 

@@ -99,11 +99,12 @@ class DecoderCache:
     def __init__(self, decoder: nn.Module, batch: int, max_len: int) -> None:
         first = decoder.layers[0].self_attn
         numbers = 2 * len(decoder.layers) * batch * max_len * first.n_kv_heads * first.d_head
-        if numbers > max_parameters():
+        ceiling = max_parameters()
+        if numbers > ceiling:
             raise ValueError(
                 f"a decoding cache for {batch} rows (beams or requests) of {max_len} positions "
-                f"would hold {numbers:,} numbers, more than the {max_parameters():,} this "
-                "machine's memory holds: decode fewer at once"
+                f"would hold {numbers:,} numbers, more than the {ceiling:,} this machine's "
+                "memory holds: decode fewer at once"
             )
         parameter = next(decoder.parameters())
         dtype = product_dtype(parameter)
