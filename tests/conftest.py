@@ -25,6 +25,7 @@ import pytest
 import torch
 
 from helpers import FAULTS_PROPERTY, FILLER, pretrain_t5, squad_file, train
+from scratchformer.inference import compile_choice
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -37,6 +38,14 @@ os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 def _seed() -> None:
     """Every test starts from the same random state."""
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _compile_ledger(monkeypatch: pytest.MonkeyPatch, tmp_path_factory) -> None:
+    """Every test starts with no measurements of compiling (a ledger of its own), so that
+    what one test measured never makes another compile."""
+    ledger = tmp_path_factory.mktemp("ledger") / "costs.json"
+    monkeypatch.setattr(compile_choice, "ledger_path", lambda: ledger)
 
 
 @pytest.fixture(scope="session")

@@ -20,13 +20,30 @@ def test_translate_keeps_line_alignment(copy_run, capsys, monkeypatch) -> None:
 
 
 def test_translate_compiled_gives_the_eager_translations(copy_run, capsys, monkeypatch) -> None:
-    args = ["translate", str(copy_run), "--beam", "3"]
-    eager = run(capsys, monkeypatch, "123\n\n4567\n99x9\n", *args)
-    assert eager[0] == 0 and len(eager[1]) == 4
+    """Batches of three sizes and five source lengths compile three graphs in all: the
+    encoder, the decoder's first step and its later ones (rows and lengths are dynamic)."""
+    lines = "123\n\n4567\n99x9\n1\n12345678\n"
+    args = ["translate", str(copy_run), "--beam", "3", "--batch-size", "2"]
+    eager = run(capsys, monkeypatch, lines, *args, "--verbose")
+    assert eager[0] == 0 and len(eager[1]) == 6
+    assert "not compiling: not run here before" in eager[2]
     compile_without_inductor(monkeypatch)
     before = compiled_graphs()
-    assert run(capsys, monkeypatch, "123\n\n4567\n99x9\n", *args, "--compile")[:2] == eager[:2]
-    assert compiled_graphs() > before
+    compiled = run(capsys, monkeypatch, lines, *args, "--compile", "--verbose")
+    assert compiled[:2] == eager[:2]
+    assert "compiling: --compile" in compiled[2]
+    assert compiled_graphs() - before == 3
+
+
+def test_encoder_commands_compile_as_told(classification_run, capsys, monkeypatch) -> None:
+    lines = "a good film\nbad\n" + "so long " * 20 + "\n"
+    eager = run(capsys, monkeypatch, lines, "classify", str(classification_run))
+    compile_without_inductor(monkeypatch)
+    before = compiled_graphs()
+    compiled = run(capsys, monkeypatch, lines, "classify", str(classification_run), "--compile")
+    assert compiled[:2] == eager[:2] and compiled_graphs() > before
+    refused = run(capsys, monkeypatch, lines, "classify", "x", "--compile", "--no-compile")
+    assert refused[0] == 2 and "not allowed with argument" in refused[2]
 
 
 def test_commands_refuse_runs_of_another_task(copy_run, capsys, monkeypatch) -> None:

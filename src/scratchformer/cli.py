@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 
 from .config import ATTENTION_KINDS, DEVICES, GGUF_TYPES, PRECISIONS, QUANTIZATIONS
 from .errors import Interrupted, TrainingError
+from .inference.compile_choice import compiled_code_dir
 from .interop.families import FAMILIES, family_names
 from .version import __version__
 
@@ -126,11 +127,28 @@ ONNX = arg(
     help="run the model that export-onnx wrote to DIR through ONNX Runtime, in place of the "
     "run's own (the run gives the tokenizer and labels)",
 )
-COMPILE = arg(
-    "--compile",
-    action="store_true",
-    help="decode through torch.compile: tens of seconds to compile, then faster steps "
-    "(worth it for long outputs or many lines; needs a C++ compiler on the CPU)",
+COMPILE = (
+    arg(
+        "--compile",
+        dest="compile",
+        action="store_const",
+        const="always",
+        default="auto",
+        exclusive="compile",
+        help="run the model through torch.compile, even for a small job: a minute or more "
+        "to compile the first time on a machine, seconds once its compiled code is cached "
+        "(~/.cache/scratchformer/inductor), then faster steps; needs a C++ compiler on the "
+        "CPU. The default compiles when the job is large enough to repay it (--verbose says "
+        "what was decided)",
+    ),
+    arg(
+        "--no-compile",
+        dest="compile",
+        action="store_const",
+        const="never",
+        exclusive="compile",
+        help="never compile: run the model eagerly",
+    ),
 )
 OVERWRITE_HELP = (
     "replace the run directory in --out: delete its run files (recipe, tokenizers, weights, "
@@ -253,7 +271,7 @@ COMMANDS = (
                 help="stop once the output contains TEXT (repeatable)",
             ),
             arg("--seed", type=int, default=None, help="for reproducible sampling"),
-            COMPILE,
+            *COMPILE,
             QUANTIZE,
             PRECISION,
         ),
@@ -272,7 +290,7 @@ COMMANDS = (
                 help="GNMT's alpha: higher favours longer translations (0: none)",
             ),
             arg("--batch-size", type=POSITIVE_INT, default=64, help="sentences decoded together"),
-            COMPILE,
+            *COMPILE,
             QUANTIZE,
             PRECISION,
         ),
@@ -289,6 +307,7 @@ COMMANDS = (
             QUANTIZE,
             PRECISION,
             ONNX,
+            *COMPILE,
         ),
         description="One line out per line in: label<TAB>probability, or the value of a "
         "regression model. Sentence pairs are given as first<TAB>second. Inputs longer than "
@@ -298,7 +317,13 @@ COMMANDS = (
         "tag",
         "predict:tag",
         "tag the words of each line of stdin",
-        (arg("run", type=path, help="run directory of a tagging model"), QUANTIZE, PRECISION, ONNX),
+        (
+            arg("run", type=path, help="run directory of a tagging model"),
+            QUANTIZE,
+            PRECISION,
+            ONNX,
+            *COMPILE,
+        ),
         description="Words are split on whitespace; each comes out as 'word tag', with a "
         "blank line after each sentence (an empty line gives just the blank line). Words "
         "beyond the model's data.max_len sub-words are tagged O, with a warning on stderr.",
@@ -312,6 +337,7 @@ COMMANDS = (
             QUANTIZE,
             PRECISION,
             ONNX,
+            *COMPILE,
         ),
         description="One line out per line in: answer<TAB>probability, the answer an exact "
         "substring of the context (an empty line gives an empty line). A context longer "
@@ -577,6 +603,11 @@ GLOBAL_OPTIONS = (
     arg("--debug", action="store_true", help="show tracebacks of errors"),
     arg("--quiet", action="store_true", help="no progress bar or log lines"),
     arg(
+        "--verbose",
+        action="store_true",
+        help="say what was decided for you, e.g. whether to compile and why",
+    ),
+    arg(
         "--device",
         choices=DEVICES,
         default="auto",
@@ -656,6 +687,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.")
             warnings.filterwarnings("ignore", message="TypedStorage is deprecated")
             warnings.showwarning = print_warning
+            compiled_code_dir()  # (before torch's compiler is imported, which sets its own)
             return int(command.handler()(args) or 0)
     except (ValueError, OSError) as error:
         if args.debug:

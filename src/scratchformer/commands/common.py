@@ -71,10 +71,12 @@ def progress_wanted(args: argparse.Namespace) -> bool:
     return not args.quiet and sys.stderr.isatty()
 
 
-def answer_lines(task: Task, model: nn.Module, **options: Any) -> None:
-    """The task's output for each line of standard input, a line each on standard output.
-    A line the task refuses is named as standard input's."""
-    lines = input_lines()
+def answer_lines(
+    task: Task, model: nn.Module, lines: list[str] | None = None, **options: Any
+) -> None:
+    """The task's output for each of ``lines`` (standard input's, unless given), a line each
+    on standard output. A line the task refuses is named as standard input's."""
+    lines = input_lines() if lines is None else lines
     try:
         outputs = task.predict_lines(model, lines, **options)
     except LineError as error:

@@ -6,15 +6,20 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from torch import nn
 
 from ..device import default_device
 from ..errors import UsageError
+from ..inference.compile_choice import choose, job_key, measured, say
 from ..inference.generate import stream
 from ..run import load_run
-from .common import answer_lines, in_precision, progress_wanted, run_of
+from ..tasks import Task
+from .common import answer_lines, in_precision, input_lines, progress_wanted, run_of
 
 
 @in_precision
@@ -32,16 +37,33 @@ def evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-def compiled_if_asked(args: argparse.Namespace, model: nn.Module) -> nn.Module:
-    """The model through ``torch.compile`` under ``--compile``, else the model itself."""
-    if not args.compile:
-        return model
-    from ..inference import CompiledModel  # (torch's compiler: imported when asked for)
+@contextmanager
+def compiled_as_chosen(
+    args: argparse.Namespace,
+    model: nn.Module,
+    command: str,
+    units: float,
+    done: Callable[[], float] | None = None,
+    **settings: Any,
+) -> Iterator[nn.Module]:
+    """The model for a job of ``units`` units: through ``torch.compile`` if ``--compile``
+    says so or, by default, if the job repays it on this machine
+    (:mod:`~scratchformer.inference.compile_choice`); the job's time is recorded, with
+    the units ``done`` counts if given."""
+    choice = choose(args.compile, job_key(model, command, **settings), units)
+    say(choice, args.verbose)
+    if choice.compile:
+        from ..inference import CompiledModel  # (torch's compiler: imported when asked for)
 
-    model = CompiledModel(model)
-    if not args.quiet:
-        print("compiling the model: the first tokens take tens of seconds", file=sys.stderr)
-    return model
+        model = CompiledModel(model, cached=True)
+        if not args.quiet:
+            print(
+                "compiling the model: a minute or more the first time on this machine, "
+                "seconds once cached",
+                file=sys.stderr,
+            )
+    with measured(choice, done, args.verbose):
+        yield model
 
 
 @in_precision
@@ -60,30 +82,31 @@ def generate(args: argparse.Namespace) -> int:
         raise UsageError("--stop '' would stop before the first token: give it some text")
     new: list[int] = []
     shown = ""
-    model = compiled_if_asked(args, model)
-    sys.stdout.write(args.prompt)
-    for step in stream(
-        model,
-        [prompt],
-        max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        repetition_penalty=args.repetition_penalty,
-        no_repeat_ngram_size=args.no_repeat_ngram,
-        greedy=args.greedy,
-        eos_id=tokenizer.eos_id,
-        stop=(lambda ids: any(s in tokenizer.decode(ids) for s in stops)) if stops else None,
-        seed=args.seed,
-    ):
-        if step[0] is None:
-            break
-        new.append(step[0])
-        text = tokenizer.decode(new)
-        if not text.endswith("\ufffd"):  # print once a multi-byte character is whole
-            sys.stdout.write(text[len(shown) :])
-            sys.stdout.flush()
-            shown = text
+    units = args.max_new_tokens
+    with compiled_as_chosen(args, model, "generate", units, lambda: len(new)) as model:
+        sys.stdout.write(args.prompt)
+        for step in stream(
+            model,
+            [prompt],
+            max_new_tokens=args.max_new_tokens,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            top_p=args.top_p,
+            repetition_penalty=args.repetition_penalty,
+            no_repeat_ngram_size=args.no_repeat_ngram,
+            greedy=args.greedy,
+            eos_id=tokenizer.eos_id,
+            stop=(lambda ids: any(s in tokenizer.decode(ids) for s in stops)) if stops else None,
+            seed=args.seed,
+        ):
+            if step[0] is None:
+                break
+            new.append(step[0])
+            text = tokenizer.decode(new)
+            if not text.endswith("\ufffd"):  # print once a multi-byte character is whole
+                sys.stdout.write(text[len(shown) :])
+                sys.stdout.flush()
+                shown = text
     sys.stdout.write(tokenizer.decode(new)[len(shown) :] + "\n")
     return 0
 
@@ -92,23 +115,39 @@ def generate(args: argparse.Namespace) -> int:
 def translate_lines(args: argparse.Namespace) -> int:
     """``scratchformer translate DIR < source > hypotheses``: one line out per line in."""
     task, model = run_of(args, "translate")
-    model = compiled_if_asked(args, model)
-    answer_lines(
-        task,
-        model,
-        beam_size=args.beam,
-        length_penalty=args.length_penalty,
-        batch_size=args.batch_size,
-        progress=progress_wanted(args),
-    )
+    lines = input_lines()
+    characters = sum(map(len, lines))
+    with compiled_as_chosen(args, model, "translate", characters, beam=args.beam) as model:
+        answer_lines(
+            task,
+            model,
+            lines,
+            beam_size=args.beam,
+            length_penalty=args.length_penalty,
+            batch_size=args.batch_size,
+            progress=progress_wanted(args),
+        )
     return 0
+
+
+def encoder_lines(args: argparse.Namespace, task: Task, model: nn.Module, command: str) -> None:
+    """An encoder's answer to each line of standard input, compiled as chosen (never a
+    model that ONNX Runtime runs)."""
+    lines = input_lines()
+    if args.onnx is not None:
+        if args.compile == "always":
+            raise UsageError("--onnx runs the graph in ONNX Runtime: leave out --compile")
+        answer_lines(task, model, lines)
+        return
+    with compiled_as_chosen(args, model, command, sum(map(len, lines))) as model:
+        answer_lines(task, model, lines)
 
 
 @in_precision
 def classify(args: argparse.Namespace) -> int:
     """``scratchformer classify DIR < sentences``: label and probability (or value) a line."""
     task, model = run_of(args, "classify")
-    answer_lines(task, model)
+    encoder_lines(args, task, model, "classify")
     return 0
 
 
@@ -117,7 +156,7 @@ def tag(args: argparse.Namespace) -> int:
     """``scratchformer tag DIR < sentences``: ``token tag`` lines, a blank line after each
     sentence (CoNLL style); words are split on whitespace."""
     task, model = run_of(args, "tag")
-    answer_lines(task, model)
+    encoder_lines(args, task, model, "tag")
     return 0
 
 
@@ -126,7 +165,7 @@ def answer(args: argparse.Namespace) -> int:
     """``scratchformer answer DIR < questions``: for each ``question<TAB>context`` line, the
     answer (a span of the context) and its probability."""
     task, model = run_of(args, "answer")
-    answer_lines(task, model)
+    encoder_lines(args, task, model, "answer")
     return 0
 
 

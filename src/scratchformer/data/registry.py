@@ -220,7 +220,8 @@ def squad_examples(split: str, root: str | Path | None = None) -> list[Question]
 
 
 def cache_dir() -> Path:
-    """Where downloaded datasets live: ``$XDG_CACHE_HOME/scratchformer`` or ``~/.cache/...``."""
+    """The project's cache, ``$XDG_CACHE_HOME/scratchformer`` or ``~/.cache/...``: downloaded
+    datasets, a directory each, and compiled code (``inductor/``)."""
     return Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "scratchformer"
 
 

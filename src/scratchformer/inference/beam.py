@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from .cache import DecoderCache
+from .cache import SPARE, DecoderCache
 from .generate import decoding_device
 from .kernels import decoding_kernels
 
@@ -109,7 +109,7 @@ def greedy_decode(
     ``use_cache=False`` recomputes the whole target prefix every step (tests, benchmarks)."""
     memory, src_mask = encode_source(model, src_ids, src_mask)
     limits = length_limits(model, src_mask, max_len)
-    cache = DecoderCache(model.decoder, len(limits), max(limits)) if use_cache else None
+    cache = DecoderCache(model.decoder, len(limits), max(limits) + SPARE) if use_cache else None
     outputs: list[list[int]] = [[] for _ in limits]
     done = [False] * len(limits)
     tokens = torch.full((len(limits), 1), bos_id, device=memory.device)
@@ -172,7 +172,7 @@ def beam_search(
     memory, src_mask = encode_source(model, src_ids, src_mask)
     limits = length_limits(model, src_mask, max_len)
     k, rows = beam_size, len(limits) * beam_size
-    cache = DecoderCache(model.decoder, rows, max(limits)) if use_cache else None
+    cache = DecoderCache(model.decoder, rows, max(limits) + SPARE) if use_cache else None
     finished = [Finished(k, length_penalty) for _ in limits]
     active = list(range(len(limits)))  # sentences still searching
     history: list[list[int]] = [[] for _ in range(rows)]  # tokens of each beam

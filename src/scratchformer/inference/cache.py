@@ -87,6 +87,12 @@ class CrossKV:
         return self.kv
 
 
+SPARE = 1
+"""Positions a decoding loop keeps past its last step: a step that filled the buffers to
+their very end would take a graph of its own under ``torch.compile`` (a slice of a whole
+buffer is another case than a slice of part of one)."""
+
+
 class DecoderCache:
     """The caches of every layer of a decoder stack, for ``batch`` sequences of up to
     ``max_len`` tokens. ``length`` is the number of positions already processed.

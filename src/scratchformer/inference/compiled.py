@@ -16,10 +16,22 @@ A graph is compiled for the shapes of its first call and reused while they hold.
 that change from call to call are dynamic, so that they reuse it too: the length of the KV
 cache (marked in ``inference/cache.py``) and the source length (marked here, on the
 encoder's input and on the decoder's memory and source mask). The decoding loops keep the
-batch fixed from step to step, so a search of any length compiles at most four graphs: the
-encoder, the decoder's first step (which fills the cross-attention cache), its later
-steps, and the step that fills the KV cache to its end. A batch of another size compiles
-again once (Dynamo then makes the batch size dynamic too).
+batch fixed from step to step (and a position to spare in the KV cache, ``cache.SPARE``),
+so a search of any length compiles three graphs: the encoder, the decoder's first step
+(which fills the cross-attention cache) and its later steps. The batch size is not
+dynamic: a batch of another size compiles again (after which Dynamo makes it dynamic,
+whose symbolic shapes trace several times slower, tens of seconds a graph), so callers
+decode every batch at one size (:attr:`CompiledModel.fixed_batch`).
+
+Frozen weights cost a compilation in every process: Inductor cannot cache a graph whose
+weights it has packed for oneDNN. ``cached=True`` compiles so that the next process finds
+the code in Inductor's cache (:func:`~.compile_choice.compiled_code_dir`) and only traces
+again (seconds): the weights are then the graph's inputs, not frozen in, and the kernels
+Inductor's defaults, not autotuned. Its steps are slower where few rows are multiplied
+(greedy decoding at batch 1 of ``benchmarks/generate.py``'s model on a 2-core AVX2 EPYC:
+120 tokens/s against 224 frozen and 88 eager; docs/performance.md, "Compiling a user's
+job"); the command line compiles so, since a user's job is short next to a frozen
+compilation (minutes), and the server freezes, since it compiles once for a long life.
 
 Compiled for the CPU, attention of a few queries a row (every decoding step) takes
 :func:`~.kernels.few_query_attention`, which Inductor fuses, in place of PyTorch's flash
@@ -51,6 +63,7 @@ from torch._inductor import list_mode_options
 from torch._inductor.cpp_builder import get_cpp_compiler
 
 from ..models.base import ModelOutput
+from .compile_choice import compiled_code_dir
 from .generate import decoding_device
 from .kernels import FEW_QUERIES, attention_kernels, installed
 
@@ -62,6 +75,8 @@ QUIET_FROZEN = {
     "max_autotune_report_choices_stats": False,
 }
 """Inductor settings of every call: weights frozen in; the kernel timings not printed."""
+CACHED = {"freezing": False}
+"""Inductor settings of every call of a ``cached`` model: the weights are inputs."""
 SKIP_MODULE_GUARDS = torch.compiler.skip_guard_on_all_nn_modules_unsafe
 """Guards on the model's modules are not checked: the model is read once, when compiling."""
 METHODS = ("forward", "encode", "decode")
@@ -85,12 +100,20 @@ class CompiledModel(nn.Module):
     steps. The first calls compile (tens of seconds for each graph, see the module
     docstring).
 
+    ``cached``: compile so that the code is kept for the next process (weights not frozen
+    in, default kernels: slower steps on the CPU, see the module docstring).
+
     For inference only: calls with gradients enabled, or with the model put back in
     training mode, are refused. The model is read once, when compiling: changing its weights
     or its modules (hooks, attributes) afterwards needs a new ``CompiledModel``.
     """
 
-    def __init__(self, model: nn.Module) -> None:
+    fixed_batch = True
+    """Every batch of a job should have one size, the first batch's: a short last batch
+    padded up (with copies of a row, their results dropped) costs a few rows' work, and a
+    new size costs compiling every graph again (``TranslationTask.translate`` pads)."""
+
+    def __init__(self, model: nn.Module, cached: bool = False) -> None:
         super().__init__()
         cpu = decoding_device(model).type == "cpu"  # (which refuses a model in training mode)
         if cpu:
@@ -98,9 +121,16 @@ class CompiledModel(nn.Module):
                 get_cpp_compiler()
             except RuntimeError as error:
                 raise ValueError(f"compiling for the CPU needs a C++ compiler: {error}") from None
+        compiled_code_dir()
         self.model = model
-        self.kernels = attention_kernels(model, FEW_QUERIES if cpu else 0)
-        options = {**list_mode_options(MODE), "guard_filter_fn": SKIP_MODULE_GUARDS}
+        # (a decoder's only: an encoder's queries are a whole source, of any length)
+        decoder = getattr(model, "decoder", None)
+        self.kernels = (
+            attention_kernels(decoder, FEW_QUERIES if cpu else 0) if decoder is not None else []
+        )
+        self.settings = CACHED if cached else QUIET_FROZEN
+        mode = {} if cached else list_mode_options(MODE)
+        options = {**mode, "guard_filter_fn": SKIP_MODULE_GUARDS}
         self.compiled = {
             name: torch.compile(getattr(model, name), options=options, isolate_recompiles=True)
             for name in METHODS
@@ -147,7 +177,7 @@ class CompiledModel(nn.Module):
             raise RuntimeError("a CompiledModel is for inference: call it under torch.no_grad()")
         if self.model.training:  # (no guard watches the mode)
             raise RuntimeError("the model was put in training mode after compiling")
-        with inductor_config.patch(QUIET_FROZEN), installed(self.kernels):
+        with inductor_config.patch(self.settings), installed(self.kernels):
             return self.compiled[method](*args, **kwargs)
 
 

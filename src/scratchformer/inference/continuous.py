@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from .cache import DecoderCache, KVCache
+from .cache import SPARE, DecoderCache, KVCache
 from .generate import NO_TOKEN, Sampling, decoding_device, ended_without_a_token
 from .kernels import attention_kernels, installed
 
@@ -131,9 +131,7 @@ class ContinuousBatcher:
         self.max_len = max_len
         self.waiting: deque[Request] = deque()
         self.slots: list[Request | None] = [None] * max_batch
-        layout = DecoderCache(model.decoder, max_batch, max_len + 1)
-        # (a column to spare: the filled columns are never the whole buffer, so their
-        # strides are the same at every length, as a compiled step's one graph needs)
+        layout = DecoderCache(model.decoder, max_batch, max_len + SPARE)
         self.buffers = [(cache.keys, cache.values) for cache in layout.self_attn]
         self.mask = torch.zeros(max_batch, max_len, dtype=torch.bool, device=self.device)
         self.positions = torch.zeros(max_batch, dtype=torch.long, device=self.device)

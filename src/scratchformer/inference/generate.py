@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from ..data.batching import pad_batch
 from ..device import model_device
-from .cache import DecoderCache
+from .cache import SPARE, DecoderCache
 from .kernels import decoding_kernels
 
 
@@ -212,7 +212,7 @@ def stream(
         generator.manual_seed(seed)
     cache = None
     if use_cache:
-        cache = DecoderCache(model.decoder, len(prompts), ids.shape[1] + max_new_tokens)
+        cache = DecoderCache(model.decoder, len(prompts), ids.shape[1] + max_new_tokens + SPARE)
     new: list[list[int]] = [[] for _ in prompts]
     done = [False] * len(prompts)
     fed, fed_positions = ids, positions  # the whole prompt batch first

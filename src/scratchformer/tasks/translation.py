@@ -154,9 +154,12 @@ class TranslationTask(ExampleTask):
         results = [""] * len(lines)
         device = model_device(model)
         bar = tqdm(total=len(todo), disable=not progress, file=sys.stderr, unit="line")
+        # a compiled model takes every batch at the first one's size (see CompiledModel)
+        width = min(batch_size, len(todo)) if getattr(model, "fixed_batch", False) else 0
         for start in range(0, len(todo), batch_size):
             rows = todo[start : start + batch_size]
-            src_ids, src_mask = pad_batch([encoded[i] for i in rows], source.pad_id)
+            padded = rows + rows[-1:] * (width - len(rows))  # (copies of a row, then dropped)
+            src_ids, src_mask = pad_batch([encoded[i] for i in padded], source.pad_id)
             src_ids, src_mask = src_ids.to(device), src_mask.to(device)
             if beam_size > 1:
                 best = [
@@ -181,7 +184,7 @@ class TranslationTask(ExampleTask):
                     eos_id=target.eos_id,
                     use_cache=use_cache,
                 )
-            for i, tokens in zip(rows, best, strict=True):
+            for i, tokens in zip(rows, best[: len(rows)], strict=True):
                 results[i] = target.decode(tokens)
             bar.update(len(rows))
         bar.close()
