@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -105,18 +106,27 @@ def graphs(stderr: str) -> str:
     return f"{said[1]} graphs, {said[3]} from the cache, {said[2]} s compiling" if said else ""
 
 
-def job_row(job: Job, scratch: Path) -> Row:
+def job_row(job: Job, scratch: Path, settings: Settings) -> Row:
     """The job eagerly, compiled cold, compiled warm, and as "auto" then decides."""
     run, which = run_of(job, scratch)
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(scratch / f"inductor-{job.name}")}
     command = [job.args[0], str(run), *job.args[1:], "--verbose"]
-    figures, outputs = [], {}
+    outputs, seconds, notes = {}, {}, {}
     for candidate, flag in ((EAGER, "--no-compile"), (COLD, "--compile"), (WARM, "--compile")):
-        seconds, outputs[candidate], err = cli([*command, flag], job.stdin, env)
-        figures.append(Figure(candidate, seconds, "s", note=graphs(err)))
-    seconds, outputs[AUTO], err = cli(command, job.stdin, env)
-    decided = next((line for line in err.splitlines() if "compiling" in line), "")
-    figures.append(Figure(AUTO, seconds, "s", note=decided[:100]))
+        seconds[candidate], outputs[candidate], err = cli([*command, flag], job.stdin, env)
+        notes[candidate] = graphs(err)
+    # auto, last, with what the others measured; it and eager again, alternately, for medians
+    runs: dict[str, list[float]] = {EAGER: [seconds[EAGER]], AUTO: []}
+    for _ in range(settings.repeats_or(3, 1)):
+        for candidate, flags in ((AUTO, []), (EAGER, ["--no-compile"])):
+            took, outputs[candidate], err = cli([*command, *flags], job.stdin, env)
+            runs[candidate].append(took)
+            if candidate == AUTO:
+                notes[AUTO] = next((line for line in err.splitlines() if "compiling" in line), "")
+    for candidate, taken in runs.items():
+        seconds[candidate] = statistics.median(taken)
+        notes[candidate] = f"median of {len(taken)}; {notes.get(candidate, '')}"[:110]
+    figures = [Figure(c, seconds[c], "s", note=notes[c]) for c in (EAGER, COLD, WARM, AUTO)]
     eager, warm = outputs[EAGER].splitlines(), outputs[WARM].splitlines()
     same = sum(a == b for a, b in zip(eager, warm, strict=True))
     return Row(
@@ -132,8 +142,8 @@ def job_row(job: Job, scratch: Path) -> Row:
         ],
         ours=AUTO,
         variants=(COLD, WARM),
-        remark="each a fresh process with its own Inductor cache; the second compiled run "
-        "reads what the first wrote; auto runs last, with what the others measured",
+        remark="each a fresh process with the job's own Inductor cache: the second compiled "
+        "run reads what the first wrote; auto decides from what the runs before it measured",
     )
 
 
@@ -141,7 +151,7 @@ def user_jobs(settings: Settings) -> list[Row]:
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         for job in jobs(settings):
-            row = job_row(job, Path(scratch))
+            row = job_row(job, Path(scratch), settings)
             print_row(row)
             rows.append(row)
     return rows

@@ -19,9 +19,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from .caches import compiled_code_dir
 from .config import ATTENTION_KINDS, DEVICES, GGUF_TYPES, PRECISIONS, QUANTIZATIONS
 from .errors import Interrupted, TrainingError
-from .inference.compile_choice import compiled_code_dir
 from .interop.families import FAMILIES, family_names
 from .version import __version__
 
@@ -135,11 +135,11 @@ COMPILE = (
         const="always",
         default="auto",
         exclusive="compile",
-        help="run the model through torch.compile, even for a small job: a minute or more "
-        "to compile the first time on a machine, seconds once its compiled code is cached "
-        "(~/.cache/scratchformer/inductor), then faster steps; needs a C++ compiler on the "
-        "CPU. The default compiles when the job is large enough to repay it (--verbose says "
-        "what was decided)",
+        help="run the model through torch.compile, even for a small job: minutes to compile "
+        "the first time on a machine, seconds to trace once the code is cached in "
+        "~/.cache/scratchformer/inductor (with --quantize: minutes every time), then faster "
+        "steps; needs a C++ compiler on the CPU. By default it compiles only when the job "
+        "repays that on this machine, as measured by earlier runs (--verbose says why)",
     ),
     arg(
         "--no-compile",

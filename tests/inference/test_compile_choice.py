@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from helpers import tiny_lm
+from scratchformer.caches import compiled_code_dir
 from scratchformer.inference import compile_choice
 from scratchformer.inference.compile_choice import Costs, choose, job_key, measured, remember
 
@@ -103,7 +104,7 @@ def test_compiled_code_is_kept_in_the_users_cache_unless_torch_is_told(
 ) -> None:
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert compile_choice.compiled_code_dir() == tmp_path / "xdg/scratchformer/inductor"
+    assert compiled_code_dir() == tmp_path / "xdg/scratchformer/inductor"
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "xdg/scratchformer/inductor")
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
-    assert compile_choice.compiled_code_dir() == tmp_path / "mine"
+    assert compiled_code_dir() == tmp_path / "mine"

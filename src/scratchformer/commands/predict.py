@@ -55,7 +55,8 @@ def compiled_as_chosen(
     if choice.compile:
         from ..inference import CompiledModel  # (torch's compiler: imported when asked for)
 
-        model = CompiledModel(model, cached=True)
+        # int8 weights compile frozen: their fused kernels need the weights as constants
+        model = CompiledModel(model, cached=args.quantize is None)
         if not args.quiet:
             print(
                 "compiling the model: a minute or more the first time on this machine, "

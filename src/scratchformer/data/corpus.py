@@ -17,11 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
+from ..caches import cache_dir
 from ..io import atomic_write_chunks
 from .batching import TokenStream, token_dtype
 from .readers import iter_documents, read_lines
 from .registry import (
-    cache_dir,
     conll_examples,
     dataset_file,
     shakespeare_text,

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.request import urlopen
 
+from ..caches import cache_dir
 from ..io import atomic_write_chunks
 from .readers import (
     DataError,
@@ -217,12 +218,6 @@ def conll_examples(split: str, root: str | Path | None = None) -> list[TaggedSen
 def squad_examples(split: str, root: str | Path | None = None) -> list[Question]:
     """SQuAD questions with their contexts and reference answers."""
     return read_squad(dataset_file("squad", split, root=root))
-
-
-def cache_dir() -> Path:
-    """The project's cache, ``$XDG_CACHE_HOME/scratchformer`` or ``~/.cache/...``: downloaded
-    datasets, a directory each, and compiled code (``inductor/``)."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "scratchformer"
 
 
 def _resolve(spec: DatasetSpec, file: str, root: str | Path | None) -> Path:

@@ -2,13 +2,13 @@
 by default ("auto") only when the job is large enough to repay the compilation here.
 
 Compiling costs a fixed time (minutes the first time a model is compiled on a machine,
-seconds once Inductor holds its code, see :func:`~.compiled.compiled_code_dir`), and then
+seconds once Inductor holds its code, see :func:`~scratchformer.caches.compiled_code_dir`), and then
 every step of the job is faster. So it pays when ``compile + eager / speedup < eager``,
 ``eager`` being the job's time without compiling. All three are measured on this machine,
 for this model under this command and these settings, and kept in a ledger beside the
-compiled code (``scratchformer-costs.json``): every run under "auto" or ``--compile``
-records what it measured, the eager or the compiled seconds per unit of work and the
-seconds spent compiling (cold, or warm when Inductor's cache had every graph). A job is
+compiled code (``scratchformer-costs.json``): every run of a command records what it
+measured, the eager or the compiled seconds per unit of work and the seconds spent
+compiling (cold, or warm when Inductor's cache had every graph). A job is
 counted in its command's units (translation: source characters; generation: new tokens;
 an encoder's tasks: input characters), so that one job's measurement estimates the next.
 
@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -35,14 +34,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..data.registry import cache_dir
+from ..caches import compiled_code_dir
 from ..io import atomic_write_json
 
 CHOICES = ("auto", "always", "never")
 """``--compile`` gives "always", ``--no-compile`` "never"; "auto" is the default."""
 UNMEASURED_COMPILE_SECONDS = 300.0
-"""A compilation not yet measured here, cold: the Multi30k translation model's took 290 s
-on a 2-core AVX2 EPYC (docs/performance.md, "Compiling a user's job")."""
+"""A compilation not yet measured here: cold ones took 60-290 s on a 2-core AVX2 EPYC
+(docs/performance.md, "Compiling a user's job")."""
 UNMEASURED_SPEEDUP = 1.5
 """Compiled steps over eager ones, until measured: about what translation and generation
 gain on a 2-core CPU (docs/performance.md)."""
@@ -87,17 +86,6 @@ def job_key(model: nn.Module, command: str, **settings: Any) -> str:
     }
     text = json.dumps(described, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def compiled_code_dir() -> Path:
-    """Where Inductor keeps what it compiled, so that a model is compiled once per machine
-    rather than once per process: ``$TORCHINDUCTOR_CACHE_DIR`` if set, else
-    ``inductor/`` in the project's cache (``~/.cache/scratchformer/inductor``, or under
-    ``$XDG_CACHE_HOME``), set as ``$TORCHINDUCTOR_CACHE_DIR`` for this process. Deleting it
-    costs only the next compilation."""
-    if not os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir() / "inductor")
-    return Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
 
 
 def ledger_path() -> Path:

@@ -25,13 +25,14 @@ decode every batch at one size (:attr:`CompiledModel.fixed_batch`).
 
 Frozen weights cost a compilation in every process: Inductor cannot cache a graph whose
 weights it has packed for oneDNN. ``cached=True`` compiles so that the next process finds
-the code in Inductor's cache (:func:`~.compile_choice.compiled_code_dir`) and only traces
+the code in Inductor's cache (:func:`~scratchformer.caches.compiled_code_dir`) and only traces
 again (seconds): the weights are then the graph's inputs, not frozen in, and the kernels
 Inductor's defaults, not autotuned. Its steps are slower where few rows are multiplied
 (greedy decoding at batch 1 of ``benchmarks/generate.py``'s model on a 2-core AVX2 EPYC:
 120 tokens/s against 224 frozen and 88 eager; docs/performance.md, "Compiling a user's
 job"); the command line compiles so, since a user's job is short next to a frozen
-compilation (minutes), and the server freezes, since it compiles once for a long life.
+compilation (minutes), except with int8 weights, whose fused kernels need them frozen;
+the server freezes, since it compiles once for a long life.
 
 Compiled for the CPU, attention of a few queries a row (every decoding step) takes
 :func:`~.kernels.few_query_attention`, which Inductor fuses, in place of PyTorch's flash
@@ -62,8 +63,8 @@ from torch._inductor import config as inductor_config
 from torch._inductor import list_mode_options
 from torch._inductor.cpp_builder import get_cpp_compiler
 
+from ..caches import compiled_code_dir
 from ..models.base import ModelOutput
-from .compile_choice import compiled_code_dir
 from .generate import decoding_device
 from .kernels import FEW_QUERIES, attention_kernels, installed
 
