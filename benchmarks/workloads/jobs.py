@@ -115,17 +115,20 @@ def job_row(job: Job, scratch: Path, settings: Settings) -> Row:
     for candidate, flag in ((EAGER, "--no-compile"), (COLD, "--compile"), (WARM, "--compile")):
         seconds[candidate], outputs[candidate], err = cli([*command, flag], job.stdin, env)
         notes[candidate] = graphs(err)
-    # auto, last, with what the others measured; it and eager again, alternately, for medians
+    # auto, last, with what the others measured; it and eager again for medians, in the
+    # order A B B A ... (the first of two like runs was up to a second slower)
     runs: dict[str, list[float]] = {EAGER: [seconds[EAGER]], AUTO: []}
-    for _ in range(settings.repeats_or(3, 1)):
-        for candidate, flags in ((AUTO, []), (EAGER, ["--no-compile"])):
+    pair: list[tuple[str, list[str]]] = [(AUTO, []), (EAGER, ["--no-compile"])]
+    for repeat in range(settings.repeats_or(3, 1)):
+        for candidate, flags in pair if repeat % 2 == 0 else pair[::-1]:
             took, outputs[candidate], err = cli([*command, *flags], job.stdin, env)
             runs[candidate].append(took)
             if candidate == AUTO:
                 notes[AUTO] = next((line for line in err.splitlines() if "compiling" in line), "")
     for candidate, taken in runs.items():
         seconds[candidate] = statistics.median(taken)
-        notes[candidate] = f"median of {len(taken)}; {notes.get(candidate, '')}"[:110]
+        each = ", ".join(f"{t:.1f}" for t in taken)
+        notes[candidate] = f"runs {each} s; {notes.get(candidate, '')}"[:120]
     figures = [Figure(c, seconds[c], "s", note=notes[c]) for c in (EAGER, COLD, WARM, AUTO)]
     eager, warm = outputs[EAGER].splitlines(), outputs[WARM].splitlines()
     same = sum(a == b for a, b in zip(eager, warm, strict=True))
