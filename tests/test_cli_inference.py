@@ -44,6 +44,12 @@ def test_encoder_commands_compile_as_told(classification_run, capsys, monkeypatc
     assert compiled[:2] == eager[:2] and compiled_graphs() > before
     refused = run(capsys, monkeypatch, lines, "classify", "x", "--compile", "--no-compile")
     assert refused[0] == 2 and "not allowed with argument" in refused[2]
+    onnx = run(capsys, monkeypatch, lines, "classify", str(classification_run), "--onnx", "x")
+    compiled_onnx = run(
+        capsys, monkeypatch, lines, "classify", str(classification_run), "--onnx", "x", "--compile"
+    )
+    assert compiled_onnx[0] == 2 and "leave out --compile" in compiled_onnx[2]
+    assert "leave out --compile" not in onnx[2]
 
 
 def test_commands_refuse_runs_of_another_task(copy_run, capsys, monkeypatch) -> None:

@@ -25,6 +25,8 @@ def run_of(args: argparse.Namespace, command: str) -> tuple[Task, nn.Module]:
     onnx = getattr(args, "onnx", None)
     if onnx is not None and args.quantize is not None:
         raise UsageError("--onnx runs the exported float32 graph: leave out --quantize")
+    if onnx is not None and args.compile == "always":
+        raise UsageError("--onnx runs the graph in ONNX Runtime: leave out --compile")
     task, model = load_run(Path(args.run), quantization=args.quantize)
     if task.command != command:
         wanted = " or ".join(name for name, kind in TASKS.items() if kind.command == command)

@@ -136,8 +136,6 @@ def encoder_lines(args: argparse.Namespace, task: Task, model: nn.Module, comman
     model that ONNX Runtime runs)."""
     lines = input_lines()
     if args.onnx is not None:
-        if args.compile == "always":
-            raise UsageError("--onnx runs the graph in ONNX Runtime: leave out --compile")
         answer_lines(task, model, lines)
         return
     with compiled_as_chosen(args, model, command, sum(map(len, lines))) as model:
