@@ -41,7 +41,6 @@ def evaluate(args: argparse.Namespace) -> int:
 def compiled_as_chosen(
     args: argparse.Namespace,
     model: nn.Module,
-    command: str,
     units: float,
     done: Callable[[], float] | None = None,
     **settings: Any,
@@ -50,7 +49,7 @@ def compiled_as_chosen(
     says so or, by default, if the job repays it on this machine
     (:mod:`~scratchformer.inference.compile_choice`); the job's time is recorded, with
     the units ``done`` counts if given."""
-    choice = choose(args.compile, job_key(model, command, **settings), units)
+    choice = choose(args.compile, job_key(model, args.command, **settings), units)
     say(choice, args.verbose)
     if choice.compile:
         from ..inference import CompiledModel  # (torch's compiler: imported when asked for)
@@ -84,7 +83,7 @@ def generate(args: argparse.Namespace) -> int:
     new: list[int] = []
     shown = ""
     units = args.max_new_tokens
-    with compiled_as_chosen(args, model, "generate", units, lambda: len(new)) as model:
+    with compiled_as_chosen(args, model, units, lambda: len(new)) as model:
         sys.stdout.write(args.prompt)
         for step in stream(
             model,
@@ -116,37 +115,43 @@ def generate(args: argparse.Namespace) -> int:
 def translate_lines(args: argparse.Namespace) -> int:
     """``scratchformer translate DIR < source > hypotheses``: one line out per line in."""
     task, model = run_of(args, "translate")
-    lines = input_lines()
-    characters = sum(map(len, lines))
-    with compiled_as_chosen(args, model, "translate", characters, beam=args.beam) as model:
-        answer_lines(
-            task,
-            model,
-            lines,
-            beam_size=args.beam,
-            length_penalty=args.length_penalty,
-            batch_size=args.batch_size,
-            progress=progress_wanted(args),
-        )
+    lines_as_chosen(
+        args,
+        task,
+        model,
+        {"beam": args.beam},
+        beam_size=args.beam,
+        length_penalty=args.length_penalty,
+        batch_size=args.batch_size,
+        progress=progress_wanted(args),
+    )
     return 0
 
 
-def encoder_lines(args: argparse.Namespace, task: Task, model: nn.Module, command: str) -> None:
-    """An encoder's answer to each line of standard input, compiled as chosen (never a
-    model that ONNX Runtime runs)."""
+def lines_as_chosen(
+    args: argparse.Namespace,
+    task: Task,
+    model: nn.Module,
+    settings: dict[str, Any] | None = None,
+    **options: Any,
+) -> None:
+    """The task's answer to each line of standard input (``options``: the task's), the
+    model compiled as chosen for a job of that many characters (``settings``: what else
+    its speed depends on); never a model that ONNX Runtime runs."""
     lines = input_lines()
-    if args.onnx is not None:
-        answer_lines(task, model, lines)
+    if getattr(args, "onnx", None) is not None:
+        answer_lines(task, model, lines, **options)
         return
-    with compiled_as_chosen(args, model, command, sum(map(len, lines))) as model:
-        answer_lines(task, model, lines)
+    units = sum(map(len, lines))
+    with compiled_as_chosen(args, model, units, **(settings or {})) as model:
+        answer_lines(task, model, lines, **options)
 
 
 @in_precision
 def classify(args: argparse.Namespace) -> int:
     """``scratchformer classify DIR < sentences``: label and probability (or value) a line."""
     task, model = run_of(args, "classify")
-    encoder_lines(args, task, model, "classify")
+    lines_as_chosen(args, task, model)
     return 0
 
 
@@ -155,7 +160,7 @@ def tag(args: argparse.Namespace) -> int:
     """``scratchformer tag DIR < sentences``: ``token tag`` lines, a blank line after each
     sentence (CoNLL style); words are split on whitespace."""
     task, model = run_of(args, "tag")
-    encoder_lines(args, task, model, "tag")
+    lines_as_chosen(args, task, model)
     return 0
 
 
@@ -164,7 +169,7 @@ def answer(args: argparse.Namespace) -> int:
     """``scratchformer answer DIR < questions``: for each ``question<TAB>context`` line, the
     answer (a span of the context) and its probability."""
     task, model = run_of(args, "answer")
-    encoder_lines(args, task, model, "answer")
+    lines_as_chosen(args, task, model)
     return 0
 
 

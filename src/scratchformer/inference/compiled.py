@@ -21,13 +21,14 @@ so a search of any length compiles three graphs: the encoder, the decoder's firs
 (which fills the cross-attention cache) and its later steps. The batch size is not
 dynamic: a batch of another size compiles again (after which Dynamo makes it dynamic,
 whose symbolic shapes trace several times slower, tens of seconds a graph), so callers
-decode every batch at one size (:attr:`CompiledModel.fixed_batch`).
+decode every batch at one size (:attr:`CompiledModel.is_compiled`).
 
 Frozen weights cost a compilation in every process: Inductor cannot cache a graph whose
 weights it has packed for oneDNN. ``cached=True`` compiles so that the next process finds
-the code in Inductor's cache (:func:`~scratchformer.caches.compiled_code_dir`) and only traces
-again (seconds): the weights are then the graph's inputs, not frozen in, and the kernels
-Inductor's defaults, not autotuned. Its steps are slower where few rows are multiplied
+the code in Inductor's cache (``$TORCHINDUCTOR_CACHE_DIR``, which the command line sets,
+:func:`~scratchformer.caches.compiled_code_dir`) and only traces again (seconds): the
+weights are then the graph's inputs, not frozen in, and the kernels Inductor's defaults,
+not autotuned. Its steps are slower where few rows are multiplied
 (greedy decoding at batch 1 of ``benchmarks/generate.py``'s model on a 2-core AVX2 EPYC:
 120 tokens/s against 224 frozen and 88 eager; docs/performance.md, "Compiling a user's
 job"); the command line compiles so, since a user's job is short next to a frozen
@@ -63,7 +64,6 @@ from torch._inductor import config as inductor_config
 from torch._inductor import list_mode_options
 from torch._inductor.cpp_builder import get_cpp_compiler
 
-from ..caches import compiled_code_dir
 from ..models.base import ModelOutput
 from .generate import decoding_device
 from .kernels import FEW_QUERIES, attention_kernels, installed
@@ -109,10 +109,12 @@ class CompiledModel(nn.Module):
     or its modules (hooks, attributes) afterwards needs a new ``CompiledModel``.
     """
 
-    fixed_batch = True
-    """Every batch of a job should have one size, the first batch's: a short last batch
-    padded up (with copies of a row, their results dropped) costs a few rows' work, and a
-    new size costs compiling every graph again (``TranslationTask.translate`` pads)."""
+    is_compiled = True
+    """What callers read to treat a model as compiled: every batch of a job should have one
+    size, the first batch's, since a short last batch padded up (copies of a row, their
+    results dropped) costs a few rows' work and a new size costs compiling every graph
+    again (``TranslationTask.translate`` pads); and the eager-only kernels of a decoding
+    loop are left out (``kernels.linear_kernels``)."""
 
     def __init__(self, model: nn.Module, cached: bool = False) -> None:
         super().__init__()
@@ -122,7 +124,6 @@ class CompiledModel(nn.Module):
                 get_cpp_compiler()
             except RuntimeError as error:
                 raise ValueError(f"compiling for the CPU needs a C++ compiler: {error}") from None
-        compiled_code_dir()
         self.model = model
         # (a decoder's only: an encoder's queries are a whole source, of any length)
         decoder = getattr(model, "decoder", None)

@@ -226,8 +226,8 @@ def linear_kernels(model: nn.Module, rows: int) -> list[Kernel]:
     """A :class:`TransposedLinear` of ``rows`` for every plain linear map of ``model``
     (``torch.nn.Linear``, ``LMHead``: not a subclass that adds to the product), if the
     model is on the CPU and :func:`transposed_is_faster` for them; else none."""
-    if hasattr(model, "fixed_batch"):  # a CompiledModel: Inductor picks its own products,
-        return []  # and a per-process timing must not change the graph it caches
+    if getattr(model, "is_compiled", False):  # Inductor picks its own products, and a
+        return []  # per-process timing must not change the graph it caches
     linears = [module for module in model.modules() if type(module) in (nn.Linear, LMHead)]
     if not linears or linears[0].weight.device.type != "cpu":
         return []

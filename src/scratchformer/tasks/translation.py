@@ -155,7 +155,7 @@ class TranslationTask(ExampleTask):
         device = model_device(model)
         bar = tqdm(total=len(todo), disable=not progress, file=sys.stderr, unit="line")
         # a compiled model takes every batch at the first one's size (see CompiledModel)
-        width = min(batch_size, len(todo)) if getattr(model, "fixed_batch", False) else 0
+        width = min(batch_size, len(todo)) if getattr(model, "is_compiled", False) else 0
         for start in range(0, len(todo), batch_size):
             rows = todo[start : start + batch_size]
             padded = rows + rows[-1:] * (width - len(rows))  # (copies of a row, then dropped)
