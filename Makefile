@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export SCRATCHFORMER_DATA ?= $(abspath ../shared/data)
 
-.PHONY: demo test lint format docs bench results install
+.PHONY: demo test lint format docs bench bench-check results install
 
 install: $(STAMP)
 
@@ -48,6 +48,12 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/layers.py
 	$(BIN)/python benchmarks/speed.py
 	$(BIN)/python benchmarks/serve.py
+
+# Every workload of benchmarks/speed.py in its quick mode, on this CPU and as an AVX2 CPU
+# without native bf16, compilation disabled: a check that `make bench` runs on both kinds of
+# machine (tests/test_benchmarks_run.py).
+bench-check: $(STAMP)
+	$(BIN)/python -m pytest -m bench -n auto --dist worksteal tests/test_benchmarks_run.py
 
 # Hours: every recipe within its budget (see benchmarks/quality.py), then the README table.
 results: $(STAMP)

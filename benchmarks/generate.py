@@ -1,7 +1,7 @@
 """Generation speed: our decoder-only LM with and without the KV cache, and Hugging Face GPT-2.
 
 What: new tokens per second of greedy decoding, 256 new tokens after 16-token prompts, at
-batch 1 and batch 8 on the CPU, for five candidates of the same shape (GPT-2 small
+batch 1 and batch 8 on the CPU, for these candidates, all of the same shape (GPT-2 small
 scaled down: 6 layers, d_model 384, 6 heads, d_ff 1536, vocab 8192, learned positions,
 pre-LN, GELU with tanh, head tied to the embedding) with random weights, on the same prompts:
 ``scratchformer.inference.generate`` with the KV cache; the same without it (the whole
@@ -12,7 +12,9 @@ same with int8 weights (``scratchformer.inference.quantize``: every linear map, 
 included, weight-only int8 with a scale per output row), under bfloat16 autocast where the
 CPU has it natively, the form that compiles to an int8 kernel (see
 ``scratchformer.nn.quantized``); ``transformers``' ``GPT2LMHeadModel.generate`` with its
-cache. All fp32 but those.
+cache; at batch 1, llama.cpp (``llama-cpp-python``, where installed) on the same model
+exported by ``export-gguf`` in f32 and in q8_0, with an f32 key/value cache and as many
+threads. All fp32 but those.
 Nothing stops early: ours gets ``eos_id=None``, Hugging Face ``min_new_tokens``, and every
 run is checked to have produced all its tokens.
 
@@ -36,7 +38,9 @@ from __future__ import annotations
 
 import argparse
 import copy
+import importlib.util
 import json
+import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import partial
@@ -48,6 +52,7 @@ from torch import Tensor, nn
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from scratchformer import ModelConfig, build_model, count_parameters
+from scratchformer.data.tokenizer import Tokenizer
 from scratchformer.device import CPU, bf16_autocast, native_bf16
 from scratchformer.inference import CompiledLM, generate, quantize
 from timing import Timing, interleaved, load_warning, timed
@@ -64,6 +69,9 @@ BATCHES = (1, 8)
 WARMUP_TOKENS = 16
 CACHED, HF, UNCACHED = "ours, KV cache", "Hugging Face", "ours, no cache"
 COMPILED, BF16_COMPILED, QUANTIZED = report.COMPILED, report.BF16_COMPILED, report.INT8_COMPILED
+LLAMA_F32, LLAMA_Q8 = report.LLAMA_F32, report.LLAMA_Q8
+LLAMA_CPP = importlib.util.find_spec("llama_cpp") is not None
+"""Whether llama.cpp's binding is installed (the export extra): its candidates join batch 1."""
 BF16 = native_bf16(CPU)
 """Whether this CPU computes in bfloat16 natively: then the int8 candidate runs under
 bfloat16 autocast, and the bf16 one joins."""
@@ -221,6 +229,50 @@ def hugging_face(model: GPT2LMHeadModel, prompts: Tensor) -> Run:
     return run
 
 
+def llama_cpp(path: Path, prompts: Tensor, threads: int) -> Run:
+    """Greedy decoding in llama.cpp (``llama-cpp-python``) of the GGUF file at ``path``, one
+    prompt (batch 1), ``threads`` threads, an f32 key/value cache; every run starts from an
+    empty cache."""
+    from llama_cpp import GGML_TYPE_F32, Llama
+
+    (prompt,) = prompts.tolist()
+    llama = Llama(
+        model_path=str(path),
+        n_ctx=MAX_LEN,
+        n_batch=PROMPT_LEN,
+        n_threads=threads,
+        n_threads_batch=threads,
+        type_k=GGML_TYPE_F32,  # the key/value cache in f32, as ours
+        type_v=GGML_TYPE_F32,
+        verbose=False,
+    )
+
+    def run(new_tokens: int) -> list[list[int]]:
+        llama.reset()  # (else the prompt is found in the cache and not read again)
+        tokens = []
+        for token in llama.generate(prompt, temp=0.0, repeat_penalty=1.0, reset=True):
+            tokens.append(token)
+            if len(tokens) == new_tokens:
+                return [tokens]
+        raise AssertionError("llama.cpp's generate stopped")  # (it never stops by itself)
+
+    return run
+
+
+def gguf_files(model: nn.Module, directory: Path) -> dict[str, Path]:
+    """``model`` exported as llama.cpp reads it (``scratchformer export-gguf``), in f32 and
+    q8_0, by candidate. The file needs a tokenizer: one trained on a few words, whose
+    tokens the model's vocabulary pads out (the benchmark feeds token ids, never text)."""
+    from scratchformer.interop.gguf import save_gguf
+
+    words = " ".join(f"word{i}" for i in range(2000))
+    tokenizer = Tokenizer.train("bpe", [words], 512, ("unk", "eos"))
+    files = {LLAMA_F32: directory / "f32.gguf", LLAMA_Q8: directory / "q8_0.gguf"}
+    for candidate, path in files.items():
+        save_gguf(model, tokenizer, path, "f32" if candidate == LLAMA_F32 else "q8_0", "bench")
+    return files
+
+
 def checked_run(candidate: Candidate, new_tokens: int, batch: int) -> list[list[int]]:
     """Run ``candidate``; raise unless every row got all ``new_tokens`` (an early stop would
     make the timing meaningless)."""
@@ -267,7 +319,14 @@ def run_batch(cfg: Config, batch: int, mine: nn.Module, theirs: GPT2LMHeadModel)
             ),
             Candidate(QUANTIZED, ours(int8, prompts, bf16=BF16), cfg.repeats),
         ]
-    results = interleaved_results([c for c in candidates if c.repeats], cfg, batch)
+    with tempfile.TemporaryDirectory() as directory:
+        if batch == 1 and LLAMA_CPP:
+            files = gguf_files(mine, Path(directory))
+            candidates += [
+                Candidate(name, llama_cpp(path, prompts, cfg.threads), cfg.repeats)
+                for name, path in files.items()
+            ]
+        results = interleaved_results([c for c in candidates if c.repeats], cfg, batch)
     by_name = {r.candidate: r for r in results}
     if COMPILED in by_name and by_name[COMPILED].tokens != by_name[CACHED].tokens:
         raise RuntimeError(f"{COMPILED} gave other tokens than {CACHED}")

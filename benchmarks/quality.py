@@ -38,6 +38,7 @@ from scratchformer import __version__, count_parameters
 from scratchformer.device import native_bf16
 from scratchformer.io import atomic_write_text
 from scratchformer.run import load_run
+from workloads.machine import cpu_name
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
@@ -251,13 +252,8 @@ def parameters(run_dir: Path) -> dict[str, int]:
 
 
 def hardware(threads: int) -> dict[str, Any]:
-    cpu = platform.processor() or platform.machine()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        names = [ln for ln in cpuinfo.read_text().splitlines() if ln.startswith("model name")]
-        cpu = names[0].split(":", 1)[1].strip() if names else cpu
     return {
-        "cpu": cpu,
+        "cpu": cpu_name(),
         "isa": torch.backends.cpu.get_cpu_capability(),  # AVX2, AVX512: CPUs of a name differ
         "native_bf16": native_bf16(torch.device("cpu")),
         "cores": os.cpu_count(),

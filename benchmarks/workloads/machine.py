@@ -10,8 +10,10 @@ second.
 
 from __future__ import annotations
 
+import platform
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 
 import torch
 
@@ -34,6 +36,11 @@ class Machine:
     ``COPY_MIB`` MiB."""
     bf16_peak_gflops: float | None = None
     """The same matmul in bfloat16, on a CPU that computes it natively; else None."""
+    cpu: str = ""
+    """The CPU's name (:func:`cpu_name`)."""
+    isa: str = ""
+    """The instruction set of torch's kernels (``AVX2``, ``AVX512``): CPUs of one name
+    differ, and ``ATEN_CPU_CAPABILITY`` may lower it."""
 
     def peak(self, precision: str) -> float:
         """The matmul peak of ``precision`` (``fp32`` or ``bf16``)."""
@@ -57,6 +64,7 @@ class Machine:
             else "no native bf16"
         )
         return (
+            f"{self.cpu}, kernels {self.isa}; "
             f"fp32 matmul peak {self.peak_gflops:.1f} GFLOP/s (fastest {PEAK_SIZE}x{PEAK_SIZE} "
             f"torch.mm), {bf16}, memory copy bandwidth {self.bandwidth_gbs:.1f} GB/s "
             f"(read + written, fastest copy of {COPY_MIB} MiB)"
@@ -87,7 +95,19 @@ def measure_machine(repeats: int) -> Machine:
         matmul_peak_gflops(repeats),
         copy_bandwidth_gbs(repeats),
         matmul_peak_gflops(repeats, torch.bfloat16) if native else None,
+        cpu_name(),
+        torch.backends.cpu.get_cpu_capability(),
     )
+
+
+def cpu_name() -> str:
+    """The CPU's model name (Linux's ``/proc/cpuinfo``), else what ``platform`` knows."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        names = [ln for ln in cpuinfo.read_text().splitlines() if ln.startswith("model name")]
+        if names:
+            return names[0].split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
 
 
 def matmuls_gflops(

@@ -33,6 +33,9 @@ BF16 = "ours, bf16"
 """Ours stepped by the trainer's optimizer in bfloat16 autocast (``train.precision =
 "bf16"``), timed only on a CPU with native bfloat16; held against the bf16 matmul peak."""
 GPT2, MARIAN = "HF GPT-2", "HF Marian"
+LLAMA_F32, LLAMA_Q8 = "llama.cpp f32", "llama.cpp q8_0"
+"""The same model's GGUF file in llama.cpp (``llama-cpp-python``), weights in f32 and in
+q8_0 (int8 in blocks of 32, a scale each)."""
 IN_BF16 = (BF16, BF16_COMPILED)
 """Our candidates that always compute in bfloat16 autocast."""
 IN_BF16_WHERE_NATIVE = (INT8, INT8_COMPILED)

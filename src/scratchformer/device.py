@@ -26,15 +26,21 @@ def default_device(choice: str = "auto") -> torch.device:
 
 CPU_BF16_PROBES = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
 """torch's private CPU checks for AVX512-BF16 and AMX: a torch without one answers no."""
+BELOW_AVX512 = ("DEFAULT", "AVX2")
+"""Instruction sets of torch's CPU kernels (``torch.backends.cpu.get_cpu_capability()``)
+whose bfloat16 is emulated, whatever the CPU has: ``ATEN_CPU_CAPABILITY=avx2`` runs an
+AVX-512 CPU as an AVX2 one, as the benchmarks' tests do to cover both."""
 
 
 def native_bf16(device: torch.device) -> bool:
-    """Whether ``device`` computes in bfloat16 natively (CPUs: AVX512-BF16 or AMX); elsewhere
-    autocast emulates it, many times slower than fp32. A CPU check that this torch lacks
-    counts as no, the safe answer: fp32."""
+    """Whether ``device`` computes in bfloat16 natively (CPUs: AVX512-BF16 or AMX, with
+    torch's kernels at AVX-512); elsewhere autocast emulates it, many times slower than
+    fp32. A CPU check that this torch lacks counts as no, the safe answer: fp32."""
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()
     if device.type == "cpu":
+        if torch.backends.cpu.get_cpu_capability() in BELOW_AVX512:
+            return False
         probes = (getattr(torch.cpu, name, None) for name in CPU_BF16_PROBES)
         return any(probe is not None and probe() for probe in probes)
     return True

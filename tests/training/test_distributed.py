@@ -97,7 +97,18 @@ def test_when_rank_0_cannot_start_the_others_stop_too(tmp_path: Path) -> None:
 def test_native_bf16_reads_the_cpu_probes(monkeypatch: pytest.MonkeyPatch, answers) -> None:
     for name, answer in zip(CPU_BF16_PROBES, answers, strict=True):
         monkeypatch.setattr(torch.cpu, name, lambda answer=answer: answer)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
     assert native_bf16(torch.device("cpu")) is any(answers)
+
+
+@pytest.mark.parametrize("capability", ["AVX2", "DEFAULT"])
+def test_native_bf16_is_false_where_torch_runs_kernels_below_avx512(
+    monkeypatch: pytest.MonkeyPatch, capability: str
+) -> None:
+    for name in CPU_BF16_PROBES:
+        monkeypatch.setattr(torch.cpu, name, lambda: True)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    assert native_bf16(torch.device("cpu")) is False
 
 
 def test_native_bf16_is_false_on_a_torch_without_the_private_cpu_probes(
