@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from scratchformer.nn import QuantizedLinear
-from scratchformer.nn.quantized import quantize_rows
+from scratchformer.nn.quantized import pack_columns, packed_product, quantize_rows
 
 
 def quantized(out_features: int, in_features: int, bias: bool) -> QuantizedLinear:
@@ -103,3 +103,26 @@ def test_weights_that_are_not_int8_rows_are_refused() -> None:
         QuantizedLinear(torch.zeros(3, 4), torch.ones(3))
     with pytest.raises(ValueError, match="scales"):
         QuantizedLinear(torch.zeros(3, 4, dtype=torch.int8), torch.ones(4))
+
+
+def test_packed_words_hold_four_columns_a_quarter_apart() -> None:
+    q = torch.tensor([[1, -1, 127, -127, 0, 2, -128, 5]], dtype=torch.int8)
+    (words,) = pack_columns(q).tolist()
+    # word i: columns i, i + 2, i + 4, i + 6 from its lowest byte up, each as two's complement
+    assert [w & 0xFFFFFFFF for w in words] == [0x80007F01, 0x0502_81FF]
+    with pytest.raises(ValueError, match="four to a word"):
+        pack_columns(torch.zeros(2, 6, dtype=torch.int8))
+
+
+@pytest.mark.parametrize("rows", [(1,), (3,), (2, 2)])
+def test_the_packed_product_is_that_of_the_int8_values(rows: tuple[int, ...]) -> None:
+    layer = quantized(48, 64, bias=False)
+    x = torch.randn(*rows, 64)
+    product = packed_product(x, layer.words) * layer.scales  # (sums of up to 127 * |x| each)
+    torch.testing.assert_close(product, reference(layer, x), rtol=1e-5, atol=1e-5)
+
+
+def test_only_maps_whose_columns_pack_keep_words() -> None:
+    assert quantized(8, 64, bias=True).words.dtype == torch.int32
+    assert quantized(8, 6, bias=True).words is None
+    assert "words" not in quantized(8, 64, bias=True).state_dict()

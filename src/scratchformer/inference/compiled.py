@@ -62,6 +62,7 @@ import torch
 from torch import Tensor, nn
 from torch._inductor import config as inductor_config
 from torch._inductor import list_mode_options
+from torch._inductor.constant_folding import add_dont_constant_fold
 from torch._inductor.cpp_builder import get_cpp_compiler
 
 from ..models.base import ModelOutput
@@ -84,6 +85,11 @@ METHODS = ("forward", "encode", "decode")
 """The methods compiled, those of them that the model has."""
 SOURCE_LENGTH = 1
 """The dimension of the source length in ``src_ids``, ``src_mask`` and ``memory``."""
+
+add_dont_constant_fold(torch.ops.aten.__lshift__.Tensor)
+# Freezing computes ahead whatever depends on constants alone: the unpacking of int8 weights
+# (nn.quantized.packed_product) would become a float32 copy of them. Our models shift nothing
+# else.
 
 
 def mark_source_length_dynamic(*tensors: Tensor | None) -> None:

@@ -13,15 +13,21 @@ the :meth:`~QuantizedLinear.dequantized` weight.
 
 The product's dtype is the input's, or autocast's where autocast is on. That choice decides
 what ``torch.compile`` makes of it (``CompiledModel``, whose weights are frozen in as
-constants): in float32, the compiler folds ``q`` converted to float32 into a constant, so
-that the compiled model reads float32 weights and runs at float32's speed; in bfloat16 it
-keeps the int8 constant and lowers the product to its weight-only int8 GEMM, which reads the
-int8 values. So the fast way to decode with int8 weights is compiled and under bfloat16
-autocast (``--precision auto`` on a CPU with native bfloat16), at about twice the speed of
-float32 for a small GPT (``python benchmarks/speed.py --workload generate``; figures in
-docs/performance.md). PyTorch's int8 kernel for float32 inputs
-(``torch._weight_int8pack_mm``) was measured slower than float32 itself at every shape of a
-small GPT (``python benchmarks/int8.py``), so it is not called directly.
+constants). In bfloat16 the compiler keeps the int8 constant and lowers the product to its
+weight-only int8 GEMM, which reads the int8 values (``--precision auto`` on a CPU with
+native bfloat16). In float32 it would fold ``q`` converted to float32 into a constant and
+read float32 weights, so a compiled float32 product of up to :data:`FEW_ROWS` rows (a
+decoding step) takes :func:`packed_product` instead: the int8 values packed four to an
+int32 word (:func:`pack_columns`), unpacked by shifts inside the one loop that Inductor
+fuses the product into, so that each step reads the int8 bytes and no float copy of the
+weight exists. Words rather than bytes, since Inductor loads as many elements of every
+dtype as a float vector holds: a quarter of an AVX2 register of int8 values, which it
+fills by a copy through memory, many times slower than the full loads of int32 words.
+``python benchmarks/int8.py`` times each form; docs/performance.md has the figures.
+PyTorch's int8 kernel for float32 inputs (``torch._weight_int8pack_mm``) was measured
+several times slower than float32 itself at every shape of a small GPT, and FBGEMM's
+dynamic int8 linear does not compile (its packed weights are not tensors), so neither is
+called.
 """
 
 from __future__ import annotations
@@ -29,6 +35,14 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+FEW_ROWS = 1
+"""Up to this many rows, a compiled float32 product is :func:`packed_product`: from 2 rows
+on, its unpacking, done again for every row, cost more than reading float32 weights
+(``python benchmarks/int8.py``, on AVX2 and AVX512 alike)."""
+BYTE_SHIFTS = (24, 16, 8, 0)
+"""Left shifts that bring byte ``j`` of a word to its top, whence an arithmetic right shift
+by 24 brings it back sign-extended."""
 
 
 def quantize_rows(weight: Tensor) -> tuple[Tensor, Tensor]:
@@ -39,6 +53,28 @@ def quantize_rows(weight: Tensor) -> tuple[Tensor, Tensor]:
     divisor = torch.where(scales > 0, scales, torch.ones_like(scales))  # zero rows: 0 / 1
     q = torch.round(weight / divisor[:, None]).clamp(-127, 127).to(torch.int8)
     return q, scales
+
+
+def pack_columns(q: Tensor) -> Tensor:
+    """int8 values ``(out, in)`` as int32 words ``(out, in / 4)``: byte ``j`` (from the
+    lowest) of word ``i`` holds column ``j * in / 4 + i``, so that each byte position of a
+    row of words spans a contiguous quarter of the input."""
+    out_features, in_features = q.shape
+    if in_features % 4:
+        raise ValueError(f"{in_features} columns do not pack four to a word")
+    quarters = q.view(out_features, 4, in_features // 4).to(torch.int32) & 0xFF
+    return sum(quarters[:, j] << (8 * j) for j in range(4))
+
+
+def packed_product(x: Tensor, words: Tensor) -> Tensor:
+    """``x @ q.T`` from ``q``'s :func:`pack_columns` ``words`` ``(out, in / 4)``, written as
+    a sum of elementwise products, which Inductor fuses into one loop over the words (it
+    materialises the broadcast product when run eagerly: compiled use only)."""
+    out_features, quarter = words.shape
+    shifts = torch.tensor(BYTE_SHIFTS, dtype=torch.int32, device=words.device)
+    values = ((words[:, None, :] << shifts[:, None]) >> 24).to(x.dtype)  # (out, 4, in / 4)
+    rows = x.reshape(-1, 1, 4, quarter)
+    return (rows * values).sum(dim=(-1, -2)).view(*x.shape[:-1], out_features)
 
 
 def product_dtype(x: Tensor) -> torch.dtype:
@@ -62,6 +98,8 @@ class QuantizedLinear(nn.Module):
         self.register_buffer("weight", weight)
         self.register_buffer("scales", scales)
         self.register_buffer("bias", bias)
+        words = pack_columns(weight) if self.in_features % 4 == 0 else None
+        self.register_buffer("words", words, persistent=False)  # (compiled float32 steps)
 
     @classmethod
     @torch.no_grad()
@@ -77,8 +115,18 @@ class QuantizedLinear(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         dtype = product_dtype(x)
-        out = F.linear(x.to(dtype), self.weight.to(dtype)) * self.scales.to(dtype)
+        if self.packed_for(x, dtype):
+            out = packed_product(x, self.words) * self.scales
+        else:
+            out = F.linear(x.to(dtype), self.weight.to(dtype)) * self.scales.to(dtype)
         return out if self.bias is None else out + self.bias.to(dtype)
+
+    def packed_for(self, x: Tensor, dtype: torch.dtype) -> bool:
+        """Whether the product with ``x`` in ``dtype`` is :func:`packed_product`: compiled,
+        in float32, up to :data:`FEW_ROWS` rows, of a weight whose columns pack."""
+        rows = x.shape[:-1].numel()
+        compiled = torch.compiler.is_compiling()
+        return compiled and dtype == torch.float32 and rows <= FEW_ROWS and self.words is not None
 
     def extra_repr(self) -> str:
         return f"{self.in_features}, {self.out_features}, bias={self.bias is not None}, int8"
