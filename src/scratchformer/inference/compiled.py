@@ -86,7 +86,8 @@ METHODS = ("forward", "encode", "decode")
 SOURCE_LENGTH = 1
 """The dimension of the source length in ``src_ids``, ``src_mask`` and ``memory``."""
 
-add_dont_constant_fold(torch.ops.aten.__lshift__.Tensor)
+for shift in (torch.ops.aten.__lshift__.Scalar, torch.ops.aten.__rshift__.Scalar):
+    add_dont_constant_fold(shift)
 # Freezing computes ahead whatever depends on constants alone: the unpacking of int8 weights
 # (nn.quantized.packed_product) would become a float32 copy of them. Our models shift nothing
 # else.

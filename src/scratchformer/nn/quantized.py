@@ -40,9 +40,9 @@ FEW_ROWS = 1
 """Up to this many rows, a compiled float32 product is :func:`packed_product`: from 2 rows
 on, its unpacking, done again for every row, cost more than reading float32 weights
 (``python benchmarks/int8.py``, on AVX2 and AVX512 alike)."""
-BYTE_SHIFTS = (24, 16, 8, 0)
-"""Left shifts that bring byte ``j`` of a word to its top, whence an arithmetic right shift
-by 24 brings it back sign-extended."""
+BYTE_SHIFTS = (24, 16, 8)
+"""Left shifts that bring byte ``j`` (0, 1, 2) of a word to its top, whence an arithmetic
+right shift by 24 brings it back sign-extended (byte 3 is there already)."""
 
 
 def quantize_rows(weight: Tensor) -> tuple[Tensor, Tensor]:
@@ -67,14 +67,17 @@ def pack_columns(q: Tensor) -> Tensor:
 
 
 def packed_product(x: Tensor, words: Tensor) -> Tensor:
-    """``x @ q.T`` from ``q``'s :func:`pack_columns` ``words`` ``(out, in / 4)``, written as
-    a sum of elementwise products, which Inductor fuses into one loop over the words (it
-    materialises the broadcast product when run eagerly: compiled use only)."""
+    """``x @ q.T`` from ``q``'s :func:`pack_columns` ``words`` ``(out, in / 4)``: byte ``j``
+    of every word (brought to the top by a left shift, back sign-extended by an arithmetic
+    right shift) times quarter ``j`` of ``x``, the four products summed along the words.
+    Inductor fuses it into one loop that loads each word once (run eagerly, it materialises
+    the products: compiled use only)."""
     out_features, quarter = words.shape
-    shifts = torch.tensor(BYTE_SHIFTS, dtype=torch.int32, device=words.device)
-    values = ((words[:, None, :] << shifts[:, None]) >> 24).to(x.dtype)  # (out, 4, in / 4)
-    rows = x.reshape(-1, 1, 4, quarter)
-    return (rows * values).sum(dim=(-1, -2)).view(*x.shape[:-1], out_features)
+    quarters = x.reshape(-1, 1, 4, quarter)
+    total = quarters[..., 3, :] * (words >> 24).to(x.dtype)
+    for j, shift in enumerate(BYTE_SHIFTS[:3]):
+        total = total + quarters[..., j, :] * ((words << shift) >> 24).to(x.dtype)
+    return total.sum(dim=-1).view(*x.shape[:-1], out_features)
 
 
 def product_dtype(x: Tensor) -> torch.dtype:
