@@ -38,8 +38,8 @@ from torch import Tensor, nn
 
 FEW_ROWS = 1
 """Up to this many rows, a compiled float32 product is :func:`packed_product`: from 2 rows
-on, its unpacking, done again for every row, cost more than reading float32 weights
-(``python benchmarks/int8.py``, on AVX2 and AVX512 alike)."""
+on, its unpacking, done again for every row, costs about as much as reading float32
+weights, or more (``python benchmarks/int8.py``; docs/performance.md, "Int8 weights")."""
 BYTE_SHIFTS = (24, 16, 8)
 """Left shifts that bring byte ``j`` (0, 1, 2) of a word to its top, whence an arithmetic
 right shift by 24 brings it back sign-extended (byte 3 is there already)."""
