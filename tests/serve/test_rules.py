@@ -18,8 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from helpers import http, live
-from scratchformer.cli import main
+from scratchformer.cli import build_parser, main
 from scratchformer.inference import ContinuousBatcher
+from scratchformer.serve import ServeOptions
 
 
 def test_an_api_key_is_needed_except_for_health(lm_run) -> None:
@@ -251,3 +252,16 @@ def test_an_address_that_cannot_be_had_is_refused_before_the_run_loads(capsys) -
                 f"scratchformer: error: cannot listen on --host '{host}' --port {port}: "
             )
             assert reason in err and len(err.splitlines()) == 1
+
+
+def test_the_python_options_default_to_the_commands() -> None:
+    """``ServeOptions()`` serves as ``scratchformer serve RUN`` does (fp32 unless asked)."""
+    args = build_parser().parse_args(["serve", "run"])
+    defaults = ServeOptions()
+    for field in ("quantize", "compile", "precision", "device", "api_key", "max_batch"):
+        assert getattr(defaults, field) == getattr(args, field), field
+    assert (defaults.max_queue, defaults.timeout_s, defaults.context) == (
+        args.max_queue,
+        args.timeout,
+        args.context,
+    )

@@ -59,7 +59,7 @@ class ServeOptions:
     quantize: str | None = None
     compile: bool = False
     """Decoding steps through ``torch.compile``, compiled before the server answers."""
-    precision: str = "auto"
+    precision: str = "fp32"
     device: str = "auto"
     api_key: str | None = None
     max_batch: int = 8
