@@ -126,3 +126,11 @@ def test_only_maps_whose_columns_pack_keep_words() -> None:
     assert quantized(8, 64, bias=True).words.dtype == torch.int32
     assert quantized(8, 6, bias=True).words is None
     assert "words" not in quantized(8, 64, bias=True).state_dict()
+
+
+def test_loaded_int8_values_are_packed_afresh() -> None:
+    """A quantized run is loaded into a model quantized from random weights: the words,
+    which are not saved, must be those of the loaded values."""
+    trained, fresh = quantized(8, 64, bias=True), quantized(8, 64, bias=True)
+    fresh.load_state_dict(trained.state_dict())
+    assert torch.equal(fresh.words, pack_columns(trained.weight))

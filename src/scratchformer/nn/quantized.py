@@ -32,6 +32,8 @@ called.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -123,6 +125,13 @@ class QuantizedLinear(nn.Module):
         else:
             out = F.linear(x.to(dtype), self.weight.to(dtype)) * self.scales.to(dtype)
         return out if self.bias is None else out + self.bias.to(dtype)
+
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any) -> None:
+        """Load as every module does, then pack the loaded int8 values afresh: the words are
+        not saved, and a quantized run is loaded into a model quantized from random ones."""
+        super()._load_from_state_dict(state_dict, prefix, *args)
+        if self.words is not None:
+            self.words = pack_columns(self.weight)
 
     def packed_for(self, x: Tensor, dtype: torch.dtype) -> bool:
         """Whether the product with ``x`` in ``dtype`` is :func:`packed_product`: compiled,
