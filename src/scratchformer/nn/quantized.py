@@ -77,7 +77,7 @@ def packed_product(x: Tensor, words: Tensor) -> Tensor:
     out_features, quarter = words.shape
     quarters = x.reshape(-1, 1, 4, quarter)
     total = quarters[..., 3, :] * (words >> 24).to(x.dtype)
-    for j, shift in enumerate(BYTE_SHIFTS[:3]):
+    for j, shift in enumerate(BYTE_SHIFTS):
         total = total + quarters[..., j, :] * ((words << shift) >> 24).to(x.dtype)
     return total.sum(dim=-1).view(*x.shape[:-1], out_features)
 
