@@ -4,9 +4,10 @@ Inductor's AVX2 kernels, bf16 not native), so that ``make bench`` works on both 
 machine the project meets, whichever runs the tests.
 
 Minutes of work: marked ``bench``, out of ``make test``, run by ``make bench-check`` (CI's
-second step). Compilation is disabled (``TORCH_COMPILE_DISABLE=1``: the compiled
-candidates run eagerly): what rots in a benchmark is its own code (candidates, rows,
-targets, the report), while what compiling computes is the compiled tests' to hold."""
+second step), a thread a run, so that the runs on every core do not crowd each other.
+Compilation is disabled (``TORCH_COMPILE_DISABLE=1``: the compiled candidates run
+eagerly): what rots in a benchmark is its own code (candidates, rows, targets, the
+report), while what compiling computes is the compiled tests' to hold."""
 
 from __future__ import annotations
 
@@ -43,9 +44,9 @@ def test_the_list_is_speed_py_s() -> None:
 @pytest.mark.parametrize("isa", list(ISAS))
 @pytest.mark.parametrize("workload", WORKLOADS)
 def test_the_workload_runs_quick(workload: str, isa: str, tmp_path: Path) -> None:
-    env = {**os.environ, **ISAS[isa], "TORCH_COMPILE_DISABLE": "1"}
+    env = {**os.environ, **ISAS[isa], "TORCH_COMPILE_DISABLE": "1", "OMP_NUM_THREADS": "1"}
     env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / "inductor")
-    command = [sys.executable, str(SPEED), "--quick", "--workload", workload]
+    command = [sys.executable, str(SPEED), "--quick", "--workload", workload, "--threads", "1"]
     command += ["--json", str(tmp_path / "rows.json")]
     result = subprocess.run(command, capture_output=True, text=True, timeout=1800, env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
