@@ -55,17 +55,15 @@ class Maps(torch.nn.Module):
     def __init__(self, product: Callable[..., Tensor], weights: list[tuple[Tensor, ...]]) -> None:
         super().__init__()
         self.product = product
-        self.count = len(weights)
-        for i, tensors in enumerate(weights):
-            for j, tensor in enumerate(tensors):
-                self.register_buffer(f"w{i}_{j}", tensor)
+        self.names = [[f"w{i}_{j}" for j in range(len(t))] for i, t in enumerate(weights)]
+        for names, tensors in zip(self.names, weights, strict=True):
+            for name, tensor in zip(names, tensors, strict=True):
+                self.register_buffer(name, tensor)
 
     def forward(self, inputs: list[Tensor]) -> list[Tensor]:
-        tensors = dict(self.named_buffers())
-        arity = len(tensors) // self.count
         return [
-            self.product(x, *(tensors[f"w{i}_{j}"] for j in range(arity)))
-            for i, x in enumerate(inputs)
+            self.product(x, *(getattr(self, name) for name in names))
+            for x, names in zip(inputs, self.names, strict=True)
         ]
 
 

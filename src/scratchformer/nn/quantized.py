@@ -136,9 +136,9 @@ class QuantizedLinear(nn.Module):
     def packed_for(self, x: Tensor, dtype: torch.dtype) -> bool:
         """Whether the product with ``x`` in ``dtype`` is :func:`packed_product`: compiled,
         in float32, up to :data:`FEW_ROWS` rows, of a weight whose columns pack."""
-        rows = x.shape[:-1].numel()
-        compiled = torch.compiler.is_compiling()
-        return compiled and dtype == torch.float32 and rows <= FEW_ROWS and self.words is not None
+        if not torch.compiler.is_compiling() or self.words is None:  # (every eager call)
+            return False
+        return dtype == torch.float32 and x.shape[:-1].numel() <= FEW_ROWS
 
     def extra_repr(self) -> str:
         return f"{self.in_features}, {self.out_features}, bias={self.bias is not None}, int8"
