@@ -137,7 +137,7 @@ COMPILE = (
         exclusive="compile",
         help="run the model through torch.compile, even for a small job: minutes to compile "
         "the first time on a machine, seconds to trace once the code is cached in "
-        "~/.cache/scratchformer/inductor (with --quantize: minutes every time), then faster "
+        "~/.cache/scratchformer/inductor/<cpu> (with --quantize: minutes every time), then faster "
         "steps; needs a C++ compiler on the CPU. By default it compiles only when the job "
         "repays that on this machine, as measured by earlier runs (--verbose says why)",
     ),

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from helpers import tiny_lm
-from scratchformer.caches import compiled_code_dir
+from scratchformer import caches
+from scratchformer.caches import compiled_code_dir, cpu_key
 from scratchformer.inference import compile_choice
 from scratchformer.inference.compile_choice import Costs, choose, job_key, measured, remember
 
@@ -104,7 +105,24 @@ def test_compiled_code_is_kept_in_the_users_cache_unless_torch_is_told(
 ) -> None:
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert compiled_code_dir() == tmp_path / "xdg/scratchformer/inductor"
-    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "xdg/scratchformer/inductor")
+    ours = compiled_code_dir()
+    assert ours.parent == tmp_path / "xdg/scratchformer/inductor"
+    assert ours.name == cpu_key()
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(ours)
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
     assert compiled_code_dir() == tmp_path / "mine"
+
+
+def test_each_instruction_set_has_its_own_compiled_code(monkeypatch, tmp_path: Path) -> None:
+    """Code compiled for AVX-512 is not read where torch runs AVX2 kernels, nor on
+    another processor (Inductor's cache does not tell them apart)."""
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    native = cpu_key()
+    assert cpu_key() == native
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    avx2 = cpu_key()
+    assert avx2 != native
+    other = tmp_path / "cpuinfo"
+    other.write_text("processor\t: 0\nmodel name\t: Another CPU\nflags\t\t: fpu sse2 avx2\n")
+    monkeypatch.setattr(caches, "CPU_INFO", other)
+    assert cpu_key() not in {native, avx2}
