@@ -141,7 +141,7 @@ COMPILE = (
         "steps; needs a C++ compiler on the CPU. By default it compiles only when the job "
         "repays that on this machine, as measured by earlier runs (--verbose says why)",
     ),
-    arg(
+    NO_COMPILE := arg(
         "--no-compile",
         dest="compile",
         action="store_const",
@@ -425,10 +425,17 @@ COMMANDS = (
             ),
             arg(
                 "--compile",
-                action="store_true",
-                help="decode language-model requests through torch.compile, compiled before "
-                "serving (a minute or two), then faster steps; needs a C++ compiler on the CPU",
+                dest="compile",
+                action="store_const",
+                const="always",
+                default="auto",
+                exclusive="compile",
+                help="run the model through torch.compile, compiled before serving (a minute "
+                "or more), then faster steps; needs a C++ compiler on the CPU. By default it "
+                "compiles only when the last server of this run here did work enough to "
+                "repay that",
             ),
+            NO_COMPILE,
             QUANTIZE,
             PRECISION,
         ),

@@ -60,18 +60,20 @@ def test_a_run_records_its_eager_rate_and_a_compiled_one_its_compilation(
     monkeypatch.setattr(compile_choice.time, "perf_counter", lambda: next(clock))
     with measured(choose("never", "job", 400.0)):
         pass
-    assert compile_choice.read_ledger()["job"] == Costs(eager_per_unit=0.01)
+    assert compile_choice.read_ledger()["job"] == Costs(eager_per_unit=0.01, last_units=400.0)
     # two seconds of compiling in the job: three graphs, all of them from Inductor's cache
     counts = iter([(5.0, 1, 1), (7.0, 4, 4), (0.0, 0, 0), (4.0, 3, 1)])
     monkeypatch.setattr(compile_choice, "compile_counts", lambda: next(counts))
     with measured(choose("always", "job", 1_000.0), done=lambda: 100.0):  # ended early
         pass
-    assert compile_choice.read_ledger()["job"] == Costs(0.01, 0.01, compile_warm=2.0)
+    assert compile_choice.read_ledger()["job"] == Costs(
+        0.01, 0.01, compile_warm=2.0, last_units=100.0
+    )
     clock = iter([0.0, 5.0])
     monkeypatch.setattr(compile_choice.time, "perf_counter", lambda: next(clock))
     with measured(choose("always", "job", 100.0), verbose=True):  # two graphs compiled anew
         pass
-    assert compile_choice.read_ledger()["job"] == Costs(0.01, 0.01, 4.0, 2.0)
+    assert compile_choice.read_ledger()["job"] == Costs(0.01, 0.01, 4.0, 2.0, last_units=100.0)
     assert capsys.readouterr().err == "compiled 3 graphs in 4.0 s (1 from the cache)\n"
 
 

@@ -78,16 +78,11 @@ def test_compiled_decoding_serves_what_each_request_gets_alone(lm_run, monkeypat
     Inductor's kernels, which ``tests/inference/test_continuous.py`` compiles), then the
     same texts."""
     compile_without_inductor(monkeypatch)
-    with live(lm_run, max_batch=4, compile=True) as url:
+    with live(lm_run, max_batch=4, compile="always") as url:
         graphs = compiled_graphs()
         texts = sixteen_concurrent_texts(url)
     assert compiled_graphs() == graphs
     assert texts == [alone(lm_run, PROMPTS[i % 4], 4 + 3 * (i % 5)) for i in range(16)]
-
-
-def test_compiling_a_run_that_does_not_decode_is_refused(classification_run) -> None:
-    with pytest.raises(ValueError, match="--compile compiles the decoding of language-model"):
-        create_app(classification_run, ServeOptions(compile=True))
 
 
 def test_streaming_gives_the_same_text_in_pieces(lm_url, lm_run) -> None:

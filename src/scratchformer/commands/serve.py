@@ -40,11 +40,10 @@ def serve(args: argparse.Namespace) -> int:
         max_queue=args.max_queue,
         timeout_s=args.timeout,
         context=args.context,
+        verbose=not args.quiet,
     )
     listener = listening_socket(args.host, args.port)
     with listener:
-        if args.compile and not args.quiet:
-            print("compiling the decoding step: a minute or two before serving", file=sys.stderr)
         app = create_app(Path(args.run), options)
         if not args.quiet:
             port = listener.getsockname()[1]

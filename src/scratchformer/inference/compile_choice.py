@@ -56,6 +56,9 @@ class Costs:
     compiled_per_unit: float | None = None
     compile_cold: float | None = None
     compile_warm: float | None = None
+    last_units: float | None = None
+    """The units of the last job: what a server did over its life, the estimate of the next
+    server's work, which no request tells ahead."""
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,11 @@ def remember(key: str, **figures: float) -> None:
         atomic_write_json(path, {k: dataclasses.asdict(v) for k, v in ledger.items()})
 
 
+def last_units(key: str) -> float:
+    """The units of the last job of ``key`` measured here (0 if none)."""
+    return read_ledger().get(key, Costs()).last_units or 0.0
+
+
 def choose(setting: str, key: str, units: float) -> Choice:
     """Compile or not for a job of ``units`` units (see the module docstring)."""
     if setting not in CHOICES:
@@ -163,21 +171,47 @@ def measured(
     start = time.perf_counter()
     yield
     seconds = time.perf_counter() - start
-    units = choice.units if done is None else done()
-    if not choice.compile:
-        if units > 0:
-            remember(choice.key, eager_per_unit=seconds / units)
-        return
-    compiling, graphs, cached = (a - b for a, b in zip(compile_counts(), before, strict=True))
-    if verbose:
-        print(
-            f"compiled {graphs} graphs in {compiling:.1f} s ({cached} from the cache)",
-            file=sys.stderr,
+    compiled = Compilation.since(before) if choice.compile else None
+    if compiled is not None and verbose:
+        print(compiled, file=sys.stderr)
+    record(choice, seconds, choice.units if done is None else done(), compiled)
+
+
+@dataclass(frozen=True)
+class Compilation:
+    """What a compilation took: seconds, graphs compiled, and how many Inductor found in
+    its cache."""
+
+    seconds: float
+    graphs: int
+    cached: int
+
+    @classmethod
+    def since(cls, before: tuple[float, int, int]) -> Compilation:
+        """The compilation since :func:`compile_counts` returned ``before``."""
+        return cls(*(now - then for now, then in zip(compile_counts(), before, strict=True)))
+
+    def __str__(self) -> str:
+        return (
+            f"compiled {self.graphs} graphs in {self.seconds:.1f} s ({self.cached} from the cache)"
         )
-    if units > 0:
-        kind = "compile_warm" if cached == graphs else "compile_cold"
-        compiled = max(seconds - compiling, 0.0) / units
-        remember(choice.key, compiled_per_unit=compiled, **{kind: compiling})
+
+
+def record(
+    choice: Choice, seconds: float, units: float, compiled: Compilation | None = None
+) -> None:
+    """Record a job of ``choice`` that did ``units`` units in ``seconds``, compilation
+    included if ``compiled`` says what it took (nothing is recorded of a job without
+    units): its speed, eager or compiled, and the compilation, cold or warm (every graph
+    from the cache)."""
+    if units <= 0:
+        return
+    if compiled is None:
+        remember(choice.key, eager_per_unit=seconds / units, last_units=units)
+        return
+    kind = "compile_warm" if compiled.cached == compiled.graphs else "compile_cold"
+    per_unit = max(seconds - compiled.seconds, 0.0) / units
+    remember(choice.key, compiled_per_unit=per_unit, last_units=units, **{kind: compiled.seconds})
 
 
 def say(choice: Choice, verbose: bool) -> None:

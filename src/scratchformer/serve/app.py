@@ -13,6 +13,7 @@ import base64
 import contextlib
 import functools
 import hmac
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -30,17 +31,19 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..device import bf16_autocast, default_device, uses_bf16
+from ..inference.compile_choice import Compilation, compile_counts, record, say
 from ..inference.continuous import ContinuousBatcher
 from ..run import load_run
 from ..tasks.base import Task
 from ..viz import attention_page, capture_attention
 from . import schema
+from .compiling import server_choice, warm_up
 from .completions import Choice, Decoding, identity, read_chat_template, sse
 from .errors import ApiError
 from .metrics import Metrics
 from .page import page
 from .tasks import ENDPOINTS, grouped
-from .workers import BatchWorker, Busy, DecodingWorker, ModelUse
+from .workers import BatchWorker, Busy, DecodingWorker, ModelUse, Usage
 
 TASK, EMBED, ATTENTION = "task", "embed", "attention"
 """The kinds of work of the batching worker."""
@@ -57,8 +60,10 @@ class ServeOptions:
     """How a run is served (the options of ``scratchformer serve``)."""
 
     quantize: str | None = None
-    compile: bool = False
-    """Decoding steps through ``torch.compile``, compiled before the server answers."""
+    compile: str = "auto"
+    """The model through ``torch.compile``, compiled before the server answers: "always",
+    "never", or "auto", if the last such server's work here would have repaid it
+    (:mod:`~scratchformer.serve.compiling`)."""
     precision: str = "fp32"
     device: str = "auto"
     api_key: str | None = None
@@ -76,6 +81,8 @@ class ServeOptions:
     """Positions a request may use, prompt and new tokens (the KV cache holds this many
     for each of ``max_batch`` rows); None: the model's ``max_len``, at most
     :data:`DEFAULT_CONTEXT`."""
+    verbose: bool = False
+    """Say on stderr whether the model compiles, why, and what compiling took."""
 
 
 def create_app(run_dir: Path, options: ServeOptions = ServeOptions()) -> FastAPI:
@@ -93,24 +100,29 @@ def create_app(run_dir: Path, options: ServeOptions = ServeOptions()) -> FastAPI
 
     name = run_dir.absolute().name
     metrics = Metrics()
-    use = ModelUse(computing, threading.Lock(), metrics)
+    usage = Usage()
+    use = ModelUse(computing, threading.Lock(), metrics, usage)
     """The decoding and batching threads of a language model's server take turns on the
     model (decoding installs its kernels on it)."""
+    settings = {"max_batch": options.max_batch, "quantize": options.quantize, "bf16": bf16}
+    choice = server_choice(options.compile, model, task, **settings, context=options.context)
+    say(choice, options.verbose)
+    if choice.compile and options.verbose:
+        print("compiling the model before serving: a minute or more", file=sys.stderr)
+    before = compile_counts() if choice.compile else None
     workers: list[Any] = []
     decoding = None
-    if options.compile and task.command != "generate":
-        raise ValueError(
-            f"--compile compiles the decoding of language-model runs; this run's task is "
-            f"{task.name!r}"
-        )
+    served = model
+    """What the endpoints run: the model, or the model compiled (not the attention viewer,
+    which reads the eager model's attention weights)."""
     if task.command == "generate":
         context = options.context or min(model.config.max_len, DEFAULT_CONTEXT)
         if context > model.config.max_len:
             raise ValueError(
                 f"--context {context} exceeds the model's max_len={model.config.max_len}"
             )
-        batcher = ContinuousBatcher(model, options.max_batch, context, options.compile)
-        if options.compile:
+        batcher = ContinuousBatcher(model, options.max_batch, context, choice.compile)
+        if choice.compile:
             with computing():
                 batcher.warm_up()
         worker = DecodingWorker(batcher, options.max_queue, use)
@@ -119,15 +131,33 @@ def create_app(run_dir: Path, options: ServeOptions = ServeOptions()) -> FastAPI
             tokenizer, worker, context, name, options.timeout_s, read_chat_template(run_dir)
         )
         workers.append(worker)
+    elif choice.compile:
+        from ..inference import CompiledModel  # (torch's compiler: imported when asked for)
+
+        # (cached, as the command line compiles: the next server of the run finds the code
+        # in Inductor's cache; int8 weights frozen, as their fused kernels need)
+        served = CompiledModel(model, cached=options.quantize is None)
 
     endpoint = ENDPOINTS.get(task.command)
+    predict = functools.partial(endpoint.predict, task, served) if endpoint else None
+
+    def vectors(texts: list[str]) -> list[np.ndarray]:
+        return list(task.embed(served, texts).numpy())
+
+    embed = vectors if hasattr(task, "embed") else None
+    if served is not model:
+        with computing():
+            warm_up(task, endpoint, predict, embed)
+    compiled = Compilation.since(before) if before is not None else None
+    if compiled is not None and options.verbose:
+        print(compiled, file=sys.stderr)
     work: dict[str, Callable[[list[Any]], list[Any]]] = {}
     """What the batching worker does, by kind: the task endpoint's work, embeddings, the
     attention viewer."""
-    if endpoint is not None:
-        work[TASK] = functools.partial(endpoint.predict, task, model)
-    if hasattr(task, "embed"):
-        work[EMBED] = lambda texts: list(task.embed(model, texts).numpy())
+    if predict is not None:
+        work[TASK] = usage.timed(predict)
+    if embed is not None:
+        work[EMBED] = usage.timed(embed)
 
     def viewer(text: str, target: str | None) -> str:
         return attention_page(capture_attention(task, model, text, target), f"{name}: {text}")
@@ -149,6 +179,8 @@ def create_app(run_dir: Path, options: ServeOptions = ServeOptions()) -> FastAPI
         yield
         for worker in workers:
             worker.stop()
+        seconds = usage.seconds + (compiled.seconds if compiled is not None else 0.0)
+        record(choice, seconds, usage.units, compiled)
 
     app = FastAPI(title=f"scratchformer: {name}", lifespan=lifespan, docs_url=None, redoc_url=None)
     install_rules(app, options, metrics)
@@ -254,8 +286,8 @@ def create_app(run_dir: Path, options: ServeOptions = ServeOptions()) -> FastAPI
         [html] = await run_batch(batched, [((ATTENTION,), (body.input, body.target))])
         return {"object": "attention", "model": name, "html": html}
 
-    for command, served in ENDPOINTS.items():
-        add_task_endpoint(app, task, name, served, batched if command == task.command else None)
+    for command, each in ENDPOINTS.items():
+        add_task_endpoint(app, task, name, each, batched if command == task.command else None)
     return app
 
 

@@ -14,8 +14,10 @@ from typing import Any
 
 from torch import nn
 
+from ..data.tokenizer import SENTINEL
 from ..tasks.base import Task
 from ..tasks.classification import ClassificationTask
+from ..tasks.mlm import MASK
 from . import schema
 
 Item = tuple[tuple[Any, ...], Any]
@@ -26,12 +28,37 @@ Predict = Callable[[Task, nn.Module, list[Item]], list[Output]]
 
 @dataclass(frozen=True)
 class Endpoint:
-    """A task endpoint: its path, its body, the items of a body, and their outputs."""
+    """A task endpoint: its path, its body, the items of a body, their outputs, and an
+    input of a body for a text (``example(task, text)``: what a warm-up sends)."""
 
     path: str
     body: type[schema.Body]
     items: Callable[[Any], list[Item]]
     predict: Predict
+    example: Callable[[Task, str], Any]
+
+
+def line(task: Task, text: str) -> str:
+    """``text`` as a line the task reads: for a task of sentence pairs, ``text<TAB>text``."""
+    split_line = getattr(task, "split_line", None)  # (the sentence tasks')
+    try:
+        if split_line is not None:
+            split_line(text)
+    except ValueError:
+        return f"{text}\t{text}"
+    return text
+
+
+def question(_: Task, text: str) -> dict[str, str]:
+    return {"question": "what is it?", "context": text}
+
+
+def masked(_: Task, text: str) -> str:
+    return f"{text} {MASK}"
+
+
+def with_sentinel(_: Task, text: str) -> str:
+    return f"{text} {SENTINEL.format(0)}"
 
 
 def texts(body: schema.TaskRequest) -> list[Item]:
@@ -114,12 +141,12 @@ def fill_spans(task: Task, model: nn.Module, items: list[Item]) -> list[Output]:
 
 
 ENDPOINTS = {
-    "classify": Endpoint("/v1/classify", schema.TaskRequest, texts, classify),
-    "tag": Endpoint("/v1/tag", schema.TaskRequest, texts, tag),
-    "answer": Endpoint("/v1/answer", schema.AnswerRequest, questions, answer),
-    "translate": Endpoint("/v1/translate", schema.TranslateRequest, beams, translate),
-    "fill-mask": Endpoint("/v1/fill-mask", schema.FillMaskRequest, top_k, fill_mask),
-    "fill-spans": Endpoint("/v1/fill-spans", schema.TaskRequest, texts, fill_spans),
+    "classify": Endpoint("/v1/classify", schema.TaskRequest, texts, classify, line),
+    "tag": Endpoint("/v1/tag", schema.TaskRequest, texts, tag, line),
+    "answer": Endpoint("/v1/answer", schema.AnswerRequest, questions, answer, question),
+    "translate": Endpoint("/v1/translate", schema.TranslateRequest, beams, translate, line),
+    "fill-mask": Endpoint("/v1/fill-mask", schema.FillMaskRequest, top_k, fill_mask, masked),
+    "fill-spans": Endpoint("/v1/fill-spans", schema.TaskRequest, texts, fill_spans, with_sentinel),
 }
 """The endpoint of each command's runs (language models have OpenAI's completions)."""
 

@@ -32,15 +32,43 @@ class Progress:
     error: str | None = None
 
 
+class Usage:
+    """The model's work over a server's life: units (tokens decoded, inputs run) and the
+    seconds spent computing them, which the server records at its end to decide whether
+    the next one compiles (:mod:`~scratchformer.inference.compile_choice`)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.units = 0.0
+        self.lock = threading.Lock()
+
+    def add(self, seconds: float, units: float) -> None:
+        with self.lock:
+            self.seconds += seconds
+            self.units += units
+
+    def timed(self, work: Callable[[list[Any]], list[Any]]) -> Callable[[list[Any]], list[Any]]:
+        """``work`` (a list of inputs -> their outputs), its time and inputs counted."""
+
+        def counted(inputs: list[Any]) -> list[Any]:
+            start = time.perf_counter()
+            outputs = work(inputs)
+            self.add(time.perf_counter() - start, len(inputs))
+            return outputs
+
+        return counted
+
+
 @dataclass(frozen=True)
 class ModelUse:
     """How the server's threads use its one model: in ``context`` (the precision, entered
     by each thread), one at a time (``lock``, held while computing), counted in
-    ``metrics``."""
+    ``metrics`` and ``usage``."""
 
     context: Callable[[], AbstractContextManager[Any]]
     lock: AbstractContextManager[Any]
     metrics: Metrics
+    usage: Usage
 
 
 class ModelThread:
@@ -51,6 +79,7 @@ class ModelThread:
         self.context = use.context
         self.model_lock = use.lock
         self.metrics = use.metrics
+        self.usage = use.usage
         self.wake = threading.Condition()
         self.stopping = False
         self.thread = threading.Thread(target=self.run, name=name, daemon=True)
@@ -113,7 +142,9 @@ class DecodingWorker(ModelThread):
                         return
                 try:
                     with self.model_lock:
+                        start = time.perf_counter()
                         moved = self.batcher.step()
+                        self.usage.add(time.perf_counter() - start, len(moved))
                 except Exception as error:  # every request hears of it
                     self.fail(f"{type(error).__name__}: {error}")
                     continue

@@ -1,0 +1,87 @@
+"""A compiled server: every task's model compiled before the first request, so that
+requests of any number of inputs and lengths compile nothing more and answer as eager
+ones; and the default, which compiles once a server of the run did work enough here.
+(Dynamo and AOTAutograd with eager kernels: Inductor's are checked in tests/inference.)"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from helpers import compile_without_inductor, compiled_graphs, http, live
+from scratchformer.inference import compile_choice
+
+REQUESTS = {
+    "classification_run": (
+        "/v1/classify",
+        [["good fun"], ["bad", "dull dull good fun fun", "fun"], ["good"] * 4],
+    ),
+    "copy_run": ("/v1/translate", [["3 4 5"], ["7 7 1 2", "1", "9 8 7 6 5 4"], ["2 2"] * 2]),
+    "mlm_run": ("/v1/fill-mask", [["the [MASK] sat"], ["a [MASK] .", "the cat sat on [MASK] mat"]]),
+}
+"""For a run of each kind: its endpoint, and the inputs of requests, one request each."""
+
+
+def leaves(value: Any) -> list[Any]:
+    """The strings and numbers of a JSON value, in order."""
+    if isinstance(value, dict):
+        return [leaf for key in sorted(value) for leaf in [key, *leaves(value[key])]]
+    if isinstance(value, list):
+        return [leaf for item in value for leaf in leaves(item)]
+    return [value]
+
+
+def answers(url: str, path: str, batches: list[list[str]]) -> list[dict]:
+    outputs = []
+    for inputs in batches:
+        status, answer = http(f"{url}{path}", {"input": inputs})
+        assert status == 200, answer
+        outputs.append(answer["data"])
+    return outputs
+
+
+@pytest.mark.parametrize("run_name", list(REQUESTS))
+def test_a_compiled_server_compiles_before_answering_and_answers_as_eager(
+    run_name: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_dir = request.getfixturevalue(run_name)
+    path, batches = REQUESTS[run_name]
+    with live(run_dir, max_batch=4, compile="never") as url:
+        expected = answers(url, path, batches)
+    compile_without_inductor(monkeypatch)
+    before = compiled_graphs()
+    with live(run_dir, max_batch=4, compile="always") as url:
+        started = compiled_graphs()
+        got = answers(url, path, batches)
+        assert compiled_graphs() == started > before
+    assert leaves(got) == pytest.approx(leaves(expected), abs=1e-5)
+
+
+def test_the_default_compiles_once_a_server_did_work_enough(
+    classification_run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first server of a run serves eagerly and records its work; the next compiles
+    only if that work would have repaid the compilation measured here."""
+    path, batches = REQUESTS["classification_run"]
+    compile_without_inductor(monkeypatch)
+    before = compiled_graphs()
+    with live(classification_run, max_batch=4) as url:
+        answers(url, path, batches)
+    assert compiled_graphs() == before
+    [(key, costs)] = compile_choice.read_ledger().items()
+    assert costs.last_units == sum(len(inputs) for inputs in batches)
+    assert costs.eager_per_unit > 0 and costs.compiled_per_unit is None
+
+    slow = costs.eager_per_unit * costs.last_units  # compiling costs all of the work
+    compile_choice.remember(key, compiled_per_unit=costs.eager_per_unit / 2, compile_warm=slow)
+    with live(classification_run, max_batch=4):
+        pass
+    assert compiled_graphs() == before
+    cheap = slow / 4  # compiling and then half the work's time: 3/4 of eager
+    compile_choice.remember(key, compile_warm=cheap)
+    with live(classification_run, max_batch=4) as url:
+        assert compiled_graphs() > before
+        answers(url, path, batches[:1])
+    costs = compile_choice.read_ledger()[key]
+    assert costs.last_units == 1 and costs.compiled_per_unit is not None
