@@ -45,11 +45,13 @@ def warm_up(
     predict: Callable[[list[Any]], Any] | None,
     embed: Callable[[list[str]], Any] | None,
 ) -> None:
-    """Call the endpoint's work (``predict``, on items of ``endpoint``'s bodies) and
-    ``embed`` on :data:`WARM_UP`'s texts, so that a compiled model compiles now."""
+    """Call the endpoint's work (``predict``, on items of ``endpoint``'s bodies, one of each
+    of its variants) and ``embed`` on :data:`WARM_UP`'s texts, so that a compiled model
+    compiles now."""
     for texts in WARM_UP:
         if endpoint is not None and predict is not None:
-            body = endpoint.body(input=[endpoint.example(task, text) for text in texts])
-            predict(endpoint.items(body))
+            inputs = [endpoint.example(task, text) for text in texts]
+            for fields in endpoint.variants:
+                predict(endpoint.items(endpoint.body(input=inputs, **fields)))
         if embed is not None:
             embed(list(texts))

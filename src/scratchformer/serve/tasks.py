@@ -36,6 +36,9 @@ class Endpoint:
     items: Callable[[Any], list[Item]]
     predict: Predict
     example: Callable[[Task, str], Any]
+    variants: tuple[dict[str, Any], ...] = ({},)
+    """Other fields of the bodies a warm-up sends, a set each: those that change what the
+    model is called with (translation's ``beam_size=1`` decodes greedily, a row a text)."""
 
 
 def line(task: Task, text: str) -> str:
@@ -144,7 +147,9 @@ ENDPOINTS = {
     "classify": Endpoint("/v1/classify", schema.TaskRequest, texts, classify, line),
     "tag": Endpoint("/v1/tag", schema.TaskRequest, texts, tag, line),
     "answer": Endpoint("/v1/answer", schema.AnswerRequest, questions, answer, question),
-    "translate": Endpoint("/v1/translate", schema.TranslateRequest, beams, translate, line),
+    "translate": Endpoint(
+        "/v1/translate", schema.TranslateRequest, beams, translate, line, ({}, {"beam_size": 1})
+    ),
     "fill-mask": Endpoint("/v1/fill-mask", schema.FillMaskRequest, top_k, fill_mask, masked),
     "fill-spans": Endpoint("/v1/fill-spans", schema.TaskRequest, texts, fill_spans, with_sentinel),
 }
