@@ -12,9 +12,12 @@ A language model's decoding step compiles in
 :meth:`~scratchformer.inference.ContinuousBatcher.warm_up` (its rows and cache length are
 dynamic). Any other run's model compiles through its endpoint, called on :data:`WARM_UP`'s
 texts, a call each: one input, then one of another length, after which Dynamo holds the
-length dynamic, then several, after which it holds the batch dynamic too. A batch of one
-keeps a graph of its own (Dynamo specializes sizes of 1), so two graphs of each compiled
-method serve calls of any size and length.
+length dynamic, then several, after which it holds the batch dynamic too. Sizes of 1 keep
+graphs of their own (Dynamo specializes them), and a translation run's greedy search
+(``beam_size=1``, an :attr:`~.tasks.Endpoint.variants`) calls the decoder with a row a
+text, so it is warmed up too: a classifier's forward compiles three graphs, a translation
+run's encoder and decoder ten (its first and later steps, beam and greedy), and no later
+call of any size or length compiles.
 """
 
 from __future__ import annotations
