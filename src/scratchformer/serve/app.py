@@ -13,7 +13,6 @@ import base64
 import contextlib
 import functools
 import hmac
-import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -31,13 +30,11 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..device import bf16_autocast, default_device, uses_bf16
-from ..inference.compile_choice import Compilation, compile_counts, record, say
-from ..inference.continuous import ContinuousBatcher
 from ..run import load_run
 from ..tasks.base import Task
 from ..viz import attention_page, capture_attention
 from . import schema
-from .compiling import server_choice, warm_up
+from .compiling import ready
 from .completions import Choice, Decoding, identity, read_chat_template, sse
 from .errors import ApiError
 from .metrics import Metrics
@@ -104,60 +101,40 @@ def create_app(run_dir: Path, options: ServeOptions = ServeOptions()) -> FastAPI
     use = ModelUse(computing, threading.Lock(), metrics, usage)
     """The decoding and batching threads of a language model's server take turns on the
     model (decoding installs its kernels on it)."""
-    settings = {"max_batch": options.max_batch, "quantize": options.quantize, "bf16": bf16}
-    choice = server_choice(options.compile, model, task, **settings, context=options.context)
-    say(choice, options.verbose)
-    if choice.compile and options.verbose:
-        print("compiling the model before serving: a minute or more", file=sys.stderr)
-    before = compile_counts() if choice.compile else None
-    workers: list[Any] = []
-    decoding = None
-    served = model
-    """What the endpoints run: the model, or the model compiled (not the attention viewer,
-    which reads the eager model's attention weights)."""
+    context = None
     if task.command == "generate":
         context = options.context or min(model.config.max_len, DEFAULT_CONTEXT)
         if context > model.config.max_len:
             raise ValueError(
                 f"--context {context} exceeds the model's max_len={model.config.max_len}"
             )
-        batcher = ContinuousBatcher(model, options.max_batch, context, choice.compile)
-        if choice.compile:
-            with computing():
-                batcher.warm_up()
-        worker = DecodingWorker(batcher, options.max_queue, use)
+    serving = ready(
+        task,
+        model,
+        computing,
+        options.compile,
+        options.verbose,
+        options.max_batch,
+        context,
+        quantize=options.quantize,
+        bf16=bf16,
+    )
+    workers: list[Any] = []
+    decoding = None
+    if serving.batcher is not None and context is not None:
+        worker = DecodingWorker(serving.batcher, options.max_queue, use)
         tokenizer = task.tokenizer()
         decoding = Decoding(
             tokenizer, worker, context, name, options.timeout_s, read_chat_template(run_dir)
         )
         workers.append(worker)
-    elif choice.compile:
-        from ..inference import CompiledModel  # (torch's compiler: imported when asked for)
-
-        # (cached, as the command line compiles: the next server of the run finds the code
-        # in Inductor's cache; int8 weights frozen, as their fused kernels need)
-        served = CompiledModel(model, cached=options.quantize is None)
-
-    endpoint = ENDPOINTS.get(task.command)
-    predict = functools.partial(endpoint.predict, task, served) if endpoint else None
-
-    def vectors(texts: list[str]) -> list[np.ndarray]:
-        return list(task.embed(served, texts).numpy())
-
-    embed = vectors if hasattr(task, "embed") else None
-    if served is not model:
-        with computing():
-            warm_up(task, endpoint, predict, embed)
-    compiled = Compilation.since(before) if before is not None else None
-    if compiled is not None and options.verbose:
-        print(compiled, file=sys.stderr)
     work: dict[str, Callable[[list[Any]], list[Any]]] = {}
     """What the batching worker does, by kind: the task endpoint's work, embeddings, the
     attention viewer."""
-    if predict is not None:
-        work[TASK] = usage.timed(predict)
-    if embed is not None:
-        work[EMBED] = usage.timed(embed)
+    if serving.predict is not None:
+        work[TASK] = usage.timed(serving.predict)
+    if serving.embed is not None:
+        work[EMBED] = usage.timed(serving.embed)
 
     def viewer(text: str, target: str | None) -> str:
         return attention_page(capture_attention(task, model, text, target), f"{name}: {text}")
@@ -179,8 +156,7 @@ def create_app(run_dir: Path, options: ServeOptions = ServeOptions()) -> FastAPI
         yield
         for worker in workers:
             worker.stop()
-        seconds = usage.seconds + (compiled.seconds if compiled is not None else 0.0)
-        record(choice, seconds, usage.units, compiled)
+        serving.record(usage)
 
     app = FastAPI(title=f"scratchformer: {name}", lifespan=lifespan, docs_url=None, redoc_url=None)
     install_rules(app, options, metrics)
@@ -205,6 +181,7 @@ def create_app(run_dir: Path, options: ServeOptions = ServeOptions()) -> FastAPI
 
     @app.get("/", response_class=HTMLResponse)
     async def home() -> str:
+        endpoint = ENDPOINTS.get(task.command)
         return page(name, task, endpoint.path if endpoint else None)
 
     @app.get("/v1/models")

@@ -1,11 +1,11 @@
-"""Whether a server compiles its model, and compiling it before the first request.
+"""What a server runs, made ready before its first request: compiled or not, and warmed up.
 
 ``scratchformer serve`` takes ``--compile`` (always), ``--no-compile`` (never) and by
 default compiles when the last server of the same run and settings on this machine did
 work enough to repay a compilation (:mod:`~scratchformer.inference.compile_choice`). No
 request says ahead how much a server will do, so the last one's life stands for it: each
 server records at its end the seconds its model computed and the units it did (tokens
-decoded, inputs run), and the compilation it paid at its start.
+decoded, inputs run), and the compilation it paid at its start (:meth:`Serving.record`).
 
 A compiled server compiles before it answers, so that no request waits on a compilation.
 A language model's decoding step compiles in
@@ -22,31 +22,123 @@ call of any size or length compiles.
 
 from __future__ import annotations
 
+import functools
+import sys
 from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from torch import nn
 
-from ..inference.compile_choice import Choice, choose, job_key, last_units
+from ..inference.compile_choice import (
+    Choice,
+    Compilation,
+    choose,
+    compile_counts,
+    job_key,
+    last_units,
+    record,
+    say,
+)
+from ..inference.continuous import ContinuousBatcher
 from ..tasks.base import Task
-from .tasks import Endpoint
+from .tasks import ENDPOINTS, Endpoint
+from .workers import Usage
 
 WARM_UP = (("an example",), ("a longer example of a text to read",), ("another one", "a third"))
 """The texts of the warm-up calls, a call each."""
 
+Work = Callable[[list[Any]], list[Any]]
+"""A list of inputs -> their outputs."""
 
-def server_choice(setting: str, model: nn.Module, task: Task, **settings: Any) -> Choice:
-    """Compile or not (``setting``: "auto", "always" or "never") a server of ``model`` for
-    ``task`` with these ``settings``, for as much work as the last such server did here."""
-    key = job_key(model, "serve", task=task.command, **settings)
-    return choose(setting, key, last_units(key))
+
+@dataclass(frozen=True)
+class Serving:
+    """What a server runs: for a language model, its continuous batcher; for the other
+    runs, the endpoint's work (``predict``, on its items) and the embeddings (``embed``,
+    on texts), whichever the task has; all on the model or the model compiled, as
+    ``choice`` says, and ``compiled`` what compiling took."""
+
+    choice: Choice
+    compiled: Compilation | None
+    batcher: ContinuousBatcher | None = None
+    predict: Work | None = None
+    embed: Work | None = None
+
+    def record(self, usage: Usage) -> None:
+        """Record the server's life in the ledger, for the next server's choice."""
+        compiling = self.compiled.seconds if self.compiled is not None else 0.0
+        record(self.choice, usage.seconds + compiling, usage.units, self.compiled)
+
+
+def ready(
+    task: Task,
+    model: nn.Module,
+    computing: Callable[[], AbstractContextManager[Any]],
+    setting: str,
+    verbose: bool,
+    max_batch: int,
+    context: int | None,
+    **settings: Any,
+) -> Serving:
+    """``model`` made ready to serve ``task``: compiled or not (``setting``: "auto",
+    "always" or "never"; the choice told on stderr under ``verbose``) and, compiled,
+    warmed up in ``computing`` (the server's precision). ``context``: a language model's
+    positions a row; ``settings``: what else the model's speed depends on."""
+    key = job_key(
+        model, "serve", task=task.command, max_batch=max_batch, context=context, **settings
+    )
+    choice = choose(setting, key, last_units(key))
+    say(choice, verbose)
+    if choice.compile and verbose:
+        print("compiling the model before serving: a minute or more", file=sys.stderr)
+    before = compile_counts() if choice.compile else None
+    if task.command == "generate":
+        if context is None:
+            raise ValueError("a language model is served with a context: positions a row")
+        batcher = ContinuousBatcher(model, max_batch, context, choice.compile)
+        if choice.compile:
+            with computing():
+                batcher.warm_up()
+        return Serving(choice, compiled_since(before, verbose), batcher)
+    served = model
+    if choice.compile:
+        from ..inference import CompiledModel  # (torch's compiler: imported when asked for)
+
+        # cached, as the command line compiles: the next server of the run finds the code in
+        # Inductor's cache (int8 weights frozen, as their fused kernels need)
+        served = CompiledModel(model, cached=settings.get("quantize") is None)
+    endpoint = ENDPOINTS.get(task.command)
+    predict = functools.partial(endpoint.predict, task, served) if endpoint else None
+    embed = functools.partial(vectors, task, served) if hasattr(task, "embed") else None
+    if choice.compile:
+        with computing():
+            warm_up(task, endpoint, predict, embed)
+    return Serving(choice, compiled_since(before, verbose), None, predict, embed)
+
+
+def vectors(task: Task, model: nn.Module, texts: list[str]) -> list[np.ndarray]:
+    """The embedding of each text (``task.embed``: the pooling the task's head reads)."""
+    return list(task.embed(model, texts).numpy())  # type: ignore[attr-defined]
+
+
+def compiled_since(before: tuple[float, int, int] | None, verbose: bool) -> Compilation | None:
+    """What was compiled since ``before`` (None: nothing was to be), told under ``verbose``."""
+    if before is None:
+        return None
+    compiled = Compilation.since(before)
+    if verbose:
+        print(compiled, file=sys.stderr)
+    return compiled
 
 
 def warm_up(
     task: Task,
     endpoint: Endpoint | None,
-    predict: Callable[[list[Any]], Any] | None,
-    embed: Callable[[list[str]], Any] | None,
+    predict: Work | None,
+    embed: Work | None,
 ) -> None:
     """Call the endpoint's work (``predict``, on items of ``endpoint``'s bodies, one of each
     of its variants) and ``embed`` on :data:`WARM_UP`'s texts, so that a compiled model
