@@ -14,7 +14,7 @@ from helpers import compile_without_inductor, compiled_graphs, http, live
 from scratchformer.inference import compile_choice
 
 CLASSIFY = ("/v1/classify", [["good fun"], ["bad", "dull dull good fun fun", "fun"], ["good"] * 4])
-TRANSLATE = ("/v1/translate", [["3 4 5"], ["7 7 1 2", "1", "9 8 7 6 5 4"], ["2 2"] * 2])
+TRANSLATE = ("/v1/translate", [["3 4 5"], ["7 7 1 2", "1", "9 8 7 6 5 4"], ["2 2"]])
 GREEDY = {"beam_size": 1}
 """Translation's requests are also sent greedy, which calls the model with other shapes."""
 FILL_MASK = ("/v1/fill-mask", [["the [MASK] sat"], ["a [MASK] .", "the cat sat on [MASK] mat"]])
