@@ -128,6 +128,8 @@ def create_app(run_dir: Path, options: ServeOptions = ServeOptions()) -> FastAPI
             tokenizer, worker, context, name, options.timeout_s, read_chat_template(run_dir)
         )
         workers.append(worker)
+
+    endpoint = ENDPOINTS.get(task.command)
     work: dict[str, Callable[[list[Any]], list[Any]]] = {}
     """What the batching worker does, by kind: the task endpoint's work, embeddings, the
     attention viewer."""
@@ -181,7 +183,6 @@ def create_app(run_dir: Path, options: ServeOptions = ServeOptions()) -> FastAPI
 
     @app.get("/", response_class=HTMLResponse)
     async def home() -> str:
-        endpoint = ENDPOINTS.get(task.command)
         return page(name, task, endpoint.path if endpoint else None)
 
     @app.get("/v1/models")
@@ -263,8 +264,8 @@ def create_app(run_dir: Path, options: ServeOptions = ServeOptions()) -> FastAPI
         [html] = await run_batch(batched, [((ATTENTION,), (body.input, body.target))])
         return {"object": "attention", "model": name, "html": html}
 
-    for command, each in ENDPOINTS.items():
-        add_task_endpoint(app, task, name, each, batched if command == task.command else None)
+    for command, served in ENDPOINTS.items():
+        add_task_endpoint(app, task, name, served, batched if command == task.command else None)
     return app
 
 
