@@ -167,14 +167,13 @@ def measured(
     """Time the job of ``choice`` and record what it measured (nothing if it fails);
     ``done`` counts the units the job did, if they can fall short of ``choice.units`` (a
     generation that ends early). A compiled job's compilation is told under ``verbose``."""
-    before = compile_counts() if choice.compile else (0.0, 0, 0)
+    before = compile_counts() if choice.compile else None
     start = time.perf_counter()
     yield
     seconds = time.perf_counter() - start
-    compiled = Compilation.since(before) if choice.compile else None
-    if compiled is not None and verbose:
-        print(compiled, file=sys.stderr)
-    record(choice, seconds, choice.units if done is None else done(), compiled)
+    compiled = compilation_since(before, verbose)
+    working = seconds - (compiled.seconds if compiled is not None else 0.0)
+    record(choice, max(working, 0.0), choice.units if done is None else done(), compiled)
 
 
 @dataclass(frozen=True)
@@ -186,31 +185,40 @@ class Compilation:
     graphs: int
     cached: int
 
-    @classmethod
-    def since(cls, before: tuple[float, int, int]) -> Compilation:
-        """The compilation since :func:`compile_counts` returned ``before``."""
-        return cls(*(now - then for now, then in zip(compile_counts(), before, strict=True)))
-
     def __str__(self) -> str:
         return (
             f"compiled {self.graphs} graphs in {self.seconds:.1f} s ({self.cached} from the cache)"
         )
 
 
+def compilation_since(
+    before: tuple[float, int, int] | None, verbose: bool = False
+) -> Compilation | None:
+    """What was compiled since :func:`compile_counts` returned ``before`` (None: nothing
+    was to be), told on stderr under ``verbose``."""
+    if before is None:
+        return None
+    now = compile_counts()
+    compiled = Compilation(*(a - b for a, b in zip(now, before, strict=True)))
+    if verbose:
+        print(compiled, file=sys.stderr)
+    return compiled
+
+
 def record(
     choice: Choice, seconds: float, units: float, compiled: Compilation | None = None
 ) -> None:
-    """Record a job of ``choice`` that did ``units`` units in ``seconds``, compilation
-    included if ``compiled`` says what it took (nothing is recorded of a job without
-    units): its speed, eager or compiled, and the compilation, cold or warm (every graph
-    from the cache)."""
+    """Record a job of ``choice`` that did ``units`` units in ``seconds`` of work, besides
+    the compilation ``compiled`` says it paid (nothing is recorded of a job without units):
+    its speed, eager or compiled, and the compilation, cold or warm (every graph from the
+    cache)."""
     if units <= 0:
         return
     if compiled is None:
         remember(choice.key, eager_per_unit=seconds / units, last_units=units)
         return
     kind = "compile_warm" if compiled.cached == compiled.graphs else "compile_cold"
-    per_unit = max(seconds - compiled.seconds, 0.0) / units
+    per_unit = seconds / units
     remember(choice.key, compiled_per_unit=per_unit, last_units=units, **{kind: compiled.seconds})
 
 

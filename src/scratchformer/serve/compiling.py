@@ -36,6 +36,7 @@ from ..inference.compile_choice import (
     Choice,
     Compilation,
     choose,
+    compilation_since,
     compile_counts,
     job_key,
     last_units,
@@ -69,8 +70,7 @@ class Serving:
 
     def record(self, usage: Usage) -> None:
         """Record the server's life in the ledger, for the next server's choice."""
-        compiling = self.compiled.seconds if self.compiled is not None else 0.0
-        record(self.choice, usage.seconds + compiling, usage.units, self.compiled)
+        record(self.choice, usage.seconds, usage.units, self.compiled)
 
 
 def ready(
@@ -102,7 +102,7 @@ def ready(
         if choice.compile:
             with computing():
                 batcher.warm_up()
-        return Serving(choice, compiled_since(before, verbose), batcher)
+        return Serving(choice, compilation_since(before, verbose), batcher)
     served = model
     if choice.compile:
         from ..inference import CompiledModel  # (torch's compiler: imported when asked for)
@@ -116,22 +116,12 @@ def ready(
     if choice.compile:
         with computing():
             warm_up(task, endpoint, predict, embed)
-    return Serving(choice, compiled_since(before, verbose), None, predict, embed)
+    return Serving(choice, compilation_since(before, verbose), None, predict, embed)
 
 
 def vectors(task: Task, model: nn.Module, texts: list[str]) -> list[np.ndarray]:
     """The embedding of each text (``task.embed``: the pooling the task's head reads)."""
     return list(task.embed(model, texts).numpy())  # type: ignore[attr-defined]
-
-
-def compiled_since(before: tuple[float, int, int] | None, verbose: bool) -> Compilation | None:
-    """What was compiled since ``before`` (None: nothing was to be), told under ``verbose``."""
-    if before is None:
-        return None
-    compiled = Compilation.since(before)
-    if verbose:
-        print(compiled, file=sys.stderr)
-    return compiled
 
 
 def warm_up(
