@@ -38,7 +38,7 @@ def cpu(result: dict[str, Any]) -> str:
     if "isa" not in hardware:
         return "—"
     trained = " (bf16)" if result.get("precision") == "bf16" else ""
-    return hardware["isa"] + (" + BF16" if hardware["native_bf16"] else "") + trained
+    return hardware["isa"] + ("-BF16" if hardware["native_bf16"] else "") + trained
 
 
 def parameters(result: dict[str, Any]) -> str:

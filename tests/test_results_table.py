@@ -108,7 +108,7 @@ def test_a_row_shows_the_int8_value_and_whether_it_stays_within_tolerance(tmp_pa
     (tmp_path / "sst2.json").write_text(json.dumps(result))
     (line,) = results_table.table(tmp_path).splitlines()[3:4]
     assert "| 82.1%; int8: 81.2%, **outside tolerance** |" in line
-    assert line.endswith("| AVX512 + BF16 (bf16) |")
+    assert line.endswith("| AVX512-BF16 (bf16) |")
     result["int8"] = {"value": 0.819, "met": True, "precision": "bf16"}
     (tmp_path / "sst2.json").write_text(json.dumps(result))
     (line,) = results_table.table(tmp_path).splitlines()[3:4]
