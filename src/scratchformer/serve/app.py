@@ -264,8 +264,8 @@ def create_app(run_dir: Path, options: ServeOptions = ServeOptions()) -> FastAPI
         [html] = await run_batch(batched, [((ATTENTION,), (body.input, body.target))])
         return {"object": "attention", "model": name, "html": html}
 
-    for command, served in ENDPOINTS.items():
-        add_task_endpoint(app, task, name, served, batched if command == task.command else None)
+    for command, each in ENDPOINTS.items():
+        add_task_endpoint(app, task, name, each, batched if command == task.command else None)
     return app
 
 
