@@ -37,6 +37,7 @@ def test_malformed_bodies_are_400s_naming_the_field(lm_url) -> None:
     url = f"{lm_url}/v1/completions"
     status, answer = http(url, b"{not json")
     assert status == 400 and answer["error"]["type"] == "invalid_request_error"
+    assert answer["error"]["param"] == "body" and "Invalid JSON" in answer["error"]["message"]
     status, answer = http(url, {"prompt": "to", "max_tokens": "many"})
     assert status == 400 and answer["error"]["param"] == "max_tokens"
     status, answer = http(url, {"prompt": "to", "n": 0})
@@ -132,9 +133,11 @@ def test_a_request_past_its_timeout_is_a_504_and_frees_its_row(lm_run, slow_step
 
 def test_metrics_count_requests_tokens_and_batches(lm_url) -> None:
     http(f"{lm_url}/v1/completions", {"prompt": "to", "max_tokens": 3, "temperature": 0})
+    assert http(f"{lm_url}/no/such/path")[0] == 404
     with urllib.request.urlopen(f"{lm_url}/metrics") as response:
         text = response.read().decode()
     assert 'scratchformer_requests_total{endpoint="/v1/completions",status="200"}' in text
+    assert 'scratchformer_requests_total{endpoint="other",status="404"}' in text  # (not its path)
     assert "scratchformer_generated_tokens_total" in text
     assert "scratchformer_batch_size_bucket" in text
     assert "scratchformer_request_seconds_bucket" in text

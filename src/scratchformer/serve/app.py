@@ -15,7 +15,7 @@ import functools
 import hmac
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 import torch
 from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -191,7 +191,7 @@ def create_app(run_dir: Path, options: ServeOptions = ServeOptions()) -> FastAPI
         card = {"id": name, "object": "model", "created": created, "owned_by": "scratchformer"}
         return {"object": "list", "data": [card]}
 
-    @app.post("/v1/completions")
+    @post(app, "/v1/completions", schema.CompletionRequest)
     async def completions(body: schema.CompletionRequest, request: Request) -> Response:
         if decoding is None:
             raise needs("a language-model run", "/v1/completions")
@@ -210,7 +210,7 @@ def create_app(run_dir: Path, options: ServeOptions = ServeOptions()) -> FastAPI
         usage = decoding.usage(choices, prompts)
         return JSONResponse({**head, "choices": answers, "usage": usage})
 
-    @app.post("/v1/chat/completions")
+    @post(app, "/v1/chat/completions", schema.ChatRequest)
     async def chat(body: schema.ChatRequest, request: Request) -> Response:
         if decoding is None:
             raise needs("a language-model run", "/v1/chat/completions")
@@ -242,8 +242,8 @@ def create_app(run_dir: Path, options: ServeOptions = ServeOptions()) -> FastAPI
         usage = decoding.usage(choices, [prompt])
         return JSONResponse({**head, "choices": answers, "usage": usage})
 
-    @app.post("/v1/embeddings")
-    async def embeddings(body: schema.EmbeddingRequest) -> dict[str, Any]:
+    @post(app, "/v1/embeddings", schema.EmbeddingRequest)
+    async def embeddings(body: schema.EmbeddingRequest, _: Request) -> Response:
         if EMBED not in work:
             raise needs("a sentence encoder's run (similarity, classification)", "/v1/embeddings")
         if body.dimensions is not None:
@@ -256,13 +256,13 @@ def create_app(run_dir: Path, options: ServeOptions = ServeOptions()) -> FastAPI
         ]
         tokens = sum(len(task.tokenizer().encode(text)) for text in texts)
         usage = {"prompt_tokens": tokens, "total_tokens": tokens}
-        return {"object": "list", "data": data, "model": name, "usage": usage}
+        return JSONResponse({"object": "list", "data": data, "model": name, "usage": usage})
 
-    @app.post("/v1/attention")
-    async def attention(body: schema.AttentionRequest) -> dict[str, Any]:
+    @post(app, "/v1/attention", schema.AttentionRequest)
+    async def attention(body: schema.AttentionRequest, _: Request) -> Response:
         """The attention viewer (``scratchformer attention``'s page) on the body's text."""
         [html] = await run_batch(batched, [((ATTENTION,), (body.input, body.target))])
-        return {"object": "attention", "model": name, "html": html}
+        return JSONResponse({"object": "attention", "model": name, "html": html})
 
     for command, each in ENDPOINTS.items():
         add_task_endpoint(app, task, name, each, batched if command == task.command else None)
@@ -275,15 +275,38 @@ def add_task_endpoint(
     """``POST endpoint.path``: the outputs of the body's inputs, or a 404 that says which
     runs have the endpoint when ``task``'s do not."""
 
-    async def handle(body: schema.Body) -> dict[str, Any]:
+    @post(app, endpoint.path, endpoint.body)
+    async def handle(body: schema.Body, _: Request) -> Response:
         if worker is None:
             raise ApiError(404, f"{name} is a {task.name!r} run: {endpoint.path} is another task's")
         outputs = await run_batch(worker, [((TASK,), item) for item in endpoint.items(body)])
         data = [{"index": i, **output} for i, output in enumerate(outputs)]
-        return {"object": "list", "model": name, "data": data}
+        return JSONResponse({"object": "list", "model": name, "data": data})
 
-    handle.__annotations__["body"] = endpoint.body  # FastAPI reads the body's type here
-    app.post(endpoint.path)(handle)
+
+Handler = Callable[[Any, Request], Awaitable[Response]]
+
+
+def post(app: FastAPI, path: str, body: type[BaseModel]) -> Callable[[Handler], Handler]:
+    """Register ``handler(body, request)`` at ``POST path``, the body read from the
+    request's JSON by pydantic in one call; a body that does not validate is a 400 naming
+    the first field at fault. (A plain route: FastAPI's own reading of bodies and writing
+    of answers costs a small model's server a tenth of its requests a second.)"""
+
+    def register(handler: Handler) -> Handler:
+        async def endpoint(request: Request) -> Response:
+            try:
+                parsed = body.model_validate_json(await request.body())
+            except ValidationError as error:
+                first = error.errors()[0]
+                where = ".".join(str(part) for part in first["loc"]) or "body"
+                raise ApiError(400, f"{where}: {first['msg']}", where) from None
+            return await handler(parsed, request)
+
+        app.router.add_route(path, endpoint, methods=["POST"])
+        return handler
+
+    return register
 
 
 async def run_batch(worker: BatchWorker, items: list[Any]) -> list[Any]:
@@ -340,12 +363,6 @@ def install_rules(app: FastAPI, options: ServeOptions, metrics: Metrics) -> None
     async def api_error(_: Request, error: ApiError) -> JSONResponse:
         return error.response()
 
-    @app.exception_handler(RequestValidationError)
-    async def invalid(_: Request, error: RequestValidationError) -> JSONResponse:
-        first = error.errors()[0]
-        where = ".".join(str(part) for part in first.get("loc", ())[1:]) or "body"
-        return ApiError(400, f"{where}: {first.get('msg', 'invalid')}", where).response()
-
     @app.exception_handler(HTTPException)
     async def http_error(_: Request, error: HTTPException) -> JSONResponse:
         return ApiError(error.status_code, str(error.detail)).response()
@@ -384,7 +401,7 @@ class Rules:
             else:
                 await refused(scope, receive, sending)
         finally:
-            endpoint = getattr(scope.get("route"), "path", "other")
+            endpoint = scope["path"] if "endpoint" in scope else "other"  # (a route's)
             self.metrics.requests.labels(endpoint, str(status[0])).inc()
             self.metrics.latency.labels(endpoint).observe(time.monotonic() - start)
 
