@@ -11,7 +11,10 @@ first run compiling); on a CPU with native bfloat16, the same under bfloat16 aut
 same with int8 weights (``scratchformer.inference.quantize``: every linear map, the head
 included, weight-only int8 with a scale per output row), under bfloat16 autocast where the
 CPU has it natively, the form that compiles to an int8 kernel (see
-``scratchformer.nn.quantized``); ``transformers``' ``GPT2LMHeadModel.generate`` with its
+``scratchformer.nn.quantized``); ours and ours with int8 weights through
+``scratchformer.inference.exported.ExportedLM`` (the one-token step compiled ahead of time
+by AOTInductor: no Dynamo and no Python between its kernels; its first run compiles);
+``transformers``' ``GPT2LMHeadModel.generate`` with its
 cache; at batch 1, llama.cpp (``llama-cpp-python``, where installed) on the same model
 exported by ``export-gguf`` in f32 and in q8_0, with an f32 key/value cache and as many
 threads. All fp32 but those.
@@ -55,6 +58,8 @@ from scratchformer import ModelConfig, build_model, count_parameters
 from scratchformer.data.tokenizer import Tokenizer
 from scratchformer.device import CPU, bf16_autocast, native_bf16
 from scratchformer.inference import CompiledLM, generate, quantize
+from scratchformer.inference.cache import SPARE
+from scratchformer.inference.exported import ExportedLM
 from timing import Timing, interleaved, load_warning, timed
 from workloads import report
 
@@ -69,6 +74,7 @@ BATCHES = (1, 8)
 WARMUP_TOKENS = 16
 CACHED, HF, UNCACHED = "ours, KV cache", "Hugging Face", "ours, no cache"
 COMPILED, BF16_COMPILED, QUANTIZED = report.COMPILED, report.BF16_COMPILED, report.INT8_COMPILED
+EXPORTED, INT8_EXPORTED = report.EXPORTED, report.INT8_EXPORTED
 LLAMA_F32, LLAMA_Q8 = report.LLAMA_F32, report.LLAMA_Q8
 LLAMA_CPP = importlib.util.find_spec("llama_cpp") is not None
 """Whether llama.cpp's binding is installed (the export extra): its candidates join batch 1."""
@@ -211,6 +217,20 @@ def ours(model: nn.Module, prompts: Tensor, use_cache: bool = True, bf16: bool =
     return run
 
 
+def exported(model: nn.Module, prompts: Tensor, new_tokens: int, bf16: bool = False) -> Run:
+    """Ours through an ``ExportedLM`` of the prompts' rows and a cache for ``new_tokens``
+    after them, made by the first run (which therefore compiles, as the warm-up)."""
+    made: list[nn.Module] = []
+
+    def run(tokens: int) -> list[list[int]]:
+        if not made:
+            context = prompts.shape[1] + new_tokens + SPARE
+            made.append(ExportedLM(model, len(prompts), context, bf16=bf16))
+        return ours(made[0], prompts, bf16=bf16)(tokens)
+
+    return run
+
+
 def hugging_face(model: GPT2LMHeadModel, prompts: Tensor) -> Run:
     mask = torch.ones_like(prompts)
 
@@ -309,15 +329,19 @@ def run_batch(cfg: Config, batch: int, mine: nn.Module, theirs: GPT2LMHeadModel)
         Candidate(UNCACHED, ours(mine, prompts, use_cache=False), cfg.uncached_repeats),
     ]
     if cfg.compile:
-        int8 = CompiledLM(quantize(copy.deepcopy(mine)))
+        int8 = quantize(copy.deepcopy(mine))
         candidates[1:1] = [
+            Candidate(EXPORTED, exported(mine, prompts, cfg.new_tokens), cfg.repeats),
+            Candidate(
+                INT8_EXPORTED, exported(int8, prompts, cfg.new_tokens, bf16=BF16), cfg.repeats
+            ),
             Candidate(COMPILED, ours(CompiledLM(mine), prompts), cfg.repeats),
             Candidate(
                 BF16_COMPILED,
                 ours(CompiledLM(mine), prompts, bf16=True),
                 cfg.repeats if BF16 else 0,
             ),
-            Candidate(QUANTIZED, ours(int8, prompts, bf16=BF16), cfg.repeats),
+            Candidate(QUANTIZED, ours(CompiledLM(int8), prompts, bf16=BF16), cfg.repeats),
         ]
     with tempfile.TemporaryDirectory() as directory:
         if batch == 1 and LLAMA_CPP:
@@ -328,8 +352,9 @@ def run_batch(cfg: Config, batch: int, mine: nn.Module, theirs: GPT2LMHeadModel)
             ]
         results = interleaved_results([c for c in candidates if c.repeats], cfg, batch)
     by_name = {r.candidate: r for r in results}
-    if COMPILED in by_name and by_name[COMPILED].tokens != by_name[CACHED].tokens:
-        raise RuntimeError(f"{COMPILED} gave other tokens than {CACHED}")
+    for name in (COMPILED, EXPORTED):
+        if name in by_name and by_name[name].tokens != by_name[CACHED].tokens:
+            raise RuntimeError(f"{name} gave other tokens than {CACHED}")
     return results
 
 
@@ -360,6 +385,11 @@ def comparison(results: list[Result]) -> dict[str, object]:
             by_name[COMPILED].median_s / by_name[QUANTIZED].median_s
         )
         summary["int8_speedup_vs_hf"] = by_name[HF].median_s / by_name[QUANTIZED].median_s
+    for name, key in ((EXPORTED, "exported"), (INT8_EXPORTED, "int8_exported")):
+        if name in by_name:
+            summary[f"{key}_speedup_vs_compiled"] = (
+                by_name[COMPILED].median_s / by_name[name].median_s
+            )
     return summary
 
 
@@ -410,6 +440,10 @@ def print_batch(results: list[Result], summary: dict[str, object]) -> None:
             f"; int8 compiled vs compiled: {summary['int8_speedup_vs_compiled']:.2f}x, "
             f"vs HF: {summary['int8_speedup_vs_hf']:.2f}x"
         )
+    for key in ("exported", "int8_exported"):
+        if f"{key}_speedup_vs_compiled" in summary:
+            name = key.replace("_", " ")
+            line += f"; {name} vs compiled: {summary[f'{key}_speedup_vs_compiled']:.2f}x"
     if "speedup_vs_uncached" in summary:
         line += (
             f"; vs ours without cache: {summary['speedup_vs_uncached']:.1f}x, same tokens in "

@@ -1,7 +1,8 @@
 """The ``generate`` workload: greedy generation with the KV cache against Hugging Face and,
 at batch 1, llama.cpp (f32 and q8_0, where ``llama-cpp-python`` is installed); ours compiled
 (``CompiledLM``) as variants: fp32, bf16 (on CPUs with native bf16) and int8 weights (in
-bf16 on those CPUs)."""
+bf16 on those CPUs); and ours with the decoding step compiled ahead of time (``ExportedLM``),
+fp32 and int8."""
 
 from __future__ import annotations
 
@@ -19,20 +20,33 @@ from workloads.report import Figure, Row, Settings, Target, precision_of, print_
 
 GENERATE_TARGETS = {1: 3.0, 8: 1.5}
 """Batch size: the least speed-up of ours with the KV cache over Hugging Face."""
-INT8_TARGETS = {
-    1: [
-        Target(gen.COMPILED, 2.0 if gen.BF16 else 1.8, of=gen.QUANTIZED),
-        Target(gen.HF, 5.0, of=gen.QUANTIZED),
-        *([Target(gen.LLAMA_Q8, 1.0, of=gen.QUANTIZED)] if gen.LLAMA_CPP else []),
-    ],
-    8: [Target(gen.COMPILED, 1.5, of=gen.QUANTIZED)],
-}
-"""Batch size: the least speed-ups of ours with int8 weights, compiled (over ours compiled
-in fp32: 2x where int8 feeds native bf16 products, 1.8x elsewhere; at batch 1, at least
-llama.cpp's speed with its int8 weights, q8_0, where its binding is installed)."""
+INT8_FORMS = (gen.QUANTIZED, gen.INT8_EXPORTED)
+"""Our int8 candidates: compiled (``CompiledLM``) and exported (``ExportedLM``)."""
+
+
+def int8_targets(batch: int, of: str) -> list[Target]:
+    """The least speed-ups of ``of``, ours with int8 weights: over ours compiled in fp32,
+    2x where int8 feeds native bf16 products, 1.8x elsewhere, at batch 1 (1.5x at 8); at
+    batch 1, 5x Hugging Face and at least llama.cpp's speed with its int8 weights, q8_0,
+    where its binding is installed."""
+    if batch != 1:
+        return [Target(gen.COMPILED, 1.5, of=of)]
+    return [
+        Target(gen.COMPILED, 2.0 if gen.BF16 else 1.8, of=of),
+        Target(gen.HF, 5.0, of=of),
+        *([Target(gen.LLAMA_Q8, 1.0, of=of)] if gen.LLAMA_CPP else []),
+    ]
+
+
 Q8_0_BYTES = 34 / 32
 """Bytes a weight of llama.cpp's q8_0: blocks of 32 int8 values and an fp16 scale."""
-COMPILED_VARIANTS = (gen.COMPILED, gen.BF16_COMPILED, gen.QUANTIZED)
+COMPILED_VARIANTS = (
+    gen.COMPILED,
+    gen.BF16_COMPILED,
+    gen.QUANTIZED,
+    gen.EXPORTED,
+    gen.INT8_EXPORTED,
+)
 """Our compiled candidates, the variants of the row: those of them that ran (the bf16 one
 runs on native-bf16 CPUs only)."""
 
@@ -51,9 +65,11 @@ def generation(settings: Settings) -> list[Row]:
         f"{cfg.new_tokens} new tokens a row, greedy, never stopped early"
     )
     fp32_bytes = matmul_weight_bytes(mine)
+    int8_bytes = matmul_weight_bytes(quantize(copy.deepcopy(mine)))
     weight_bytes = {
         gen.BF16_COMPILED: fp32_bytes // 2,
-        gen.QUANTIZED: matmul_weight_bytes(quantize(copy.deepcopy(mine))),
+        gen.QUANTIZED: int8_bytes,
+        gen.INT8_EXPORTED: int8_bytes,
         gen.LLAMA_Q8: round(fp32_bytes / 4 * Q8_0_BYTES),
     }
     rows = []
@@ -79,7 +95,10 @@ def generation(settings: Settings) -> list[Row]:
                 f"batch {batch}",
                 description,
                 figures,
-                [Target(gen.HF, bound), *(INT8_TARGETS[batch] if settings.compile else [])],
+                [
+                    Target(gen.HF, bound),
+                    *(t for of in INT8_FORMS if settings.compile for t in int8_targets(batch, of)),
+                ],
                 ours=gen.CACHED,
                 variants=tuple(v for v in COMPILED_VARIANTS if v in {f.candidate for f in figures}),
                 machine=settings.machine,

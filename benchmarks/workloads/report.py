@@ -23,6 +23,12 @@ INT8_COMPILED = "ours, int8 compiled"
 """Ours with int8 weights (``scratchformer.inference.quantize``) through ``CompiledModel``,
 under bfloat16 autocast on a CPU with native bfloat16 (the form that compiles to an int8
 kernel), in fp32 elsewhere."""
+EXPORTED = "ours, exported"
+"""Ours through ``ExportedLM``: its one-token decoding step compiled ahead of time by
+AOTInductor (no Dynamo, no Python between kernels); its warm-up includes compiling."""
+INT8_EXPORTED = "ours, int8 exported"
+"""Ours with int8 weights through ``ExportedLM``, in bfloat16 autocast where it is native
+(as ``INT8_COMPILED``)."""
 INT8 = "ours, int8"
 """Ours with int8 weights, eager, as the CLI's ``--quantize int8 --precision auto`` runs it:
 under bfloat16 autocast on a CPU with native bfloat16, in fp32 elsewhere."""
@@ -38,7 +44,7 @@ LLAMA_F32, LLAMA_Q8 = "llama.cpp f32", "llama.cpp q8_0"
 q8_0 (int8 in blocks of 32, a scale each)."""
 IN_BF16 = (BF16, BF16_COMPILED)
 """Our candidates that always compute in bfloat16 autocast."""
-IN_BF16_WHERE_NATIVE = (INT8, INT8_COMPILED)
+IN_BF16_WHERE_NATIVE = (INT8, INT8_COMPILED, INT8_EXPORTED)
 """Our candidates that compute in bfloat16 autocast on a CPU with native bfloat16 only."""
 NOISY_SPREAD = 0.20
 QUICK_NEW_TOKENS = 32

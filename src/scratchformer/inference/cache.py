@@ -122,6 +122,15 @@ class DecoderCache:
             CrossKV() if layer.cross_attn is not None else None for layer in decoder.layers
         ]
 
+    @classmethod
+    def of(cls, keys: list[Tensor], values: list[Tensor], length: int) -> DecoderCache:
+        """The cache of a decoder without cross-attention whose layers hold ``keys`` and
+        ``values`` (buffers as :class:`KVCache` keeps them), ``length`` positions filled."""
+        cache = cls.__new__(cls)
+        cache.self_attn = [KVCache(k, v, length) for k, v in zip(keys, values, strict=True)]
+        cache.cross_attn = [None] * len(keys)
+        return cache
+
     @property
     def length(self) -> int:
         return self.self_attn[0].length

@@ -100,7 +100,28 @@ def mark_source_length_dynamic(*tensors: Tensor | None) -> None:
             torch._dynamo.maybe_mark_dynamic(tensor, SOURCE_LENGTH)
 
 
-class CompiledModel(nn.Module):
+class Compiled(nn.Module):
+    """A model standing in for ``self.model`` in decoding, some of its work compiled: its
+    config and decoder are the model's."""
+
+    model: nn.Module
+    is_compiled = True
+    """What callers read to treat a model as compiled: every batch of a job should have one
+    size, the first batch's, since a short last batch padded up (copies of a row, their
+    results dropped) costs a few rows' work and a new size costs compiling every graph
+    again (``TranslationTask.translate`` pads); and the eager-only kernels of a decoding
+    loop are left out (``kernels.linear_kernels``)."""
+
+    @property
+    def config(self) -> Any:
+        return self.model.config
+
+    @property
+    def decoder(self) -> nn.Module:
+        return self.model.decoder
+
+
+class CompiledModel(Compiled):
     """``model`` (in eval mode) with its decoding methods compiled: pass it to
     :func:`~.generate.generate`, :func:`~.generate.stream` (a decoder-only LM),
     :func:`~.beam.greedy_decode`, :func:`~.beam.beam_search` or a translation task's
@@ -115,13 +136,6 @@ class CompiledModel(nn.Module):
     training mode, are refused. The model is read once, when compiling: changing its weights
     or its modules (hooks, attributes) afterwards needs a new ``CompiledModel``.
     """
-
-    is_compiled = True
-    """What callers read to treat a model as compiled: every batch of a job should have one
-    size, the first batch's, since a short last batch padded up (copies of a row, their
-    results dropped) costs a few rows' work and a new size costs compiling every graph
-    again (``TranslationTask.translate`` pads); and the eager-only kernels of a decoding
-    loop are left out (``kernels.linear_kernels``)."""
 
     def __init__(self, model: nn.Module, cached: bool = False) -> None:
         super().__init__()
@@ -146,14 +160,6 @@ class CompiledModel(nn.Module):
             if hasattr(model, name)
         }
         self.train(False)
-
-    @property
-    def config(self) -> Any:
-        return self.model.config
-
-    @property
-    def decoder(self) -> nn.Module:
-        return self.model.decoder
 
     def forward(self, *args: Any, **kwargs: Any) -> ModelOutput:
         """The model's forward, compiled; the same arguments and output."""

@@ -212,7 +212,14 @@ def stream(
         generator.manual_seed(seed)
     cache = None
     if use_cache:
-        cache = DecoderCache(model.decoder, len(prompts), ids.shape[1] + max_new_tokens + SPARE)
+        needed = ids.shape[1] + max_new_tokens + SPARE
+        capacity = getattr(model, "cache_capacity", needed)  # (an ExportedLM's is fixed)
+        if needed > capacity:
+            raise ValueError(
+                f"the longest prompt ({ids.shape[1]} tokens) + max_new_tokens={max_new_tokens} "
+                f"needs a cache of {needed} positions; the model's holds {capacity}"
+            )
+        cache = DecoderCache(model.decoder, len(prompts), capacity)
     new: list[list[int]] = [[] for _ in prompts]
     done = [False] * len(prompts)
     fed, fed_positions = ids, positions  # the whole prompt batch first

@@ -1,0 +1,163 @@
+"""A language model's decoding step compiled ahead of time: no Python between its kernels.
+
+A :class:`~.compiled.CompiledModel` step still passes through Dynamo (its guards, its
+wrappers) and the Python that calls each generated kernel: about 0.4 ms a token on a
+2-core CPU, a third of an int8 step there (docs/performance.md, "Against the issue's
+targets and llama.cpp"). :class:`ExportedLM` exports the one-token step with
+``torch.export`` (the cache's buffers, the mask and the positions as inputs; the number
+of positions already cached dynamic) and compiles it with AOTInductor, whose C++ calls the
+kernels one after another; the buffers are updated in place, as the eager step updates
+them. The weights are frozen in and the GEMMs autotuned, as ``CompiledModel``'s.
+
+Its cache has a fixed capacity (``context`` positions a row) and a fixed number of rows,
+so that the buffers' shapes are constants of the step: :func:`~.generate.stream` makes the
+cache that size (:attr:`ExportedLM.cache_capacity`). Every other call, the prompt among
+them, runs the model eagerly. Exporting and compiling take tens of seconds, in every
+process (nothing is kept on disk).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch._inductor import config as inductor_config
+from torch.export import Dim, export
+
+from ..device import bf16_autocast
+from ..models.base import ModelOutput
+from ..nn.quantized import product_dtype
+from .cache import SPARE, DecoderCache
+from .compiled import QUIET_FROZEN, Compiled
+from .generate import decoding_device
+from .kernels import FEW_QUERIES, attention_kernels, installed
+
+AUTOTUNED = {**QUIET_FROZEN, "max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN"}
+"""Inductor's settings for the step: weights frozen in, GEMMs chosen by timing."""
+LEAST_CACHED = 2
+"""The step is exported for at least this many cached positions (Dynamo treats sizes 0 and
+1 as special cases); a step after fewer runs eagerly."""
+
+
+class CachedStep(nn.Module):
+    """One decoding step over a cache whose buffers and length are inputs: the model's
+    logits and last hidden states."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        positions: Tensor,
+        cached: Tensor,
+        keys: list[Tensor],
+        values: list[Tensor],
+    ) -> tuple[Tensor, Tensor]:
+        """``cached``: any tensor of as many elements as positions already cached (a shape
+        is what ``torch.export`` can keep dynamic; an int would be a constant)."""
+        cache = DecoderCache.of(keys, values, cached.shape[0])
+        output = self.model(input_ids, attention_mask, cache=cache, positions=positions)
+        return output.logits, output.last_hidden_state
+
+
+class ExportedLM(Compiled):
+    """``model`` (a decoder-only LM in eval mode) with its decoding step of ``rows`` rows
+    compiled ahead of time, for caches of ``context`` positions a row; under bfloat16
+    autocast if ``bf16``. Pass it to :func:`~.generate.generate` or
+    :func:`~.generate.stream` in place of the model, with as many prompts as ``rows``: the
+    same tokens as the model's (fp32), faster steps. The model is read once, here."""
+
+    def __init__(self, model: nn.Module, rows: int, context: int, bf16: bool = False) -> None:
+        super().__init__()
+        if getattr(model, "decoder", None) is None or hasattr(model, "encoder"):
+            raise ValueError("ExportedLM takes a decoder-only language model")
+        if not LEAST_CACHED + 1 + SPARE <= context <= model.config.max_len + SPARE:
+            raise ValueError(
+                f"context={context} must be in {LEAST_CACHED + 1 + SPARE}.."
+                f"{model.config.max_len + SPARE} (the model's max_len, and a spare position)"
+            )
+        device = decoding_device(model)  # (which refuses a model in training mode)
+        self.model = model
+        self.rows, self.cache_capacity, self.bf16 = rows, context, bf16
+        self.kernels = attention_kernels(model.decoder, FEW_QUERIES)
+        with bf16_autocast(device, bf16):  # (the dtype of a cache made in this setting)
+            self.cache_dtype = product_dtype(next(model.decoder.parameters()))
+        self.step = None if torch._dynamo.config.disable else self.compiled_step()
+        """(None: every call eager, as ``torch.compile`` is when ``TORCH_COMPILE_DISABLE``
+        is set.)"""
+        self.train(False)
+
+    def compiled_step(self) -> Any:
+        """The step, exported and compiled: a callable of :class:`CachedStep`'s inputs."""
+        device, rows = decoding_device(self.model), self.rows
+        cached = Dim("cached", min=LEAST_CACHED, max=self.cache_capacity - 1 - SPARE)
+        with torch.no_grad(), bf16_autocast(device, self.bf16), installed(self.kernels):
+            cache = DecoderCache(self.decoder, rows, self.cache_capacity)
+            keys = [layer.keys for layer in cache.self_attn]
+            values = [layer.values for layer in cache.self_attn]
+            example = (
+                torch.zeros(rows, 1, dtype=torch.long, device=device),
+                torch.ones(rows, LEAST_CACHED + 1, dtype=torch.bool, device=device),
+                torch.full((rows, 1), LEAST_CACHED, device=device),
+                torch.empty(LEAST_CACHED, device=device),
+                keys,
+                values,
+            )
+            layers = [None] * len(keys)
+            shapes = (None, {1: cached + 1}, None, {0: cached}, layers, layers)
+            program = export(CachedStep(self.model), example, dynamic_shapes=shapes, strict=False)
+            with inductor_config.patch(AUTOTUNED), tempfile.TemporaryDirectory() as scratch:
+                package = torch._inductor.aoti_compile_and_package(
+                    program, package_path=str(Path(scratch) / "step.pt2")
+                )
+                return torch._inductor.aoti_load_package(package)
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        cache: DecoderCache | None = None,
+        positions: Tensor | None = None,
+        **options: Any,
+    ) -> ModelOutput:
+        """The model's forward: through the compiled step for one new token of each row on
+        a cache of this model's shape, else eagerly."""
+        if self.model.training:
+            raise RuntimeError("the model was put in training mode after compiling")
+        if (
+            self.step is not None
+            and cache is not None
+            and cache.self_attn[0].keys.dtype != self.cache_dtype
+        ):
+            raise ValueError(
+                f"the cache holds {cache.self_attn[0].keys.dtype}, the step was compiled for "
+                f"{self.cache_dtype}: decode under bfloat16 autocast exactly when bf16=True"
+            )
+        stepping = (
+            self.step is not None
+            and cache is not None
+            and not options
+            and attention_mask is not None
+            and positions is not None
+            and input_ids.shape == (self.rows, 1)
+            and cache.self_attn[0].keys.shape[2] == self.cache_capacity
+            and cache.length >= LEAST_CACHED
+        )
+        if not stepping:
+            with bf16_autocast(input_ids.device, self.bf16):
+                return self.model(
+                    input_ids, attention_mask, cache=cache, positions=positions, **options
+                )
+        keys = [layer.keys for layer in cache.self_attn]
+        values = [layer.values for layer in cache.self_attn]
+        cached = torch.empty(cache.length, device=input_ids.device)
+        logits, hidden = self.step(input_ids, attention_mask, positions, cached, keys, values)
+        for layer in cache.self_attn:  # (the step wrote the new position's keys and values)
+            layer.length += 1
+        return ModelOutput(logits=logits, last_hidden_state=hidden)
