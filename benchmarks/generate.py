@@ -220,13 +220,13 @@ def ours(model: nn.Module, prompts: Tensor, use_cache: bool = True, bf16: bool =
 def exported(model: nn.Module, prompts: Tensor, new_tokens: int, bf16: bool = False) -> Run:
     """Ours through an ``ExportedLM`` of the prompts' rows and a cache for ``new_tokens``
     after them, made by the first run (which therefore compiles, as the warm-up)."""
-    made: list[nn.Module] = []
+    made: list[Run] = []
 
     def run(tokens: int) -> list[list[int]]:
         if not made:
             context = prompts.shape[1] + new_tokens + SPARE
-            made.append(ExportedLM(model, len(prompts), context, bf16=bf16))
-        return ours(made[0], prompts, bf16=bf16)(tokens)
+            made.append(ours(ExportedLM(model, len(prompts), context, bf16), prompts, bf16=bf16))
+        return made[0](tokens)
 
     return run
 

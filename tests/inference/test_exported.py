@@ -30,12 +30,12 @@ def steps(model: torch.nn.Module, cache_of: torch.nn.Module, count: int) -> tupl
     """The logits of the left-padded ``PROMPTS`` and of ``count`` greedy steps after them,
     as ``stream`` feeds a model, and the cache's keys of the first layer at the end."""
     ids, mask = pad_batch(PROMPTS, 0, left=True)
-    positions = (mask.cumsum(1) - 1).clamp(min=0)[:, -1:]
+    positions = (mask.cumsum(1) - 1).clamp(min=0)
     cache = DecoderCache(cache_of.decoder, len(PROMPTS), CONTEXT)
     found = []
     with torch.no_grad():
-        logits = model(ids, mask, cache=cache, positions=(mask.cumsum(1) - 1).clamp(min=0))
-        found.append(logits.logits[:, -1])
+        found.append(model(ids, mask, cache=cache, positions=positions).logits[:, -1])
+        positions = positions[:, -1:]
         for _ in range(count):
             token = found[-1].argmax(-1, keepdim=True)
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)

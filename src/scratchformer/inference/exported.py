@@ -88,14 +88,15 @@ class ExportedLM(Compiled):
         self.kernels = attention_kernels(model.decoder, FEW_QUERIES)
         with bf16_autocast(device, bf16):  # (the dtype of a cache made in this setting)
             self.cache_dtype = product_dtype(next(model.decoder.parameters()))
-        self.step = None if torch._dynamo.config.disable else self.compiled_step()
+        self.step = None if torch._dynamo.config.disable else self.compiled_step(device)
         """(None: every call eager, as ``torch.compile`` is when ``TORCH_COMPILE_DISABLE``
         is set.)"""
         self.train(False)
 
-    def compiled_step(self) -> Any:
-        """The step, exported and compiled: a callable of :class:`CachedStep`'s inputs."""
-        device, rows = decoding_device(self.model), self.rows
+    def compiled_step(self, device: torch.device) -> Any:
+        """The step on ``device``, exported and compiled: a callable of
+        :class:`CachedStep`'s inputs."""
+        rows = self.rows
         cached = Dim("cached", min=LEAST_CACHED, max=self.cache_capacity - 1 - SPARE)
         with torch.no_grad(), bf16_autocast(device, self.bf16), installed(self.kernels):
             cache = DecoderCache(self.decoder, rows, self.cache_capacity)
