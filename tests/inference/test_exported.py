@@ -3,6 +3,9 @@ model computes, writes the cache as the eager step does, and refuses what it can
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -10,14 +13,24 @@ from helpers import COMPILED, PROMPTS, tiny_lm
 from scratchformer.data.batching import pad_batch
 from scratchformer.device import bf16_autocast
 from scratchformer.inference import DecoderCache, generate
-from scratchformer.inference.exported import ExportedLM
+from scratchformer.inference import exported as exported_module
+from scratchformer.inference.exported import ExportedLM, kept_package, package_key
 
 CONTEXT = 30
 """The exported step's cache capacity: the longest prompt (6) and up to 23 new tokens."""
 
 
 @pytest.fixture(scope="module")
-def exported() -> tuple[torch.nn.Module, ExportedLM]:
+def packages(tmp_path_factory) -> Iterator[Path]:
+    """Where this module's compiled steps are kept (not in the user's cache)."""
+    path = tmp_path_factory.mktemp("packages")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(exported_module, "packages_dir", lambda: path)
+        yield path
+
+
+@pytest.fixture(scope="module")
+def exported(packages) -> tuple[torch.nn.Module, ExportedLM]:
     """A tiny LM with rotary positions (seed 0) and its step for ``PROMPTS``' rows, shared:
     compiling is most of a test's time."""
     with torch.random.fork_rng():
@@ -75,3 +88,30 @@ def test_other_shapes_run_eagerly_and_limits_are_errors(exported) -> None:
         generate(lm, PROMPTS, max_new_tokens=2, greedy=True)
     with pytest.raises(ValueError, match=r"context=3 must be in 4\.\.33"):
         ExportedLM(model, rows=1, context=3)
+
+
+def test_the_compiled_step_is_kept_for_the_next_process(exported, packages) -> None:
+    """The package is kept under a hash of the graph and weights: the same model loads it
+    (no compiling), other weights would not, and a damaged package is compiled again."""
+    model, lm = exported
+    assert lm.compilation.cached == 0
+    (kept,) = packages.glob("*.pt2")
+    again = ExportedLM(model, rows=len(PROMPTS), context=CONTEXT)
+    assert again.compilation.cached == 1 and again.compilation.seconds < 10
+    assert generate(again, PROMPTS, max_new_tokens=5, greedy=True) == generate(
+        model, PROMPTS, max_new_tokens=5, greedy=True
+    )
+    settings = {"rows": len(PROMPTS), "context": CONTEXT, "bf16": False}
+    program = lm.exported(torch.device("cpu"))
+    assert kept.name == f"{package_key(program, settings)}.pt2"
+    weight = model.decoder.layers[0].feed_forward.w1.weight
+    saved = weight.detach().clone()
+    with torch.no_grad():
+        weight[0, 0] += 1.0
+        changed = package_key(lm.exported(torch.device("cpu")), settings)
+        weight.copy_(saved)
+    assert f"{changed}.pt2" != kept.name
+    assert package_key(program, {**settings, "bf16": True}) != changed
+    damaged = packages / "damaged.pt2"
+    damaged.write_bytes(kept.read_bytes()[:1000])
+    assert kept_package(damaged) is None and kept_package(packages / "none.pt2") is None

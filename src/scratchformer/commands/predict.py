@@ -11,10 +11,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import nn
 
-from ..device import default_device
+from ..device import default_device, model_device
 from ..errors import UsageError
+from ..inference.cache import SPARE
 from ..inference.compile_choice import choose, job_key, measured, say
 from ..inference.generate import stream
 from ..run import load_run
@@ -43,27 +45,56 @@ def compiled_as_chosen(
     model: nn.Module,
     units: float,
     done: Callable[[], float] | None = None,
+    cache_positions: int | None = None,
     **settings: Any,
 ) -> Iterator[nn.Module]:
-    """The model for a job of ``units`` units: through ``torch.compile`` if ``--compile``
-    says so or, by default, if the job repays it on this machine
+    """The model for a job of ``units`` units: compiled if ``--compile`` says so or, by
+    default, if the job repays it on this machine
     (:mod:`~scratchformer.inference.compile_choice`); the job's time is recorded, with
-    the units ``done`` counts if given."""
+    the units ``done`` counts if given. ``cache_positions``: the KV cache a generation
+    needs (see :func:`compiled`)."""
+    ahead = cache_positions is not None and exportable(model, cache_positions)
+    if ahead:
+        settings["ahead_of_time"] = True  # (compiled otherwise, so measured apart)
     choice = choose(args.compile, job_key(model, args.command, **settings), units)
     say(choice, args.verbose)
     if choice.compile:
-        from ..inference import CompiledModel  # (torch's compiler: imported when asked for)
-
-        # int8 weights compile frozen: their fused kernels need the weights as constants
-        model = CompiledModel(model, cached=args.quantize is None)
         if not args.quiet:
             print(
                 "compiling the model: a minute or more the first time on this machine, "
                 "seconds once cached",
                 file=sys.stderr,
             )
-    with measured(choice, done, args.verbose):
+        model = compiled(model, ahead, cached=args.quantize is None)
+    with measured(choice, done, args.verbose, getattr(model, "compilation", None)):
         yield model
+
+
+def exportable(model: nn.Module, cache_positions: int) -> bool:
+    """Whether a generation of ``model`` that needs ``cache_positions`` positions of KV
+    cache takes :class:`~scratchformer.inference.exported.ExportedLM`: a decoder-only
+    LM, on the CPU (where it was measured), whose context holds them."""
+    decoder_only = getattr(model, "decoder", None) is not None and not hasattr(model, "encoder")
+    return (
+        decoder_only
+        and model_device(model).type == "cpu"
+        and cache_positions <= model.config.max_len + SPARE
+    )
+
+
+def compiled(model: nn.Module, ahead: bool, cached: bool) -> nn.Module:
+    """``model`` compiled: a one-row decoding step compiled ahead of time, for the whole of
+    the model's context (one package kept per model and precision), if ``ahead``; else
+    through ``torch.compile``, so that the next process finds the code if ``cached``
+    (int8 weights compile frozen: their fused kernels need the weights as constants)."""
+    if ahead:
+        from ..inference.exported import ExportedLM  # (torch's compiler: imported when asked for)
+
+        bf16 = torch.is_autocast_enabled("cpu")
+        return ExportedLM(model, rows=1, context=model.config.max_len + SPARE, bf16=bf16)
+    from ..inference import CompiledModel
+
+    return CompiledModel(model, cached=cached)
 
 
 @in_precision
@@ -83,7 +114,8 @@ def generate(args: argparse.Namespace) -> int:
     new: list[int] = []
     shown = ""
     units = args.max_new_tokens
-    with compiled_as_chosen(args, model, units, lambda: len(new)) as model:
+    positions = len(prompt) + args.max_new_tokens + SPARE
+    with compiled_as_chosen(args, model, units, lambda: len(new), positions) as model:
         sys.stdout.write(args.prompt)
         for step in stream(
             model,

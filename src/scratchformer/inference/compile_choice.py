@@ -162,18 +162,28 @@ def compile_counts() -> tuple[float, int, int]:
 
 @contextmanager
 def measured(
-    choice: Choice, done: Callable[[], float] | None = None, verbose: bool = False
+    choice: Choice,
+    done: Callable[[], float] | None = None,
+    verbose: bool = False,
+    ahead: Compilation | None = None,
 ) -> Iterator[None]:
     """Time the job of ``choice`` and record what it measured (nothing if it fails);
     ``done`` counts the units the job did, if they can fall short of ``choice.units`` (a
-    generation that ends early). A compiled job's compilation is told under ``verbose``."""
-    before = compile_counts() if choice.compile else None
+    generation that ends early). The compilation is what the job's calls compile or, if
+    given, ``ahead``: one done before the job (an AOTInductor step's); it is told under
+    ``verbose``."""
+    before = compile_counts() if choice.compile and ahead is None else None
     start = time.perf_counter()
     yield
     seconds = time.perf_counter() - start
-    compiled = compilation_since(before, verbose)
-    working = seconds - (compiled.seconds if compiled is not None else 0.0)
-    record(choice, max(working, 0.0), choice.units if done is None else done(), compiled)
+    if ahead is None:
+        compiled = compilation_since(before, verbose)
+        seconds -= compiled.seconds if compiled is not None else 0.0
+    else:
+        compiled = ahead
+        if verbose:
+            print(compiled, file=sys.stderr)
+    record(choice, max(seconds, 0.0), choice.units if done is None else done(), compiled)
 
 
 @dataclass(frozen=True)

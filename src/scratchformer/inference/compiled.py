@@ -32,8 +32,10 @@ not autotuned. Its steps are slower where few rows are multiplied
 (greedy decoding at batch 1 of ``benchmarks/generate.py``'s model on a 2-core AVX2 EPYC:
 120 tokens/s against 224 frozen and 88 eager; docs/performance.md, "Compiling a user's
 job"); the command line compiles so, since a user's job is short next to a frozen
-compilation (minutes), except with int8 weights, whose fused kernels need them frozen;
-the server freezes, since it compiles once for a long life.
+compilation (minutes), except with int8 weights, whose fused kernels need them frozen, and
+except ``generate`` on the CPU, whose decoding step is compiled ahead of time, frozen, and
+kept on disk whole (:mod:`~.exported`); the server freezes, since it compiles once for a
+long life.
 
 Compiled for the CPU, attention of a few queries a row (every decoding step) takes
 :func:`~.kernels.few_query_attention`, which Inductor fuses, in place of PyTorch's flash

@@ -9,37 +9,52 @@ of positions already cached dynamic) and compiles it with AOTInductor, whose C++
 kernels one after another; the buffers are updated in place, as the eager step updates
 them. The weights are frozen in and the GEMMs autotuned, as ``CompiledModel``'s.
 
+Compiling takes tens of seconds, so the compiled package is kept on disk, beside
+Inductor's code (:func:`~scratchformer.caches.compiled_code_dir`, one directory per
+processor), under a hash of what it was compiled from: the exported graph, its weights, the
+settings and torch's version. The next process that exports the same step (a few seconds)
+loads it instead of compiling; a package that cannot be loaded is compiled again.
+
 Its cache has a fixed capacity (``context`` positions a row) and a fixed number of rows,
 so that the buffers' shapes are constants of the step: :func:`~.generate.stream` makes the
 cache that size (:attr:`ExportedLM.cache_capacity`). Every other call, the prompt among
-them, runs the model eagerly. Exporting and compiling take tens of seconds, in every
-process (nothing is kept on disk).
+them, runs the model eagerly.
 """
 
 from __future__ import annotations
 
-import tempfile
+import hashlib
+import io
+import json
+import time
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 from torch._inductor import config as inductor_config
-from torch.export import Dim, export
+from torch.export import Dim, ExportedProgram, export
 
+from ..caches import compiled_code_dir
 from ..device import bf16_autocast
+from ..io import atomic_write_bytes
 from ..models.base import ModelOutput
 from ..nn.quantized import product_dtype
 from .cache import SPARE, DecoderCache
+from .compile_choice import Compilation
 from .compiled import QUIET_FROZEN, Compiled
 from .generate import decoding_device
 from .kernels import FEW_QUERIES, attention_kernels, installed
 
-AUTOTUNED = {**QUIET_FROZEN, "max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN"}
-"""Inductor's settings for the step: weights frozen in, GEMMs chosen by timing."""
+AUTOTUNED = {**QUIET_FROZEN, "max_autotune": True}
+"""Inductor's settings for the step: weights frozen in, GEMMs chosen by timing among
+Inductor's backends (``$TORCHINDUCTOR_MAX_AUTOTUNE_GEMM_BACKENDS``; on the CPU, its C++
+templates and ATen's)."""
 LEAST_CACHED = 2
 """The step is exported for at least this many cached positions (Dynamo treats sizes 0 and
 1 as special cases); a step after fewer runs eagerly."""
+PACKAGES = "exported"
+"""The directory of the kept packages, inside the compiled code's."""
 
 
 class CachedStep(nn.Module):
@@ -88,14 +103,33 @@ class ExportedLM(Compiled):
         self.kernels = attention_kernels(model.decoder, FEW_QUERIES)
         with bf16_autocast(device, bf16):  # (the dtype of a cache made in this setting)
             self.cache_dtype = product_dtype(next(model.decoder.parameters()))
+        self.compilation: Compilation | None = None
+        """What exporting and compiling (or loading) the step took; None if it was not."""
         self.step = None if torch._dynamo.config.disable else self.compiled_step(device)
         """(None: every call eager, as ``torch.compile`` is when ``TORCH_COMPILE_DISABLE``
         is set.)"""
         self.train(False)
 
     def compiled_step(self, device: torch.device) -> Any:
-        """The step on ``device``, exported and compiled: a callable of
-        :class:`CachedStep`'s inputs."""
+        """The step on ``device``, exported, then loaded from its kept package or compiled
+        (and kept): a callable of :class:`CachedStep`'s inputs. What it took is
+        :attr:`compilation`."""
+        start = time.perf_counter()
+        program = self.exported(device)
+        settings = {"rows": self.rows, "context": self.cache_capacity, "bf16": self.bf16}
+        path = packages_dir() / f"{package_key(program, settings)}.pt2"
+        step = kept_package(path)
+        kept = step is not None
+        if not kept:
+            package = io.BytesIO()
+            with inductor_config.patch(AUTOTUNED):
+                torch._inductor.aoti_compile_and_package(program, package_path=package)
+            step = keep_package(path, package.getvalue())
+        self.compilation = Compilation(time.perf_counter() - start, graphs=1, cached=int(kept))
+        return step
+
+    def exported(self, device: torch.device) -> ExportedProgram:
+        """The step on ``device``, exported for this model's rows and cache capacity."""
         rows = self.rows
         cached = Dim("cached", min=LEAST_CACHED, max=self.cache_capacity - 1 - SPARE)
         with torch.no_grad(), bf16_autocast(device, self.bf16), installed(self.kernels):
@@ -112,12 +146,7 @@ class ExportedLM(Compiled):
             )
             layers = [None] * len(keys)
             shapes = (None, {1: cached + 1}, None, {0: cached}, layers, layers)
-            program = export(CachedStep(self.model), example, dynamic_shapes=shapes, strict=False)
-            with inductor_config.patch(AUTOTUNED), tempfile.TemporaryDirectory() as scratch:
-                package = torch._inductor.aoti_compile_and_package(
-                    program, package_path=str(Path(scratch) / "step.pt2")
-                )
-                return torch._inductor.aoti_load_package(package)
+            return export(CachedStep(self.model), example, dynamic_shapes=shapes, strict=False)
 
     def forward(
         self,
@@ -162,3 +191,53 @@ class ExportedLM(Compiled):
         for layer in cache.self_attn:  # (the step wrote the new position's keys and values)
             layer.length += 1
         return ModelOutput(logits=logits, last_hidden_state=hidden)
+
+
+def packages_dir() -> Path:
+    """Where compiled steps are kept: beside Inductor's code, one directory per processor."""
+    return compiled_code_dir() / PACKAGES
+
+
+def package_key(program: ExportedProgram, settings: dict[str, Any]) -> str:
+    """A hash of what a compiled step is made of: the exported graph and its signature and
+    dynamic ranges, its weights and constants, ``settings`` (what else shaped the example
+    inputs), Inductor's settings and torch's version."""
+    digest = hashlib.sha256()
+    described = {
+        "graph": program.graph_module.code,
+        "signature": str(program.graph_signature),
+        "ranges": str(program.range_constraints),
+        "settings": settings,
+        "inductor": {**AUTOTUNED, "backends": inductor_config.max_autotune_gemm_backends},
+        "torch": torch.__version__,
+    }
+    digest.update(json.dumps(described, sort_keys=True, default=str).encode())
+    tensors = {**program.state_dict, **program.constants}
+    for name, tensor in sorted(tensors.items()):
+        if isinstance(tensor, Tensor):
+            digest.update(f"{name} {tensor.dtype} {tuple(tensor.shape)}".encode())
+            flat = tensor.detach().cpu().contiguous().reshape(-1)
+            digest.update(flat.view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:32]
+
+
+def kept_package(path: Path) -> Any:
+    """The compiled step kept at ``path``; None if there is none or it cannot be loaded (it
+    is then compiled again)."""
+    if not path.is_file():
+        return None
+    try:
+        return torch._inductor.aoti_load_package(str(path))
+    except (RuntimeError, OSError):
+        return None
+
+
+def keep_package(path: Path, package: bytes) -> Any:
+    """The compiled step in ``package``, kept at ``path`` for the next process (unless the
+    directory cannot be written: it is then loaded from memory)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(path, package)
+    except OSError:
+        return torch._inductor.aoti_load_package(io.BytesIO(package))
+    return torch._inductor.aoti_load_package(str(path))
