@@ -19,13 +19,14 @@ import random
 import shutil
 from collections import Counter
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any, NoReturn
 
 import pytest
 import torch
 
 from helpers import FAULTS_PROPERTY, FILLER, pretrain_t5, squad_file, train
-from scratchformer.inference import compile_choice
+from scratchformer.inference import compile_choice, exported
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -38,6 +39,17 @@ os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 def _seed() -> None:
     """Every test starts from the same random state."""
     torch.manual_seed(0)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def kept_steps(tmp_path_factory) -> Iterator[Path]:
+    """Where decoding steps compiled ahead of time are kept (``exported.packages_dir``): a
+    directory of the session's, not the user's cache; a step one test compiled, the next
+    loads."""
+    path = tmp_path_factory.mktemp("kept-steps")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(exported, "packages_dir", lambda: path)
+        yield path
 
 
 @pytest.fixture(autouse=True)

@@ -7,7 +7,6 @@ import io
 from helpers import compile_without_inductor, compiled_graphs, run, train
 from scratchformer import demo as demo_module
 from scratchformer.cli import main
-from scratchformer.inference import exported
 
 
 def test_translate_keeps_line_alignment(copy_run, capsys, monkeypatch) -> None:
@@ -153,14 +152,12 @@ def test_generate_is_reproducible_with_a_seed(tmp_path, capsys, monkeypatch) -> 
     quantized = run(capsys, monkeypatch, "", *int8)
     assert quantized[0] == 0 and quantized[1][0].startswith("to be")
     # --compile: the decoding step compiled ahead of time, kept for the next process
-    monkeypatch.setattr(exported, "packages_dir", lambda: tmp_path / "packages")
     compiled = run(capsys, monkeypatch, "", *greedy, "--compile", "--verbose")
     assert compiled[:2] == eager[:2] and "compiled 1 graphs" in compiled[2]
     assert "(0 from the cache)" in compiled[2]
     kept = run(capsys, monkeypatch, "", *greedy, "--compile", "--verbose")
     assert kept[:2] == eager[:2] and "(1 from the cache)" in kept[2]
     assert run(capsys, monkeypatch, "", *int8, "--compile")[:2] == quantized[:2]
-    assert len(list((tmp_path / "packages").glob("*.pt2"))) == 2
 
 
 def test_demo_trains_decodes_and_draws(tmp_path, capsys, monkeypatch) -> None:

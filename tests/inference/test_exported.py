@@ -3,9 +3,6 @@ model computes, writes the cache as the eager step does, and refuses what it can
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -13,7 +10,6 @@ from helpers import COMPILED, PROMPTS, tiny_lm
 from scratchformer.data.batching import pad_batch
 from scratchformer.device import bf16_autocast
 from scratchformer.inference import DecoderCache, generate
-from scratchformer.inference import exported as exported_module
 from scratchformer.inference.exported import ExportedLM, kept_package, package_key
 
 CONTEXT = 30
@@ -21,16 +17,7 @@ CONTEXT = 30
 
 
 @pytest.fixture(scope="module")
-def packages(tmp_path_factory) -> Iterator[Path]:
-    """Where this module's compiled steps are kept (not in the user's cache)."""
-    path = tmp_path_factory.mktemp("packages")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(exported_module, "packages_dir", lambda: path)
-        yield path
-
-
-@pytest.fixture(scope="module")
-def exported(packages) -> tuple[torch.nn.Module, ExportedLM]:
+def exported() -> tuple[torch.nn.Module, ExportedLM]:
     """A tiny LM with rotary positions (seed 0) and its step for ``PROMPTS``' rows, shared:
     compiling is most of a test's time."""
     with torch.random.fork_rng():
@@ -90,20 +77,20 @@ def test_other_shapes_run_eagerly_and_limits_are_errors(exported) -> None:
         ExportedLM(model, rows=1, context=3)
 
 
-def test_the_compiled_step_is_kept_for_the_next_process(exported, packages) -> None:
+def test_the_compiled_step_is_kept_for_the_next_process(exported, kept_steps) -> None:
     """The package is kept under a hash of the graph and weights: the same model loads it
     (no compiling), other weights would not, and a damaged package is compiled again."""
     model, lm = exported
     assert lm.compilation.cached == 0
-    (kept,) = packages.glob("*.pt2")
     again = ExportedLM(model, rows=len(PROMPTS), context=CONTEXT)
     assert again.compilation.cached == 1 and again.compilation.seconds < 10
     assert generate(again, PROMPTS, max_new_tokens=5, greedy=True) == generate(
         model, PROMPTS, max_new_tokens=5, greedy=True
     )
-    settings = {"rows": len(PROMPTS), "context": CONTEXT, "bf16": False}
+    settings = lm.settings
     program = lm.exported(torch.device("cpu"))
-    assert kept.name == f"{package_key(program, settings)}.pt2"
+    kept = kept_steps / f"{package_key(program, settings)}.pt2"
+    assert kept.is_file()
     weight = model.decoder.layers[0].feed_forward.w1.weight
     saved = weight.detach().clone()
     with torch.no_grad():
@@ -112,6 +99,6 @@ def test_the_compiled_step_is_kept_for_the_next_process(exported, packages) -> N
         weight.copy_(saved)
     assert f"{changed}.pt2" != kept.name
     assert package_key(program, {**settings, "bf16": True}) != changed
-    damaged = packages / "damaged.pt2"
+    damaged = kept_steps / "damaged.pt2"
     damaged.write_bytes(kept.read_bytes()[:1000])
-    assert kept_package(damaged) is None and kept_package(packages / "none.pt2") is None
+    assert kept_package(damaged) is None and kept_package(kept_steps / "none.pt2") is None

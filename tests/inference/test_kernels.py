@@ -30,6 +30,7 @@ from scratchformer.nn import (
     padding_mask,
     scaled_dot_product_attention,
 )
+from scratchformer.nn.attention import expand_kv_heads
 from torch_reference import lengths_mask
 
 
@@ -44,10 +45,17 @@ def recorded_graphs() -> tuple[list[torch.fx.GraphModule], object]:
     return graphs, recording
 
 
+@pytest.mark.parametrize("kv_heads", [4, 2])
 @pytest.mark.parametrize("q_len", [1, 3])
 @pytest.mark.parametrize("masked", ["none", "padding", "padding+causal", "a row with no key"])
-def test_few_query_attention_equals_the_reference(q_len: int, masked: str) -> None:
-    q, k, v = torch.randn(3, 4, q_len, 8), torch.randn(3, 4, 6, 8), torch.randn(3, 4, 6, 8)
+def test_few_query_attention_equals_the_reference(q_len: int, masked: str, kv_heads: int) -> None:
+    """Against the reference, with keys and values of as many heads as the queries or of
+    fewer (grouped-query attention: the reference is given them repeated)."""
+    q, k, v = (
+        torch.randn(3, 4, q_len, 8),
+        torch.randn(3, kv_heads, 6, 8),
+        torch.randn(3, kv_heads, 6, 8),
+    )
     mask = {
         "none": None,
         "padding": padding_mask(lengths_mask([6, 4, 1], 6)),
@@ -56,7 +64,7 @@ def test_few_query_attention_equals_the_reference(q_len: int, masked: str) -> No
         ),
         "a row with no key": padding_mask(lengths_mask([6, 0, 2], 6)),
     }[masked]
-    reference, _ = scaled_dot_product_attention(q, k, v, mask)
+    reference, _ = scaled_dot_product_attention(q, *expand_kv_heads(k, v, 4), mask)
     torch.testing.assert_close(few_query_attention(q, k, v, mask), reference, atol=1e-6, rtol=0)
 
 

@@ -34,7 +34,7 @@ from torch import Tensor, nn
 
 from ..models import LMHead
 from ..nn import MultiHeadAttention, causal_mask, combine_masks
-from ..nn.attention import expand_kv_heads, masked_softmax
+from ..nn.attention import masked_softmax
 
 FEW_QUERIES = 8
 """Up to this many queries a row (a decoding step: one token, or the beams of a sentence in
@@ -51,11 +51,20 @@ def few_query_attention(
 ) -> Tensor:
     """:func:`~scratchformer.nn.scaled_dot_product_attention`'s output, from sums of
     elementwise products in place of matrix products: for a few queries a row,
-    ``torch.compile`` fuses each sum into one kernel that reads the keys (or values) once."""
+    ``torch.compile`` fuses each sum into one kernel that reads the keys (or values) once.
+
+    ``q`` ``(..., heads, q_len, d)``; ``k`` and ``v`` may have fewer heads, each shared by
+    a group of consecutive query heads (grouped-query attention), which attend as one more
+    dimension rather than through copies of the keys."""
+    groups = q.shape[-3] // k.shape[-3]
+    q = q.unflatten(-3, (k.shape[-3], groups))
+    k, v = k.unsqueeze(-3), v.unsqueeze(-3)
+    if mask is not None and mask.dim() >= 3:
+        mask = mask.unsqueeze(-3) if mask.shape[-3] == 1 else mask.unflatten(-3, (-1, groups))
     scores = (q.unsqueeze(-2) * k.unsqueeze(-3)).sum(dim=-1)
     scores = scores / math.sqrt(q.shape[-1]) if scale is None else scores * scale
     weights = masked_softmax(scores, mask)
-    return (weights.unsqueeze(-1) * v.unsqueeze(-3)).sum(dim=-2)
+    return (weights.unsqueeze(-1) * v.unsqueeze(-3)).sum(dim=-2).flatten(-4, -3)
 
 
 def fold_rows(x: Tensor, rows: int) -> Tensor:
@@ -113,7 +122,6 @@ class DecodingAttention:
         if core or q_len > self.few_queries:
             attend = MultiHeadAttention.attend
             return attend(self.attention, q, k, v, mask, is_causal, need_weights, bias)
-        k, v = expand_kv_heads(k, v, q.shape[1])
         if is_causal:
             mask = combine_masks(mask, causal_mask(q_len, k.shape[-2], device=q.device))
         return few_query_attention(q, k, v, mask, self.attention.scale), None
