@@ -18,8 +18,8 @@ import os
 import random
 import shutil
 from collections import Counter
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest

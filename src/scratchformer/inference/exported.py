@@ -168,7 +168,14 @@ class ExportedLM(Compiled):
                 values,
             )
             layers = [{0: batch}] * len(keys)
-            shapes = ({0: batch}, {0: batch, 1: cached + 1}, {0: batch}, {0: cached}, layers, layers)
+            shapes = (
+                {0: batch},
+                {0: batch, 1: cached + 1},
+                {0: batch},
+                {0: cached},
+                layers,
+                layers,
+            )
             return export(CachedStep(self.model), example, dynamic_shapes=shapes, strict=False)
 
     def forward(
