@@ -87,9 +87,10 @@ class CachedStep(nn.Module):
 class ExportedLM(Compiled):
     """``model`` (a decoder-only LM in eval mode) with its decoding step of ``rows`` rows
     (or of any number from ``fewest_rows``, at least 2, to ``rows``) compiled ahead of
-    time, for caches of ``context`` positions a row; under bfloat16 autocast if ``bf16``. Pass it to :func:`~.generate.generate` or
-    :func:`~.generate.stream` in place of the model, with as many prompts as ``rows``: the
-    same tokens as the model's (fp32), faster steps. The model is read once, here."""
+    time, for caches of ``context`` positions a row; under bfloat16 autocast if ``bf16``.
+    Pass it to :func:`~.generate.generate` or :func:`~.generate.stream` in place of the
+    model, with as many prompts as ``rows``: the same tokens as the model's (fp32), faster
+    steps. The model is read once, here."""
 
     def __init__(
         self,
