@@ -10,9 +10,10 @@ decoded, inputs run), and the compilation it paid at its start (:meth:`Serving.r
 A compiled server compiles before it answers, so that no request waits on a compilation.
 A language model's decoding step compiles when its
 :class:`~scratchformer.inference.ContinuousBatcher` is made (ahead of time, on the CPU) or
-in its warm-up (its rows and cache length are dynamic). Any other run's model compiles through its endpoint, called on :data:`WARM_UP`'s
-texts, a call each: one input, then one of another length, after which Dynamo holds the
-length dynamic, then several, after which it holds the batch dynamic too. Sizes of 1 keep
+in its warm-up (its rows and cache length are dynamic). Any other run's model compiles
+through its endpoint, called on :data:`WARM_UP`'s texts, a call each: one input, then one
+of another length, after which Dynamo holds the length dynamic, then several, after which
+it holds the batch dynamic too. Sizes of 1 keep
 graphs of their own (Dynamo specializes them), and a translation run's greedy search
 (``beam_size=1``, an :attr:`~.tasks.Endpoint.variants`) calls the decoder with a row a
 text, so it is warmed up too: a classifier's forward compiles three graphs, a translation
