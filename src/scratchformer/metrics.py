@@ -13,8 +13,6 @@ from collections.abc import Hashable, Sequence
 
 from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.metrics.base import Metric
-from scipy import stats
-from seqeval.metrics import f1_score, precision_score, recall_score
 
 
 def perplexity(mean_loss: float) -> float:
@@ -24,6 +22,8 @@ def perplexity(mean_loss: float) -> float:
 
 def correlations(predictions: Sequence[float], targets: Sequence[float]) -> dict[str, float]:
     """Pearson and Spearman correlation of predicted and gold values (0 when undefined)."""
+    from scipy import stats  # (with seqeval's, most of a second to import: when needed)
+
     if len(predictions) < 2 or len(set(predictions)) < 2 or len(set(targets)) < 2:
         return {"pearson": 0.0, "spearman": 0.0}
     return {
@@ -36,6 +36,8 @@ def entity_scores(
     gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]
 ) -> dict[str, float]:
     """Entity-level precision, recall and F1 (CoNLL-style exact spans, with seqeval)."""
+    from seqeval.metrics import f1_score, precision_score, recall_score  # (when needed)
+
     gold, predicted = [list(s) for s in gold], [list(s) for s in predicted]
     return {
         "entity_precision": float(precision_score(gold, predicted, zero_division=0)),
