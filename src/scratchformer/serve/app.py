@@ -40,7 +40,7 @@ from .errors import ApiError
 from .metrics import Metrics
 from .page import page
 from .tasks import ENDPOINTS, grouped
-from .workers import BatchWorker, Busy, DecodingWorker, ModelUse, Usage
+from .workers import BatchWorker, Busy, DecodingWorker, ModelUse, Usage, in_a_passing_thread
 
 TASK, EMBED, ATTENTION = "task", "embed", "attention"
 """The kinds of work of the batching worker."""
@@ -84,7 +84,7 @@ class ServeOptions:
 
 def create_app(run_dir: Path, options: ServeOptions = ServeOptions()) -> FastAPI:
     """The application serving ``run_dir``'s best model."""
-    task, model = load_run(run_dir, quantization=options.quantize)
+    task, model = in_a_passing_thread(lambda: load_run(run_dir, quantization=options.quantize))
     device = default_device(options.device)
     model = model.to(device)
     bf16 = uses_bf16(options.precision, device)
@@ -108,16 +108,18 @@ def create_app(run_dir: Path, options: ServeOptions = ServeOptions()) -> FastAPI
             raise ValueError(
                 f"--context {context} exceeds the model's max_len={model.config.max_len}"
             )
-    serving = ready(
-        task,
-        model,
-        computing,
-        options.compile,
-        options.verbose,
-        options.max_batch,
-        context,
-        quantize=options.quantize,
-        bf16=bf16,
+    serving = in_a_passing_thread(
+        lambda: ready(
+            task,
+            model,
+            computing,
+            options.compile,
+            options.verbose,
+            options.max_batch,
+            context,
+            quantize=options.quantize,
+            bf16=bf16,
+        )
     )
     workers: list[Any] = []
     decoding = None

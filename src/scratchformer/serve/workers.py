@@ -2,7 +2,16 @@
 it: a decoding thread that steps a :class:`~scratchformer.inference.ContinuousBatcher`
 (language models), or a batching thread that gathers the inputs of concurrent requests
 into one call of the model (every other endpoint). Either way the model is used by one
-thread only, and a full queue is refused at once (:class:`Busy`) instead of growing."""
+thread only, and a full queue is refused at once (:class:`Busy`) instead of growing.
+
+The event loop's thread never computes with the model, not even while the server starts:
+loading and compiling run in a thread of their own that ends with them
+(:func:`in_a_passing_thread`). OpenMP (GNU's, as torch's CPU builds link) keeps a pool of
+threads for every thread that ever ran a parallel region, for as long as it lives, and
+once the pools' threads outnumber the cores it spins less before sleeping: each parallel
+region of a worker then waits on the kernel to wake its threads. A linear map of one row by
+384 x 1,536 took 120-132 us in a second thread against 25-37 us in the first, on 2 cores
+(docs/performance.md, "Serving")."""
 
 from __future__ import annotations
 
@@ -10,12 +19,22 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from ..inference.continuous import ContinuousBatcher, Request
 from .metrics import Metrics
+
+T = TypeVar("T")
+
+
+def in_a_passing_thread(work: Callable[[], T]) -> T:
+    """``work()``, run in a thread that ends when it returns (its error raised here): the
+    OpenMP threads it starts end with it (see the module docstring)."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="loading") as pool:
+        return pool.submit(work).result()
 
 
 class Busy(Exception):
