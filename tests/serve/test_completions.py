@@ -9,8 +9,8 @@ import shutil
 import openai
 import pytest
 
-from helpers import compile_without_inductor, compiled_graphs, live
-from scratchformer.inference import generate
+from helpers import live
+from scratchformer.inference import compile_choice, generate
 from scratchformer.run import load_run
 from scratchformer.serve import ServeOptions, create_app
 
@@ -73,16 +73,14 @@ def test_sixteen_concurrent_requests_get_what_each_gets_alone(lm_url, lm_run) ->
     assert sixteen_concurrent_texts(lm_url) == expected
 
 
-def test_compiled_decoding_serves_what_each_request_gets_alone(lm_run, monkeypatch) -> None:
-    """``serve --compile``: the step compiled before the server answers (here without
-    Inductor's kernels, which ``tests/inference/test_continuous.py`` compiles), then the
-    same texts."""
-    compile_without_inductor(monkeypatch)
+def test_compiled_decoding_serves_what_each_request_gets_alone(lm_run) -> None:
+    """``serve --compile``: the step compiled ahead of time before the server answers (and
+    recorded, with its cost, when it ends), then the same texts."""
     with live(lm_run, max_batch=4, compile="always") as url:
-        graphs = compiled_graphs()
         texts = sixteen_concurrent_texts(url)
-    assert compiled_graphs() == graphs
     assert texts == [alone(lm_run, PROMPTS[i % 4], 4 + 3 * (i % 5)) for i in range(16)]
+    [costs] = compile_choice.read_ledger().values()
+    assert costs.compile_cold is not None and costs.compiled_per_unit is not None
 
 
 def test_streaming_gives_the_same_text_in_pieces(lm_url, lm_run) -> None:

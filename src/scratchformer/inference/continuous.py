@@ -16,13 +16,15 @@ shared length reaches the end of the cache, the columns that no live row uses ar
 the left. Each row thus computes what it would compute alone, so greedy tokens do not
 depend on what else is in the batch.
 
-Compiled (``compiled=True``), the steps run through a :class:`~.compiled.CompiledModel`,
-their number of rows and the cache's length marked dynamic: one graph serves every step
-(but the very first of a batch, whose cache holds one token), compiled by
-:meth:`ContinuousBatcher.warm_up` rather than by a request. A step feeds at least two rows
-(a free one computes for nothing), since Dynamo specializes a dimension of size one.
-Prompts are prefilled eagerly, one per request, whose lengths would otherwise each compile
-a graph.
+Compiled (``compiled=True``), the steps run on the CPU through an
+:class:`~.exported.ExportedLM` (the step compiled ahead of time, for any number of rows
+and any length of the cache), elsewhere through a :class:`~.compiled.CompiledModel`, their
+number of rows and the cache's length marked dynamic: one graph serves every step (but the
+very first of a batch, whose cache holds one token, which runs eagerly). The batcher
+compiles when it is made, or in :meth:`ContinuousBatcher.warm_up`, not for a request, under
+the caller's autocast. A step feeds at least two rows (a free one computes for nothing),
+since a dimension of size one is specialized. Prompts are prefilled eagerly, one per
+request, whose lengths would otherwise each compile a graph.
 """
 
 from __future__ import annotations
@@ -120,13 +122,9 @@ class ContinuousBatcher:
     ) -> None:
         self.model = model
         self.compiled = compiled
-        self.stepper = model
-        """What runs a step: the model, or the model compiled."""
-        if compiled:
-            from .compiled import CompiledModel  # (torch's compiler: imported when asked for)
-
-            self.stepper = CompiledModel(model)
         self.device = decoding_device(model)
+        self.stepper = compiled_stepper(model, max_batch, max_len) if compiled else model
+        """What runs a step: the model, or the model compiled."""
         self.max_batch = max_batch
         self.max_len = max_len
         self.waiting: deque[Request] = deque()
@@ -246,7 +244,7 @@ class ContinuousBatcher:
         their last token (free rows among them compute on what their row holds, and are
         ignored)."""
         if self.compiled:
-            rows = max(rows, min(2, self.max_batch))
+            rows = max(rows, min(2, self.max_batch))  # (exported.LEAST_ROWS)
         if self.length == self.max_len:
             self.shift(-self.unused_columns())
         end = self.length + 1
@@ -257,8 +255,8 @@ class ContinuousBatcher:
         if self.compiled:
             mask = mask.contiguous()  # (the same strides at any length)
             buffers = [t for layer in cache.self_attn for t in (layer.keys, layer.values)]
-            for tensor in (*inputs, mask, *buffers):
-                torch._dynamo.maybe_mark_dynamic(tensor, 0)  # (rows: one graph for any number)
+            for tensor in (*inputs, mask, *buffers):  # (torch.compile's rows: any number)
+                torch._dynamo.maybe_mark_dynamic(tensor, 0)
         output = self.stepper(inputs[0], mask, cache=cache, positions=inputs[1])
         self.length = end
         self.positions[:rows] += 1
@@ -283,3 +281,17 @@ class ContinuousBatcher:
     def free(self, slot: int) -> None:
         self.slots[slot] = None
         self.mask[slot] = False
+
+
+def compiled_stepper(model: nn.Module, max_batch: int, max_len: int) -> nn.Module:
+    """``model`` compiled for the batcher's steps, under the caller's autocast: its step
+    compiled ahead of time on the CPU (where that was measured), else ``torch.compile``."""
+    if decoding_device(model).type == "cpu":
+        from .exported import LEAST_ROWS, ExportedLM  # (imported when asked for)
+
+        bf16 = torch.is_autocast_enabled("cpu")
+        fewest = LEAST_ROWS if max_batch > 1 else None
+        return ExportedLM(model, max_batch, max_len + SPARE, bf16, fewest_rows=fewest)
+    from .compiled import CompiledModel
+
+    return CompiledModel(model)

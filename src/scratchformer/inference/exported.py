@@ -15,10 +15,11 @@ processor), under a hash of what it was compiled from: the exported graph, its w
 settings and torch's version. The next process that exports the same step (a few seconds)
 loads it instead of compiling; a package that cannot be loaded is compiled again.
 
-Its cache has a fixed capacity (``context`` positions a row) and a fixed number of rows,
-so that the buffers' shapes are constants of the step: :func:`~.generate.stream` makes the
-cache that size (:attr:`ExportedLM.cache_capacity`). Every other call, the prompt among
-them, runs the model eagerly.
+Its cache has a fixed capacity (``context`` positions a row), a constant of the step:
+:func:`~.generate.stream` makes the cache that size (:attr:`ExportedLM.cache_capacity`).
+The number of rows is fixed too, or dynamic between ``fewest_rows`` and ``rows`` (a
+server's continuous batcher, whose live rows come and go). Every other call, the prompt
+among them, runs the model eagerly.
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ templates and ATen's)."""
 LEAST_CACHED = 2
 """The step is exported for at least this many cached positions (Dynamo treats sizes 0 and
 1 as special cases); a step after fewer runs eagerly."""
+LEAST_ROWS = 2
+"""The fewest rows of a step whose rows are dynamic (Dynamo specializes a size of 1)."""
 PACKAGES = "exported"
 """The directory of the kept packages, inside the compiled code's."""
 
@@ -83,12 +86,20 @@ class CachedStep(nn.Module):
 
 class ExportedLM(Compiled):
     """``model`` (a decoder-only LM in eval mode) with its decoding step of ``rows`` rows
-    compiled ahead of time, for caches of ``context`` positions a row; under bfloat16
-    autocast if ``bf16``. Pass it to :func:`~.generate.generate` or
-    :func:`~.generate.stream` in place of the model, with as many prompts as ``rows``: the
-    same tokens as the model's (fp32), faster steps. The model is read once, here."""
+    (or of any number from ``fewest_rows``, at least 2, to ``rows``) compiled ahead of
+    time, for caches of ``context`` positions a row; under bfloat16 autocast if ``bf16``.
+    Pass it to :func:`~.generate.generate` or :func:`~.generate.stream` in place of the
+    model, with as many prompts as ``rows``: the same tokens as the model's (fp32), faster
+    steps. The model is read once, here."""
 
-    def __init__(self, model: nn.Module, rows: int, context: int, bf16: bool = False) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        rows: int,
+        context: int,
+        bf16: bool = False,
+        fewest_rows: int | None = None,
+    ) -> None:
         super().__init__()
         if getattr(model, "decoder", None) is None or hasattr(model, "encoder"):
             raise ValueError("ExportedLM takes a decoder-only language model")
@@ -99,7 +110,10 @@ class ExportedLM(Compiled):
             )
         device = decoding_device(model)  # (which refuses a model in training mode)
         self.model = model
+        if fewest_rows is not None and not LEAST_ROWS <= fewest_rows <= rows:
+            raise ValueError(f"fewest_rows={fewest_rows} must be in {LEAST_ROWS}..{rows}")
         self.rows, self.cache_capacity, self.bf16 = rows, context, bf16
+        self.fewest_rows = rows if fewest_rows is None else fewest_rows
         self.kernels = attention_kernels(model.decoder, FEW_QUERIES)
         with bf16_autocast(device, bf16):  # (the dtype of a cache made in this setting)
             self.cache_dtype = product_dtype(next(model.decoder.parameters()))
@@ -130,12 +144,18 @@ class ExportedLM(Compiled):
     @property
     def settings(self) -> dict[str, Any]:
         """What shaped the step's example inputs, besides the model."""
-        return {"rows": self.rows, "context": self.cache_capacity, "bf16": self.bf16}
+        return {
+            "rows": self.rows,
+            "fewest_rows": self.fewest_rows,
+            "context": self.cache_capacity,
+            "bf16": self.bf16,
+        }
 
     def exported(self, device: torch.device) -> ExportedProgram:
         """The step on ``device``, exported for this model's rows and cache capacity."""
         rows = self.rows
         cached = Dim("cached", min=LEAST_CACHED, max=self.cache_capacity - 1 - SPARE)
+        batch = None if self.fewest_rows == rows else Dim("rows", min=self.fewest_rows, max=rows)
         with torch.no_grad(), bf16_autocast(device, self.bf16), installed(self.kernels):
             cache = DecoderCache(self.decoder, rows, self.cache_capacity)
             keys = [layer.keys for layer in cache.self_attn]
@@ -148,8 +168,15 @@ class ExportedLM(Compiled):
                 keys,
                 values,
             )
-            layers = [None] * len(keys)
-            shapes = (None, {1: cached + 1}, None, {0: cached}, layers, layers)
+            layers = [{0: batch}] * len(keys)
+            shapes = (
+                {0: batch},
+                {0: batch, 1: cached + 1},
+                {0: batch},
+                {0: cached},
+                layers,
+                layers,
+            )
             return export(CachedStep(self.model), example, dynamic_shapes=shapes, strict=False)
 
     def forward(
@@ -179,7 +206,8 @@ class ExportedLM(Compiled):
             and not options
             and attention_mask is not None
             and positions is not None
-            and input_ids.shape == (self.rows, 1)
+            and self.fewest_rows <= input_ids.shape[0] <= self.rows
+            and input_ids.shape[1] == 1
             and cache.self_attn[0].keys.shape[2] == self.cache_capacity
             and cache.length >= LEAST_CACHED
         )

@@ -8,11 +8,12 @@ server records at its end the seconds its model computed and the units it did (t
 decoded, inputs run), and the compilation it paid at its start (:meth:`Serving.record`).
 
 A compiled server compiles before it answers, so that no request waits on a compilation.
-A language model's decoding step compiles in
-:meth:`~scratchformer.inference.ContinuousBatcher.warm_up` (its rows and cache length are
-dynamic). Any other run's model compiles through its endpoint, called on :data:`WARM_UP`'s
-texts, a call each: one input, then one of another length, after which Dynamo holds the
-length dynamic, then several, after which it holds the batch dynamic too. Sizes of 1 keep
+A language model's decoding step compiles when its
+:class:`~scratchformer.inference.ContinuousBatcher` is made (ahead of time, on the CPU) or
+in its warm-up (its rows and cache length are dynamic). Any other run's model compiles
+through its endpoint, called on :data:`WARM_UP`'s texts, a call each: one input, then one
+of another length, after which Dynamo holds the length dynamic, then several, after which
+it holds the batch dynamic too. Sizes of 1 keep
 graphs of their own (Dynamo specializes them), and a translation run's greedy search
 (``beam_size=1``, an :attr:`~.tasks.Endpoint.variants`) calls the decoder with a row a
 text, so it is warmed up too: a classifier's forward compiles three graphs, a translation
@@ -98,11 +99,15 @@ def ready(
     if task.command == "generate":
         if context is None:
             raise ValueError("a language model is served with a context: positions a row")
-        batcher = ContinuousBatcher(model, max_batch, context, choice.compile)
-        if choice.compile:
-            with computing():
+        with computing():  # (a compiled step is compiled for the server's precision)
+            batcher = ContinuousBatcher(model, max_batch, context, choice.compile)
+            if choice.compile:
                 batcher.warm_up()
-        return Serving(choice, compilation_since(before, verbose), batcher)
+        ahead = getattr(batcher.stepper, "compilation", None)  # (compiled ahead of time)
+        if ahead is not None and verbose:
+            print(ahead, file=sys.stderr)
+        compiled = ahead or compilation_since(before, verbose)
+        return Serving(choice, compiled, batcher)
     served = model
     if choice.compile:
         from ..inference import CompiledModel  # (torch's compiler: imported when asked for)
