@@ -244,6 +244,9 @@ def test_encode_pair_marks_segments(wordpiece: Tokenizer) -> None:
     ids, segments = wordpiece.encode_pair(long, "awful", max_len=3 + 2 * len(b))
     assert ids == [cls, *wordpiece.encode(long)[: len(b)], sep, *b, sep]
     assert len(segments) == len(ids) == 3 + 2 * len(b)
+    encoded = wordpiece.encode(long)  # the same from token ids, which are left as they were
+    assert wordpiece.join_pair(encoded, b, max_len=3 + 2 * len(b)) == (ids, segments)
+    assert encoded == wordpiece.encode(long)
 
 
 def test_encode_words_aligns_sub_words_to_words(wordpiece: Tokenizer, bpe: Tokenizer) -> None:

@@ -293,8 +293,15 @@ class Tokenizer:
         With ``max_len`` the longer of the two texts loses its last token until the whole
         fits (BERT's "longest first" truncation).
         """
+        return self.join_pair(self.encode(a), self.encode(b), max_len=max_len)
+
+    def join_pair(
+        self, ids_a: Sequence[int], ids_b: Sequence[int], *, max_len: int | None = None
+    ) -> tuple[list[int], list[int]]:
+        """:meth:`encode_pair` of two texts already encoded (``ids_a``, ``ids_b``: not
+        changed)."""
         cls, sep = self._require("cls"), self._require("sep")
-        ids_a, ids_b = self.encode(a), self.encode(b)
+        ids_a, ids_b = list(ids_a), list(ids_b)
         if max_len is not None:
             if max_len < 3:
                 raise ValueError(f"max_len={max_len} must be at least 3 ([CLS] and two [SEP])")

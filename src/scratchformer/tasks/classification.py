@@ -36,18 +36,18 @@ class CrossEncoderTask(SentenceTask):
         """Segment embeddings: two for sentence pairs (or the recipe's, if more)."""
         return max(self.recipe.model.type_vocab_size, 2 if self._has_pairs() else 0)
 
-    def encode_texts(self, texts: Sequence[str], target: int | float = 0) -> Encoded:
+    def encode_pieces(self, pieces: Sequence[list[int]], target: int | float = 0) -> Encoded:
         """``[CLS] text [SEP]``, or ``[CLS] a [SEP] b [SEP]`` with segments 0 and 1."""
-        if len(texts) == 2:
-            ids, segments = self.tokenizer().encode_pair(*texts, max_len=self.data.max_len)
+        if len(pieces) == 2:
+            ids, segments = self.tokenizer().join_pair(*pieces, max_len=self.data.max_len)
         else:
-            ids = self.sentence_ids(texts[0])
+            ids = self.wrap(pieces[0])
             segments = [0] * len(ids)
         return Encoded(ids, segments, target)
 
-    def tokens_needed(self, texts: Sequence[str]) -> int:
+    def tokens_needed(self, pieces: Sequence[list[int]]) -> int:
         """``[CLS] a [SEP] b [SEP]`` read as one input, uncut."""
-        return sum(len(self.tokenizer().encode(text)) + 1 for text in texts) + 1
+        return sum(len(ids) + 1 for ids in pieces) + 1
 
     def length(self, example: Encoded) -> int:
         return len(example.ids)

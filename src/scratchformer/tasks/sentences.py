@@ -82,16 +82,21 @@ class SentenceTask(ExampleTask):
 
     def sentence_ids(self, text: str) -> list[int]:
         """``[CLS] text [SEP]``, the text cut to fit ``data.max_len``."""
-        tokenizer = self.tokenizer()
-        return [
-            tokenizer.cls_id,
-            *tokenizer.encode(text)[: self.data.max_len - 2],
-            tokenizer.sep_id,
-        ]
+        return self.wrap(self.tokenizer().encode(text))
 
-    @abstractmethod
+    def wrap(self, ids: Sequence[int]) -> list[int]:
+        """``[CLS] ids [SEP]`` of a text's token ids, cut to fit ``data.max_len``."""
+        tokenizer = self.tokenizer()
+        return [tokenizer.cls_id, *ids[: self.data.max_len - 2], tokenizer.sep_id]
+
     def encode_texts(self, texts: Sequence[str], target: int | float = 0) -> Any:
         """The example of one sentence or a pair, with its target (0 when unknown)."""
+        return self.encode_pieces([self.tokenizer().encode(text) for text in texts], target)
+
+    @abstractmethod
+    def encode_pieces(self, pieces: Sequence[list[int]], target: int | float = 0) -> Any:
+        """The example of one sentence or a pair from their token ids (``pieces``, uncut),
+        with its target."""
 
     def split_line(self, line: str) -> tuple[str, ...]:
         """A line of input: one sentence, or for pair tasks two separated by a tab."""
@@ -102,10 +107,10 @@ class SentenceTask(ExampleTask):
             raise ValueError(f"this model reads sentence pairs: 'first<TAB>second', got {line!r}")
         return first, second
 
-    def tokens_needed(self, texts: Sequence[str]) -> int:
-        """The tokens of the longest input that ``texts`` make, uncut: ``[CLS] text [SEP]``
-        for each sentence read alone."""
-        return max(len(self.tokenizer().encode(text)) + 2 for text in texts)
+    def tokens_needed(self, pieces: Sequence[list[int]]) -> int:
+        """The tokens of the longest input that texts of token ids ``pieces`` make, uncut:
+        ``[CLS] text [SEP]`` for each sentence read alone."""
+        return max(len(ids) + 2 for ids in pieces)
 
     @torch.no_grad()
     def embed(self, model: nn.Module, texts: Sequence[str], batch_size: int = 64) -> Tensor:
@@ -126,10 +131,13 @@ class SentenceTask(ExampleTask):
     def line_logits(self, model: nn.Module, lines: Sequence[str]) -> Iterator[Tensor]:
         """The model's logits (on the CPU) for lines of input, batch by batch, in order;
         lines longer than ``data.max_len`` tokens are cut, with a warning."""
-        texts = per_line(lines, self.split_line)
+        tokenizer = self.tokenizer()
+        pieces = [
+            [tokenizer.encode(t) for t in texts] for texts in per_line(lines, self.split_line)
+        ]
         limit = self.data.max_len
-        warn_cut([i + 1 for i, t in enumerate(texts) if self.tokens_needed(t) > limit], limit)
-        encoded = [self.encode_texts(t) for t in texts]
+        warn_cut([i + 1 for i, p in enumerate(pieces) if self.tokens_needed(p) > limit], limit)
+        encoded = [self.encode_pieces(p) for p in pieces]
         for logits, _ in self.forward_in_order(model, encoded):
             yield logits
 

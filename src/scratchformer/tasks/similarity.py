@@ -67,10 +67,10 @@ class SimilarityTask(ValueTask):
             "type_vocab_size": self.recipe.model.type_vocab_size,  # sentences go in alone
         }
 
-    def encode_texts(self, texts: Sequence[str], target: int | float = 0) -> EncodedPair:
+    def encode_pieces(self, pieces: Sequence[list[int]], target: int | float = 0) -> EncodedPair:
         """Each sentence of the pair as ``[CLS] text [SEP]``."""
-        first, second = texts
-        return EncodedPair(self.sentence_ids(first), self.sentence_ids(second), float(target))
+        first, second = pieces
+        return EncodedPair(self.wrap(first), self.wrap(second), float(target))
 
     def attention_inputs(self, text: str) -> tuple[dict[str, Tensor], TokenLabels]:
         """One sentence: the bi-encoder reads each sentence of a pair alone."""
