@@ -71,15 +71,11 @@ def compiled_as_chosen(
 
 
 def exportable(model: nn.Module, cache_positions: int) -> bool:
-    """Whether a generation of ``model`` that needs ``cache_positions`` positions of KV
-    cache takes :class:`~scratchformer.inference.exported.ExportedLM`: a decoder-only
-    LM, on the CPU (where it was measured), whose context holds them."""
-    decoder_only = getattr(model, "decoder", None) is not None and not hasattr(model, "encoder")
-    return (
-        decoder_only
-        and model_device(model).type == "cpu"
-        and cache_positions <= model.config.max_len + SPARE
-    )
+    """Whether a generation of ``model`` (a language model's run) that needs
+    ``cache_positions`` positions of KV cache takes
+    :class:`~scratchformer.inference.exported.ExportedLM`: on the CPU (where it was
+    measured), if the model's context holds them."""
+    return model_device(model).type == "cpu" and cache_positions <= model.config.max_len + SPARE
 
 
 def compiled(model: nn.Module, ahead: bool, cached: bool) -> nn.Module:

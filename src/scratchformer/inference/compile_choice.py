@@ -176,13 +176,9 @@ def measured(
     start = time.perf_counter()
     yield
     seconds = time.perf_counter() - start
-    if ahead is None:
-        compiled = compilation_since(before, verbose)
-        seconds -= compiled.seconds if compiled is not None else 0.0
-    else:
-        compiled = ahead
-        if verbose:
-            print(compiled, file=sys.stderr)
+    compiled = compilation_since(before, verbose, ahead)
+    if ahead is None and compiled is not None:  # (compiled within the job's time)
+        seconds -= compiled.seconds
     record(choice, max(seconds, 0.0), choice.units if done is None else done(), compiled)
 
 
@@ -202,14 +198,19 @@ class Compilation:
 
 
 def compilation_since(
-    before: tuple[float, int, int] | None, verbose: bool = False
+    before: tuple[float, int, int] | None,
+    verbose: bool = False,
+    ahead: Compilation | None = None,
 ) -> Compilation | None:
     """What was compiled since :func:`compile_counts` returned ``before`` (None: nothing
-    was to be), told on stderr under ``verbose``."""
-    if before is None:
+    was to be), or ``ahead`` if given (a compilation Dynamo does not count: an AOTInductor
+    step's); told on stderr under ``verbose``."""
+    if ahead is None and before is None:
         return None
-    now = compile_counts()
-    compiled = Compilation(*(a - b for a, b in zip(now, before, strict=True)))
+    compiled = ahead
+    if compiled is None:
+        now = compile_counts()
+        compiled = Compilation(*(a - b for a, b in zip(now, before, strict=True)))
     if verbose:
         print(compiled, file=sys.stderr)
     return compiled

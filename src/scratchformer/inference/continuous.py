@@ -41,6 +41,8 @@ from .generate import NO_TOKEN, Sampling, decoding_device, ended_without_a_token
 from .kernels import attention_kernels, installed
 
 GREEDY = Sampling(greedy=True)
+LEAST_ROWS = 2
+"""The fewest rows a compiled step feeds (a dimension of size one is specialized)."""
 
 
 @dataclass(eq=False)
@@ -244,7 +246,7 @@ class ContinuousBatcher:
         their last token (free rows among them compute on what their row holds, and are
         ignored)."""
         if self.compiled:
-            rows = max(rows, min(2, self.max_batch))  # (exported.LEAST_ROWS)
+            rows = max(rows, min(LEAST_ROWS, self.max_batch))
         if self.length == self.max_len:
             self.shift(-self.unused_columns())
         end = self.length + 1
@@ -287,7 +289,7 @@ def compiled_stepper(model: nn.Module, max_batch: int, max_len: int) -> nn.Modul
     """``model`` compiled for the batcher's steps, under the caller's autocast: its step
     compiled ahead of time on the CPU (where that was measured), else ``torch.compile``."""
     if decoding_device(model).type == "cpu":
-        from .exported import LEAST_ROWS, ExportedLM  # (imported when asked for)
+        from .exported import ExportedLM  # (torch's compiler: imported when asked for)
 
         bf16 = torch.is_autocast_enabled("cpu")
         fewest = LEAST_ROWS if max_batch > 1 else None

@@ -44,6 +44,7 @@ from ..nn.quantized import product_dtype
 from .cache import SPARE, DecoderCache
 from .compile_choice import Compilation
 from .compiled import QUIET_FROZEN, Compiled
+from .continuous import LEAST_ROWS
 from .generate import decoding_device
 from .kernels import FEW_QUERIES, attention_kernels, installed
 
@@ -54,8 +55,6 @@ templates and ATen's)."""
 LEAST_CACHED = 2
 """The step is exported for at least this many cached positions (Dynamo treats sizes 0 and
 1 as special cases); a step after fewer runs eagerly."""
-LEAST_ROWS = 2
-"""The fewest rows of a step whose rows are dynamic (Dynamo specializes a size of 1)."""
 PACKAGES = "exported"
 """The directory of the kept packages, inside the compiled code's."""
 

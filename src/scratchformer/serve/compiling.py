@@ -104,10 +104,7 @@ def ready(
             if choice.compile:
                 batcher.warm_up()
         ahead = getattr(batcher.stepper, "compilation", None)  # (compiled ahead of time)
-        if ahead is not None and verbose:
-            print(ahead, file=sys.stderr)
-        compiled = ahead or compilation_since(before, verbose)
-        return Serving(choice, compiled, batcher)
+        return Serving(choice, compilation_since(before, verbose, ahead), batcher)
     served = model
     if choice.compile:
         from ..inference import CompiledModel  # (torch's compiler: imported when asked for)
