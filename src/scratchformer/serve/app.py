@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from fastapi.telemetry import TelemetryConfig
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException
@@ -50,6 +51,9 @@ DEFAULT_CONTEXT = 2048
 hold in full."""
 OPEN_PATHS = {"/", "/health"}
 """Paths that need no API key."""
+NO_TELEMETRY: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False}
+"""FastAPI's OpenTelemetry hooks, off: a command's server has no provider to report to
+(its counts are at ``GET /metrics``), and asking whether one is set costs every request."""
 
 
 @dataclass(frozen=True)
@@ -162,8 +166,16 @@ def create_app(run_dir: Path, options: ServeOptions = ServeOptions()) -> FastAPI
             worker.stop()
         serving.record(usage)
 
-    app = FastAPI(title=f"scratchformer: {name}", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app = FastAPI(
+        title=f"scratchformer: {name}",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        telemetry=NO_TELEMETRY,
+    )
     install_rules(app, options, metrics)
+    if endpoint is not None:  # the first route: routes are tried in order, and it is the busy one
+        add_task_endpoint(app, task, name, endpoint, batched)
 
     def needs(what: str, path: str) -> ApiError:
         return ApiError(404, f"{name} is a {task.name!r} run: {path} needs {what}")
@@ -267,7 +279,8 @@ def create_app(run_dir: Path, options: ServeOptions = ServeOptions()) -> FastAPI
         return JSONResponse({"object": "attention", "model": name, "html": html})
 
     for command, each in ENDPOINTS.items():
-        add_task_endpoint(app, task, name, each, batched if command == task.command else None)
+        if command != task.command:
+            add_task_endpoint(app, task, name, each, None)
     return app
 
 
@@ -404,8 +417,7 @@ class Rules:
                 await refused(scope, receive, sending)
         finally:
             endpoint = scope["path"] if "endpoint" in scope else "other"  # (a route's)
-            self.metrics.requests.labels(endpoint, str(status[0])).inc()
-            self.metrics.latency.labels(endpoint).observe(time.monotonic() - start)
+            self.metrics.answered(endpoint, status[0], time.monotonic() - start)
 
 
 def refusal(request: Request, options: ServeOptions) -> Response | None:
