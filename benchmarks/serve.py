@@ -10,9 +10,10 @@ purpose here, their sizes are what counts): a decoder-only language model of con
 (``benchmarks/generate.py``'s sizes, a byte-level BPE of 8,192 tokens) and an SST-2
 classifier (``recipes/sst2.toml``). Each is served by ``scratchformer serve`` in a process of
 its own on 127.0.0.1, loaded by clients of the official ``openai`` package (completions) or
-of aiohttp (``/v1/classify``, whose requests are cheap enough that a heavier client would
-be what limits them) at a fixed concurrency, each client asking again as soon as
-it is answered, a fixed number of requests in all. The servers of a run are up together
+of the light load generator of ``http_load.py`` (``/v1/classify``, whose requests are cheap
+enough that a heavier client would take the machine from the server it loads) at a fixed
+concurrency, each client asking again as soon as it is answered, a fixed number of requests
+in all. The servers of a run are up together
 and their loads alternate (A, B, A, B, ...; classification 5 times each, the median load
 reported), so that drift in the machine's speed hits them alike. Reported: completion
 tokens (or requests) per second over the whole load, and the median and 99th percentile of
@@ -38,16 +39,15 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import openai
 import torch
 
+from http_load import Load, http_load, load, request
 from scratchformer.device import native_bf16
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,22 +71,6 @@ row is reported): a classification load lasts seconds, and one-at-a-time's reque
 moved by +-25% between single loads as the machine's other work came and went."""
 PROMPTS = ["ROMEO:", "JULIET: O Romeo, Romeo!", "First Citizen:\nBefore we proceed", "KING"]
 SENTENCES = ["a wonderful, moving film", "dull and far too long", "it is fine", "not for me"]
-
-
-@dataclass(frozen=True)
-class Load:
-    """A load's outcome: units done (tokens or requests), its wall time, each latency."""
-
-    units: float
-    seconds: float
-    latencies: list[float]
-
-    def rate(self) -> float:
-        return self.units / self.seconds
-
-    def percentile(self, q: float) -> float:
-        ordered = sorted(self.latencies)
-        return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def train(run_dir: Path, recipe: str, settings: list[str]) -> None:
@@ -144,25 +128,6 @@ def served(run_dir: Path, max_batch: int, threads: int, compile: bool = False) -
         server.wait(timeout=120)
 
 
-async def load(concurrency: int, requests: int, ask: Callable[[int], Awaitable[float]]) -> Load:
-    """``requests`` calls of ``ask(i)`` (each returning its units), ``concurrency`` at once."""
-    latencies: list[float] = []
-    units = 0.0
-    counter = iter(range(requests))
-
-    async def client() -> None:
-        nonlocal units
-        for i in counter:
-            start = time.perf_counter()
-            done = await ask(i)  # (``units += await ...`` would read units before waiting)
-            units += done
-            latencies.append(time.perf_counter() - start)
-
-    start = time.perf_counter()
-    await asyncio.gather(*(client() for _ in range(concurrency)))
-    return Load(units, time.perf_counter() - start, latencies)
-
-
 def completions(url: str, concurrency: int, requests: int, max_tokens: int) -> Load:
     async def run() -> Load:
         client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
@@ -192,26 +157,13 @@ def greedy_texts(url: str, max_tokens: int) -> list[str]:
 
 
 def plain_load(url: str, concurrency: int, requests: int, path: str, body: Any = None) -> Load:
-    """``requests`` POSTs of ``body`` to ``path`` (a GET without one) through aiohttp, a
-    client light enough that its share of the machine leaves the server the most."""
-
-    async def run() -> Load:
-        async with aiohttp.ClientSession(base_url=url) as session:
-
-            async def ask(i: int) -> float:
-                if body is None:
-                    answer = session.get(path)
-                else:
-                    answer = session.post(path, json={"input": body[i % len(body)]})
-                async with answer as response:
-                    response.raise_for_status()
-                    await response.read()
-                return 1.0
-
-            await ask(0)
-            return await load(concurrency, requests, ask)
-
-    return asyncio.run(run())
+    """``requests`` POSTs to ``path``, the i-th with input ``body[i % len(body)]`` (a GET
+    without a body), through the light load generator of ``http_load.py``."""
+    if body is None:
+        messages = [request(url, path)]
+    else:
+        messages = [request(url, path, {"input": each}) for each in body]
+    return http_load(url, concurrency, requests, messages)
 
 
 def labels(url: str) -> list[tuple[str, float]]:

@@ -1,7 +1,7 @@
 """Every workload of ``benchmarks/speed.py`` runs to its end in ``--quick`` mode, on this
 CPU and as an AVX2 CPU without native bf16 (``ATEN_CPU_CAPABILITY=avx2``: torch's and
 Inductor's AVX2 kernels, bf16 not native), so that ``make bench`` works on both kinds of
-machine the project meets, whichever runs the tests.
+machine the project meets, whichever runs the tests; and so does ``benchmarks/serve.py``.
 
 Minutes of work: marked ``bench``, out of ``make test``, run by ``make bench-check`` (CI's
 second step), a thread a run, so that the runs on every core do not crowd each other.
@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 SPEED = Path(__file__).resolve().parents[1] / "benchmarks" / "speed.py"
+SERVE = SPEED.parent / "serve.py"
 WORKLOADS = (
     "lm-train",
     "seq2seq-train",
@@ -53,3 +54,14 @@ def test_the_workload_runs_quick(workload: str, isa: str, tmp_path: Path) -> Non
     assert (tmp_path / "rows.json").stat().st_size > 0
     if isa == "AVX2":
         assert "AVX2" in result.stdout
+
+
+@pytest.mark.bench
+def test_the_serving_benchmark_runs_quick() -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, str(SERVE), "--quick", "--no-compile", "--threads", "1"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=1200, env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    for endpoint in ("completions", "classify"):
+        assert f"{endpoint}, concurrency 32: " in result.stdout
+    assert "GET /health at concurrency 32" in result.stdout
