@@ -25,7 +25,7 @@ from typing import Any, NoReturn
 import pytest
 import torch
 
-from helpers import FAULTS_PROPERTY, FILLER, pretrain_t5, squad_file, train
+from helpers import CONLL, FAULTS_PROPERTY, FILLER, pretrain_t5, squad_file, train
 from scratchformer.inference import compile_choice, exported
 
 REPO = Path(__file__).resolve().parents[1]
@@ -138,6 +138,17 @@ def qa_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "model.max_len=32",
     )
     return run_dir
+
+
+@pytest.fixture(scope="session")
+def tagging_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny tagger (``recipes/conll2003.toml``) trained on :data:`helpers.CONLL`."""
+    directory = tmp_path_factory.mktemp("tagging")
+    data = directory / "train.txt"
+    data.write_text(CONLL * 5, encoding="utf-8")
+    settings = [f"data.train='{data}'", f"data.val='{data}'", "data.dataset=none"]
+    train(directory / "run", "conll2003.toml", *settings, "data.vocab_size=60")
+    return directory / "run"
 
 
 MLM_SENTENCES = [

@@ -247,6 +247,10 @@ FILLER = " ".join(f"w{i}" for i in range(60))
 """Sixty distinct words, to pad contexts and stretch them past a window."""
 
 
+CONLL = "Peter B-PER\nwent O\nto O\nParis B-LOC\n\nAnna B-PER\nsings O\n\n"
+"""Two sentences of CoNLL-2003's layout (a word and its tag a line): a tiny tagger's data."""
+
+
 def squad_file(path: Path, contexts: list[tuple[str, str, str]]) -> Path:
     """A SQuAD JSON file of ``(context, question, answer)`` triples."""
     qas = [

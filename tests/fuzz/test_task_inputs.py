@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fuzz.conftest import CONLL
 from fuzz.strategies import assert_sound_or_refused, cli, examples
+from helpers import CONLL
 
 FIXTURE = [HealthCheck.function_scoped_fixture]
 

@@ -123,6 +123,40 @@ def test_translate_and_fill_mask_answer_as_their_commands(copy_run, mlm_run) -> 
         assert status == 400 and "no [MASK]" in answer["error"]["message"]
 
 
+def test_tag_answer_and_fill_spans_answer_as_their_commands(tagging_run, qa_run, span_run) -> None:
+    task, model = load_run(tagging_run)
+    sentences = ["Peter went to Paris", "Anna sings"]
+    expected = task.predict(model, [line.split() for line in sentences])
+    with live(tagging_run) as url:
+        answers = concurrently(f"{url}/v1/tag", [{"input": line} for line in sentences])
+        assert [a["data"][0] for _, a in answers] == [
+            {"index": 0, "words": line.split(), "tags": tags}
+            for line, tags in zip(sentences, expected, strict=True)
+        ]
+    task, model = load_run(qa_run)
+    context = "Long ago it was so. The winner is Grace. Then it rained."
+    [prediction] = task.answer(model, [("Who won?", context)])
+    with live(qa_run) as url:
+        body = {"input": [{"question": "Who won?", "context": context}]}
+        status, answer = http(f"{url}/v1/answer", body)
+        assert status == 200
+        start, end = prediction.span
+        assert answer["data"][0] == {
+            "index": 0,
+            "answer": context[start:end],
+            "start": start,
+            "end": end,
+            "probability": pytest.approx(prediction.score, abs=1e-6),
+        }
+    task, model = load_run(span_run)
+    lines = ["the man<extra_id_0> in the park", "a <extra_id_0> dog<extra_id_1>"]
+    expected = task.predict_lines(model, lines)
+    with live(span_run) as url:
+        status, answer = http(f"{url}/v1/fill-spans", {"input": lines})
+        assert status == 200
+        assert [d["spans"] for d in answer["data"]] == [e.split("\t") for e in expected]
+
+
 def test_attention_is_the_page_the_cli_writes(
     copy_run, classification_run, tmp_path, capsys, monkeypatch
 ) -> None:
