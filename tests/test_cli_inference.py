@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import json
+import shutil
 
 from helpers import compile_without_inductor, compiled_graphs, run, train
 from scratchformer import demo as demo_module
@@ -213,3 +215,15 @@ def test_export_hf_of_a_model_no_family_holds_names_the_run(
 def test_eval_data_of_a_translation_run_names_the_option(copy_run, capsys, monkeypatch) -> None:
     status, _, err = run(capsys, monkeypatch, "", "eval", str(copy_run), "--data", "one.txt")
     assert status == 2 and "--data 'one.txt' must list two files: source, target" in err
+
+
+def test_eval_of_a_split_the_runs_recipe_lacks_names_its_config(
+    classification_run, tmp_path, capsys, monkeypatch
+) -> None:
+    copy = tmp_path / "run"
+    shutil.copytree(classification_run, copy)
+    config = json.loads((copy / "config.json").read_text())
+    config["data"]["val"] = None
+    (copy / "config.json").write_text(json.dumps(config))
+    status, _, err = run(capsys, monkeypatch, "", "eval", str(copy), "--split", "val")
+    assert status == 2 and err.startswith(f"scratchformer: error: {copy / 'config.json'}: no val")

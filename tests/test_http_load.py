@@ -8,9 +8,10 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 
@@ -55,11 +56,20 @@ def url(monkeypatch) -> Iterator[str]:
     server.server_close()
 
 
+def in_a_thread(*args: Any) -> Any:
+    """``http_load(*args)`` in a thread of its own: a test before this one may have left an
+    event loop running in the main thread (Playwright's), where ``asyncio.run`` refuses."""
+    from http_load import http_load
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(http_load, *args).result()
+
+
 def test_every_request_is_answered_and_counted(url: str) -> None:
-    from http_load import http_load, request
+    from http_load import request
 
     messages = [request(url, "/echo", {"input": text}) for text in ("a", "bb", "ccc")]
-    result = http_load(url, 4, 30, messages)
+    result = in_a_thread(url, 4, 30, messages)
     assert result.units == 30 and len(result.latencies) == 30
     assert result.rate() > 0 and result.percentile(0.99) >= result.percentile(0.5)
     inputs = [body["input"] for body in Echo.seen]
@@ -68,16 +78,16 @@ def test_every_request_is_answered_and_counted(url: str) -> None:
 
 
 def test_a_get_without_a_body(url: str) -> None:
-    from http_load import http_load, request
+    from http_load import request
 
-    assert http_load(url, 2, 5, [request(url, "/health")]).units == 5
+    assert in_a_thread(url, 2, 5, [request(url, "/health")]).units == 5
 
 
 def test_an_answer_other_than_200_stops_the_load(url: str) -> None:
-    from http_load import http_load, request
+    from http_load import request
 
     with pytest.raises(RuntimeError, match=r"answered 404: b'\{\"got\""):
-        http_load(url, 2, 5, [request(url, "/missing", {"input": "a"})])
+        in_a_thread(url, 2, 5, [request(url, "/missing", {"input": "a"})])
 
 
 def test_a_response_without_a_length_is_refused(monkeypatch) -> None:

@@ -19,6 +19,11 @@ class LineError(ValueError):
         super().__init__(f"line {number}: {reason}")
 
 
+class NoData(ValueError):
+    """A split that a recipe names no data for; the command that reads the recipe or run
+    says which one it is."""
+
+
 class TrainingError(RuntimeError):
     """Training cannot go on, e.g. the loss is no longer a finite number."""
 

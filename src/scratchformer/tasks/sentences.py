@@ -18,6 +18,7 @@ from ..data.batching import pad_batch
 from ..data.readers import LabeledText, read_tsv
 from ..data.registry import sst2_examples, stsb_examples
 from ..device import model_device
+from ..errors import NoData
 from ..metrics import correlations
 from ..models.heads import pool
 from .base import Batch, ExampleTask, add, per_line, warn_cut
@@ -63,7 +64,7 @@ class SentenceTask(ExampleTask):
             )
         if data.dataset in READERS:
             return READERS[data.dataset](DEV_SPLIT.get(split, split), data.root)
-        raise ValueError(
+        raise NoData(
             f"no {split} data: set data.dataset to one of {', '.join(READERS)} or data.{split} "
             "to a TSV file (with data.text_columns and data.label_column)"
         )
