@@ -227,3 +227,11 @@ def test_eval_of_a_split_the_runs_recipe_lacks_names_its_config(
     (copy / "config.json").write_text(json.dumps(config))
     status, _, err = run(capsys, monkeypatch, "", "eval", str(copy), "--split", "val")
     assert status == 2 and err.startswith(f"scratchformer: error: {copy / 'config.json'}: no val")
+
+
+def test_training_on_a_split_the_recipe_lacks_names_the_recipe(tmp_path, capsys, monkeypatch):
+    recipe = tmp_path / "recipe.toml"
+    recipe.write_text('task = "classification"\n[data]\ndataset = "none"\n')
+    out = str(tmp_path / "run")
+    status, _, err = run(capsys, monkeypatch, "", "train", str(recipe), "--out", out)
+    assert status == 2 and err.startswith(f"scratchformer: error: {recipe}: no train data")

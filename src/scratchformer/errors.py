@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib.util
 import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 class UsageError(ValueError):
@@ -19,9 +21,20 @@ class LineError(ValueError):
         super().__init__(f"line {number}: {reason}")
 
 
-class NoData(ValueError):
-    """A split that a recipe names no data for; the command that reads the recipe or run
-    says which one it is."""
+class DataSettingsError(ValueError):
+    """A split that a recipe's data settings cannot give: none is named, or not what
+    reading it needs. What finds it out does not know where the recipe came from; the
+    command says, through :func:`naming_the_source`."""
+
+
+@contextmanager
+def naming_the_source(source: object) -> Iterator[None]:
+    """A :class:`DataSettingsError` raised within, said again with ``source`` first: the
+    recipe file or the run's ``config.json`` whose settings are at fault."""
+    try:
+        yield
+    except DataSettingsError as error:
+        raise DataSettingsError(f"{source}: {error}") from None
 
 
 class TrainingError(RuntimeError):

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from ..device import default_device, model_device
-from ..errors import NoData, UsageError
+from ..errors import UsageError, naming_the_source
 from ..inference.cache import SPARE
 from ..inference.compile_choice import choose, job_key, measured, say
 from ..inference.generate import stream
@@ -30,13 +30,11 @@ def evaluate(args: argparse.Namespace) -> int:
     scores of real decoding (not teacher forcing) for the tasks that decode."""
     task, model = load_run(Path(args.run), quantization=args.quantize)
     device = default_device(args.device)
-    try:
+    with naming_the_source(Path(args.run) / "config.json"):
         metrics = task.evaluate(model.to(device), args.split, args.data, device=device)
         metrics.update(
             task.decoding_metrics(model, args.split, args.data, args.beam, progress_wanted(args))
         )
-    except NoData as error:  # the run's recipe names none: say which run
-        raise NoData(f"{Path(args.run) / 'config.json'}: {error}") from None
     split = args.split if args.data is None else args.data
     print(json.dumps({"split": split, **metrics}, indent=2))
     return 0

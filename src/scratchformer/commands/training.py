@@ -8,19 +8,21 @@ import json
 from pathlib import Path
 
 from .. import run
+from ..errors import naming_the_source
 
 
 def train(args: argparse.Namespace) -> int:
     """``scratchformer train RECIPE --out DIR [--set k=v ...] [--resume | --overwrite]``."""
-    result = run.train(
-        args.recipe,
-        args.out,
-        overrides=args.set,
-        resume=args.resume,
-        overwrite=args.overwrite,
-        device=args.device,
-        quiet=args.quiet,
-    )
+    with naming_the_source(args.recipe):
+        result = run.train(
+            args.recipe,
+            args.out,
+            overrides=args.set,
+            resume=args.resume,
+            overwrite=args.overwrite,
+            device=args.device,
+            quiet=args.quiet,
+        )
     if result is not None:  # rank 0
         print(json.dumps(result, indent=2))
     return 0

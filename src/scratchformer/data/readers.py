@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import DataSettingsError
+
 DOCSTART = "-DOCSTART-"
 JSON_TYPES = {str: "a string", int: "an integer", list: "a list", dict: "an object"}
 
@@ -176,7 +178,7 @@ def read_tsv(
     path = Path(path)
     columns = (text_columns,) if isinstance(text_columns, (str, int)) else tuple(text_columns)
     if not 1 <= len(columns) <= 2:
-        raise ValueError(f"text_columns={text_columns!r}: give one or two columns")
+        raise DataSettingsError(f"text_columns={text_columns!r}: give one or two columns")
     if labels is not None and regression:
         raise ValueError("labels are for classification; regression=True takes float labels")
     allowed = None if labels is None else tuple(labels)
@@ -308,7 +310,7 @@ def _column(path: Path, line: int, column: str | int, names: list[str] | None, w
     """The 0-based index of ``column`` (a header name or an index) in rows of ``width``."""
     if isinstance(column, str):
         if names is None:
-            raise ValueError(f"column {column!r} is chosen by name, which needs header=True")
+            raise DataSettingsError(f"column {column!r} is chosen by name, which needs header=True")
         if column not in names:
             raise DataError.at(path, line, f"no column {column!r}; the header has {names}")
         return names.index(column)

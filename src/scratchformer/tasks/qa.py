@@ -18,7 +18,7 @@ from ..data.batching import pad_batch
 from ..data.readers import Question, read_squad
 from ..data.registry import squad_examples
 from ..data.windows import Span, Window, question_windows
-from ..errors import NoData
+from ..errors import DataSettingsError
 from ..metrics import squad_scores
 from .base import Batch, ExampleTask, TokenLabels, add, per_line
 
@@ -79,7 +79,7 @@ class QuestionAnsweringTask(ExampleTask):
             elif self.data.dataset == "squad":
                 self._questions[key] = squad_examples(split, self.data.root)
             else:
-                raise NoData(
+                raise DataSettingsError(
                     f"no {split} data: set data.dataset = 'squad' or data.{split} = FILE "
                     "(SQuAD JSON)"
                 )

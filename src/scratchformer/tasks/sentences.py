@@ -18,7 +18,7 @@ from ..data.batching import pad_batch
 from ..data.readers import LabeledText, read_tsv
 from ..data.registry import sst2_examples, stsb_examples
 from ..device import model_device
-from ..errors import NoData
+from ..errors import DataSettingsError
 from ..metrics import correlations
 from ..models.heads import pool
 from .base import Batch, ExampleTask, add, per_line, warn_cut
@@ -53,7 +53,7 @@ class SentenceTask(ExampleTask):
         data = self.data
         if path is not None:
             if data.text_columns is None or data.label_column is None:
-                raise ValueError("a TSV file needs data.text_columns and data.label_column")
+                raise DataSettingsError("a TSV file needs data.text_columns and data.label_column")
             return read_tsv(
                 path,
                 tuple(data.text_columns),
@@ -64,7 +64,7 @@ class SentenceTask(ExampleTask):
             )
         if data.dataset in READERS:
             return READERS[data.dataset](DEV_SPLIT.get(split, split), data.root)
-        raise NoData(
+        raise DataSettingsError(
             f"no {split} data: set data.dataset to one of {', '.join(READERS)} or data.{split} "
             "to a TSV file (with data.text_columns and data.label_column)"
         )
@@ -90,9 +90,14 @@ class SentenceTask(ExampleTask):
         tokenizer = self.tokenizer()
         return [tokenizer.cls_id, *ids[: self.data.max_len - 2], tokenizer.sep_id]
 
+    def pieces(self, texts: Sequence[str]) -> list[list[int]]:
+        """The token ids of each text of an input (one sentence or a pair), uncut."""
+        tokenizer = self.tokenizer()
+        return [tokenizer.encode(text) for text in texts]
+
     def encode_texts(self, texts: Sequence[str], target: int | float = 0) -> Any:
         """The example of one sentence or a pair, with its target (0 when unknown)."""
-        return self.encode_pieces([self.tokenizer().encode(text) for text in texts], target)
+        return self.encode_pieces(self.pieces(texts), target)
 
     @abstractmethod
     def encode_pieces(self, pieces: Sequence[list[int]], target: int | float = 0) -> Any:
@@ -132,10 +137,7 @@ class SentenceTask(ExampleTask):
     def line_logits(self, model: nn.Module, lines: Sequence[str]) -> Iterator[Tensor]:
         """The model's logits (on the CPU) for lines of input, batch by batch, in order;
         lines longer than ``data.max_len`` tokens are cut, with a warning."""
-        tokenizer = self.tokenizer()
-        pieces = [
-            [tokenizer.encode(t) for t in texts] for texts in per_line(lines, self.split_line)
-        ]
+        pieces = [self.pieces(texts) for texts in per_line(lines, self.split_line)]
         limit = self.data.max_len
         warn_cut([i + 1 for i, p in enumerate(pieces) if self.tokens_needed(p) > limit], limit)
         encoded = [self.encode_pieces(p) for p in pieces]

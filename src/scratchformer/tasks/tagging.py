@@ -12,7 +12,7 @@ from torch import Tensor, nn
 from ..data.batching import pad_batch
 from ..data.readers import DataError, TaggedSentence, read_conll
 from ..data.registry import conll_examples
-from ..errors import NoData
+from ..errors import DataSettingsError
 from ..metrics import entity_scores
 from ..nn.loss import IGNORE_INDEX
 from .base import Batch, ExampleTask, TokenLabels
@@ -43,7 +43,7 @@ class TaggingTask(ExampleTask):
         elif self.data.dataset == "conll2003":
             sentences = conll_examples(DEV_SPLIT.get(split, split), self.data.root)
         else:
-            raise NoData(
+            raise DataSettingsError(
                 f"no {split} data: set data.dataset = 'conll2003' or data.{split} = FILE (CoNLL)"
             )
         if split != "train" or self.data.labels is not None:

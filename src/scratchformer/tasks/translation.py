@@ -15,7 +15,7 @@ from ..data.readers import read_parallel
 from ..data.registry import parallel_examples
 from ..data.tokenizer import Tokenizer
 from ..device import model_device
-from ..errors import NoData
+from ..errors import DataSettingsError
 from ..inference.beam import beam_search, greedy_decode
 from ..metrics import translation_scores
 from ..nn.loss import IGNORE_INDEX
@@ -69,9 +69,9 @@ class TranslationTask(ExampleTask):
             return read_parallel(*files)
         if self.data.dataset == "multi30k":
             if self.data.pair is None:
-                raise ValueError("data.pair must name the language pair, e.g. 'de-en'")
+                raise DataSettingsError("data.pair must name the language pair, e.g. 'de-en'")
             return parallel_examples(self.data.pair, SPLIT_FILES.get(split, split), self.data.root)
-        raise NoData(
+        raise DataSettingsError(
             f"no {split} data: set data.dataset = 'multi30k' (with data.pair) "
             f"or data.{split} = [SOURCE_FILE, TARGET_FILE]"
         )
