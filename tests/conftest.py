@@ -161,27 +161,50 @@ MLM_SENTENCES = [
 
 
 @pytest.fixture(scope="session")
-def mlm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny masked-LM run (``recipes/pretrain-encoder.toml`` in BERT's layout, whole words
-    masked, 64 positions) trained for a few steps on a text file written here, so that no
-    dataset is needed: the one pretraining run that the tests read, export, fine-tune from
-    and train again to resume."""
+def pretraining_text(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A text file of :data:`MLM_SENTENCES` in forty orders, a line each."""
     text = tmp_path_factory.mktemp("mlm-text") / "text.txt"
     lines = [" ".join(MLM_SENTENCES[i % 5 :] + MLM_SENTENCES[: i % 5]) for i in range(40)]
     text.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return text
+
+
+@pytest.fixture(scope="session")
+def mlm_run(tmp_path_factory: pytest.TempPathFactory, pretraining_text: Path) -> Path:
+    """A tiny masked-LM run (``recipes/pretrain-encoder.toml`` in BERT's layout, whole words
+    masked, 64 positions) trained for a few steps on :func:`pretraining_text`, so that no
+    dataset is needed: the pretraining run that the tests read, export, fine-tune from and
+    train again to resume."""
     run_dir = tmp_path_factory.mktemp("runs") / "mlm"
     train(
         run_dir,
         "pretrain-encoder.toml",
         "data.corpus=[]",
-        f"data.train='{text}'",
-        f"data.val='{text}'",
+        f"data.train='{pretraining_text}'",
+        f"data.val='{pretraining_text}'",
         "data.vocab_size=120",
         "data.max_len=32",
         "data.whole_word_mask=true",
         "model.max_len=64",
         "model.norm_first=false",  # BERT's post-LN and positions, to export as a BertForMaskedLM
         "model.positional='learned'",
+    )
+    return run_dir
+
+
+@pytest.fixture(scope="session")
+def rtd_run(tmp_path_factory: pytest.TempPathFactory, pretraining_text: Path) -> Path:
+    """A tiny run of ``recipes/pretrain-electra.toml`` (replaced-token detection) on
+    :func:`pretraining_text`."""
+    run_dir = tmp_path_factory.mktemp("runs") / "rtd"
+    train(
+        run_dir,
+        "pretrain-electra.toml",
+        "data.corpus=[]",
+        f"data.train='{pretraining_text}'",
+        f"data.val='{pretraining_text}'",
+        "data.vocab_size=120",
+        "data.max_len=32",
     )
     return run_dir
 

@@ -297,7 +297,8 @@ class ModelConfig(ConfigBase):
     head: str | None = None
     """``encoder`` only: ``classification``, ``regression``, ``similarity`` (the cosine of two
     sentences encoded apart), ``token_classification``, ``span`` (the start and end logits of
-    an answer at every token) or none."""
+    an answer at every token), the pretraining heads ``mlm`` (masked LM) and ``rtd``
+    (ELECTRA's replaced-token detection), or none."""
     num_labels: int = 2
     """Classes, tags, or regression outputs (``output_dim``) of the head."""
     pooling: str = "mean"
@@ -309,11 +310,18 @@ class ModelConfig(ConfigBase):
     directory."""
     pooler: bool = False
     """``encoder`` only: BERT's pooler (dense + tanh on the first token), ``pooler_output``."""
+    generator_layers: int = 1
+    """``rtd`` head (ELECTRA): layers of the generator, an encoder as wide as the model that
+    shares its embeddings; ELECTRA's is a quarter to a half of the model's size."""
+    discriminator_weight: float = 50.0
+    """``rtd`` head: the weight of the detection loss against the generator's (ELECTRA's
+    50)."""
 
     def __post_init__(self) -> None:
         self._check_types()
         _one_of(self, "arch", ARCHITECTURES)
         _positive(self, "vocab_size", "d_model", "n_heads", "n_layers", "d_ff", "max_len")
+        _positive(self, "generator_layers", "discriminator_weight")
         for name in ("tgt_vocab_size", "n_decoder_layers"):
             if getattr(self, name) is not None:
                 _positive(self, name)
@@ -443,6 +451,7 @@ TASKS = (
     "tagging",
     "qa",
     "mlm",
+    "rtd",
     "span_corruption",
 )
 PRECISIONS = ("fp32", "bf16", "auto")

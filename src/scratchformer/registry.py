@@ -40,9 +40,16 @@ ROPE_SCALINGS = declare("rope_scaling", "linear", "llama3")
 POSITIONALS = declare("positional", "sinusoidal", "learned", "rotary", "alibi", "relative")
 """``scratchformer.models.positional.POSITIONALS``."""
 HEADS = declare(
-    "head", "classification", "regression", "similarity", "token_classification", "span", "mlm"
+    "head",
+    "classification",
+    "regression",
+    "similarity",
+    "token_classification",
+    "span",
+    "mlm",
+    "rtd",
 )
-"""``scratchformer.models.heads.HEADS``."""
+"""``scratchformer.models.heads.HEADS`` (``rtd``: ``scratchformer.models.electra``)."""
 
 
 class Registry(Generic[T]):

@@ -30,7 +30,7 @@ def test_the_head_is_tied_and_its_loss_is_cross_entropy_at_the_masked_positions(
     expected = F.cross_entropy(logits.flatten(0, 1), labels.flatten())
     loss = model(ids, labels=labels).loss
     torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-6)
-    with pytest.raises(ValueError, match="labels are for the mlm head"):
+    with pytest.raises(ValueError, match=r"labels are for the pretraining heads \(mlm, rtd\)"):
         build_model(tiny_config(arch="encoder", head="classification"))(ids, labels=labels)
 
 
@@ -45,16 +45,22 @@ def test_evaluation_masks_the_held_out_text_the_same_way_every_time(mlm_run: Pat
     assert (batch.targets != IGNORE_INDEX).any()
 
 
+PRETRAINING_RUNS = ["mlm_run", "rtd_run"]
+"""The fixtures of the encoder pretraining runs: masked LM's and ELECTRA's."""
+
+
+@pytest.mark.parametrize("pretraining", PRETRAINING_RUNS)
 def test_resuming_mid_pretraining_gives_the_weights_of_an_unbroken_run(
-    tmp_path: Path, mlm_run: Path
+    tmp_path: Path, pretraining: str, request: pytest.FixtureRequest
 ) -> None:
-    """``mlm_run``'s recipe trained again, stopped after its step 3 and resumed."""
-    args = ["--quiet", "train", str(mlm_run / "config.json"), "--out", str(tmp_path / "halves")]
+    """The run's recipe trained again, stopped after its step 3 and resumed."""
+    run: Path = request.getfixturevalue(pretraining)
+    args = ["--quiet", "train", str(run / "config.json"), "--out", str(tmp_path / "halves")]
     with interrupted_after(3):
         assert main(args) == 130
     assert main([*args, "--resume"]) == 0
     last = Path("checkpoints") / "step-00000006" / "model.safetensors"
-    straight, halves = load_file(mlm_run / last), load_file(tmp_path / "halves" / last)
+    straight, halves = load_file(run / last), load_file(tmp_path / "halves" / last)
     assert straight.keys() == halves.keys()
     assert all(torch.equal(straight[k], halves[k]) for k in straight)
 
@@ -73,15 +79,22 @@ def test_fill_mask_gives_the_likeliest_tokens_with_their_probabilities(mlm_run: 
         task.predict_lines(model, ["nothing to fill"])
 
 
-@pytest.mark.parametrize("lora", [(), ("train.lora_rank=2",)], ids=["full", "lora"])
+@pytest.mark.parametrize(
+    ("pretraining", "lora"),
+    [("mlm_run", ()), ("mlm_run", ("train.lora_rank=2",)), ("rtd_run", ())],
+    ids=["mlm", "mlm-lora", "rtd"],
+)
 def test_a_fine_tune_starts_from_a_pretraining_run(
-    tmp_path: Path, mlm_run: Path, lora: tuple[str, ...]
+    tmp_path: Path, pretraining: str, lora: tuple[str, ...], request: pytest.FixtureRequest
 ) -> None:
+    """It takes the run's tokenizer and encoder, and leaves its pretraining head (with
+    ELECTRA's generator)."""
+    run: Path = request.getfixturevalue(pretraining)
     data = tmp_path / "data.tsv"
     data.write_text("text\tlabel\n" + "the cat sat\tpos\ndogs ran\tneg\n" * 8)
     run_dir = tmp_path / "fine-tune"
     options = [
-        f"model.init_from='{mlm_run}'",
+        f"model.init_from='{run}'",
         "data.dataset=none",
         f"data.train='{data}'",
         f"data.val='{data}'",
@@ -96,17 +109,20 @@ def test_a_fine_tune_starts_from_a_pretraining_run(
     ]
     args = ["--quiet", "train", str(RECIPES / "sst2.toml"), "--out", str(run_dir)]
     assert main([*args, *set_options(options)]) == 0
-    assert (run_dir / "tokenizer.json").read_text() == (mlm_run / "tokenizer.json").read_text()
+    assert (run_dir / "tokenizer.json").read_text() == (run / "tokenizer.json").read_text()
     recipe = Recipe.load(run_dir / "config.json")
     assert recipe.model.head == "classification" and recipe.model.d_model == TINY_SIZES["d_model"]
-    _, start = load_run(mlm_run)
+    _, start = load_run(run)
     _, tuned = load_run(run_dir)
     tuned_state, start_state = dict(tuned.named_parameters()), dict(start.named_parameters())
     for name in ("embedding.tokens.weight", "encoder.layers.0.feed_forward.w1.weight"):
         torch.testing.assert_close(tuned_state[name], start_state[name], atol=1e-6, rtol=0)
-    assert not any(k.startswith("head.dense") for k in tuned_state)  # the mlm head is left
+    assert {k for k in tuned_state if k.startswith("head.")} == {
+        "head.proj.weight",
+        "head.proj.bias",
+    }
     info = json.loads((run_dir / "config.json").read_text())
-    assert info["model"]["init_from"] == str(mlm_run)
+    assert info["model"]["init_from"] == str(run)
 
 
 def test_a_fine_tune_longer_than_the_learnt_positions_is_refused(

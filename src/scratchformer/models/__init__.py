@@ -14,6 +14,7 @@ from ..config import ModelConfig
 from ..registry import Registry
 from .base import ModelOutput, count_parameters
 from .decoder import Decoder, DecoderModel
+from .electra import ReplacedTokenHead
 from .encoder import Encoder, EncoderModel
 from .heads import HEADS, LMHead, Pooler, SequenceHead, TokenClassificationHead, pool
 from .positional import POSITIONALS
@@ -42,6 +43,7 @@ __all__ = [
     "LMHead",
     "ModelOutput",
     "Pooler",
+    "ReplacedTokenHead",
     "Seq2SeqModel",
     "SequenceHead",
     "TokenClassificationHead",

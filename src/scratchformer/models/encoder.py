@@ -9,7 +9,7 @@ from ..nn import padding_mask
 from ..nn.packing import packing_for
 from . import builder
 from .base import ModelOutput, init_linear_weights, positioning_for
-from .heads import MaskedLMHead, Pooler
+from .heads import Masked, Pooler, PretrainingHead
 
 
 class Encoder(nn.Module):
@@ -69,8 +69,8 @@ class EncoderModel(nn.Module):
         self.pooler = Pooler(config.d_model) if config.pooler else None
         self.head = builder.head(config)
         init_linear_weights(self)
-        if isinstance(self.head, MaskedLMHead) and config.tie_output:
-            self.head.weight = self.embedding.tokens.weight
+        if isinstance(self.head, PretrainingHead) and config.tie_output:
+            self.head.tie(self.embedding.tokens.weight)
 
     def encode(
         self,
@@ -92,24 +92,29 @@ class EncoderModel(nn.Module):
         token_type_ids: Tensor | None = None,
         labels: Tensor | None = None,
         label_smoothing: float = 0.0,
+        replacement_draws: Tensor | None = None,
     ) -> ModelOutput:
         """``input_ids``: ``(batch, seq)``; ``attention_mask``: 1/True at real tokens;
         ``token_type_ids``: segment ids (0 / 1) of a sentence pair. The similarity head
         compares rows ``2i`` and ``2i + 1``, each sentence encoded on its own. With
-        ``labels`` (the ``mlm`` head's, ``IGNORE_INDEX`` where not masked) the output is
-        their mean cross-entropy, and no logits are formed."""
-        hidden, weights = self.encode(input_ids, attention_mask, need_weights, token_type_ids)
-        loss = logits = None
+        ``labels`` (a pretraining head's: the original tokens where masked, ``IGNORE_INDEX``
+        elsewhere) the output is the head's objective, and no logits are formed;
+        ``replacement_draws`` are the ``rtd`` head's (see :mod:`.electra`)."""
         if labels is not None:
-            if not isinstance(self.head, MaskedLMHead):
-                raise ValueError(f"labels are for the mlm head, not head={self.config.head!r}")
-            loss = self.head.loss(hidden, labels, label_smoothing)
-        elif self.head is not None:
-            logits = self.head(hidden, attention_mask)
+            if not isinstance(self.head, PretrainingHead):
+                head = self.config.head
+                raise ValueError(f"labels are for the pretraining heads (mlm, rtd), not {head=}")
+            loss, hidden = self.head.objective(
+                self,
+                Masked(input_ids, labels, attention_mask, token_type_ids, replacement_draws),
+                label_smoothing,
+            )
+            return ModelOutput(None, hidden, loss=loss)
+        hidden, weights = self.encode(input_ids, attention_mask, need_weights, token_type_ids)
+        logits = None if self.head is None else self.head(hidden, attention_mask)
         return ModelOutput(
             logits,
             hidden,
             {"encoder": weights} if need_weights else None,
             None if self.pooler is None else self.pooler(hidden),
-            loss,
         )

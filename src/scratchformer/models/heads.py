@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -15,6 +18,9 @@ from ..nn.feedforward import ACTIVATIONS
 from ..nn.loss import IGNORE_INDEX
 from ..nn.norm import NORMS
 from ..registry import Registry
+
+if TYPE_CHECKING:
+    from .encoder import EncoderModel
 
 
 def pool(hidden: Tensor, attention_mask: Tensor | None, how: str = "mean") -> Tensor:
@@ -107,7 +113,37 @@ class SpanHead(nn.Module):
         return self.proj(hidden)
 
 
-class MaskedLMHead(nn.Module):
+@dataclass(frozen=True)
+class Masked:
+    """A pretraining batch: ``input_ids`` with some tokens masked, ``labels`` the original
+    tokens there (``IGNORE_INDEX`` elsewhere); ``replacement_draws``: uniform numbers that
+    pick the ``rtd`` generator's samples (drawn with the batch, so that a resumed run
+    replaces the same tokens)."""
+
+    input_ids: Tensor
+    labels: Tensor
+    attention_mask: Tensor | None = None
+    token_type_ids: Tensor | None = None
+    replacement_draws: Tensor | None = None
+
+
+class PretrainingHead(nn.Module, ABC):
+    """A head with an objective of its own on masked inputs (``mlm``, ``rtd``), whose
+    vocabulary projection is tied to the token embedding (set by the model)."""
+
+    @abstractmethod
+    def tie(self, weight: nn.Parameter) -> None:
+        """Share the token embedding's ``weight`` as the vocabulary projection."""
+
+    @abstractmethod
+    def objective(
+        self, model: EncoderModel, masked: Masked, label_smoothing: float = 0.0
+    ) -> tuple[Tensor, Tensor]:
+        """The pretraining loss of ``model`` (whose head this is) on ``masked``, and the
+        last hidden states of the encoder's pass."""
+
+
+class MaskedLMHead(PretrainingHead):
     """BERT's masked-language-model head: a dense layer, the activation and a norm (the
     "transform"), then vocabulary logits through a decoder whose weight is tied to the
     token embedding (set by the model), plus a bias of its own."""
@@ -127,6 +163,18 @@ class MaskedLMHead(nn.Module):
     def forward(self, hidden: Tensor, attention_mask: Tensor | None = None) -> Tensor:
         """Vocabulary logits at every position of ``hidden``."""
         return F.linear(self.transform(hidden), self.weight, self.bias)
+
+    def tie(self, weight: nn.Parameter) -> None:
+        self.weight = weight
+
+    def objective(
+        self, model: EncoderModel, masked: Masked, label_smoothing: float = 0.0
+    ) -> tuple[Tensor, Tensor]:
+        """The masked tokens' mean cross-entropy (:meth:`loss`)."""
+        hidden, _ = model.encode(
+            masked.input_ids, masked.attention_mask, token_type_ids=masked.token_type_ids
+        )
+        return self.loss(hidden, masked.labels, label_smoothing), hidden
 
     def loss(self, hidden: Tensor, labels: Tensor, label_smoothing: float = 0.0) -> Tensor:
         """Mean cross-entropy at the positions whose label is not ``IGNORE_INDEX`` (the

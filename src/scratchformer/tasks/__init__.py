@@ -8,6 +8,7 @@ from .classification import ClassificationTask, RegressionTask
 from .lm import LanguageModelTask
 from .mlm import MaskedLMTask
 from .qa import QuestionAnsweringTask
+from .rtd import ReplacedTokenTask
 from .similarity import SimilarityTask
 from .span_corruption import SpanCorruptionTask
 from .synthetic import SyntheticTask
@@ -26,6 +27,7 @@ TASKS: dict[str, type[Task]] = {
         TaggingTask,
         QuestionAnsweringTask,
         MaskedLMTask,
+        ReplacedTokenTask,
         SpanCorruptionTask,
     )
 }
@@ -45,6 +47,7 @@ __all__ = [
     "MaskedLMTask",
     "QuestionAnsweringTask",
     "RegressionTask",
+    "ReplacedTokenTask",
     "SimilarityTask",
     "SpanCorruptionTask",
     "SyntheticTask",

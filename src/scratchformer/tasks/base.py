@@ -256,12 +256,17 @@ class Task(ABC):
                 if max_batches is not None and i >= max_batches:
                     break
                 batch = batch.to(device) if device is not None else batch
-                self.accumulate(totals, self.logits(model, batch).float(), batch)
+                self.score(totals, model, batch)
         finally:
             model.train(was_training)
         if not totals:
             raise ValueError(f"no examples to evaluate in split {split!r}")
         return self.summarize(totals)
+
+    def score(self, totals: dict[str, Any], model: nn.Module, batch: Batch) -> None:
+        """Add what ``model`` makes of an evaluation batch to ``totals``: by default its
+        :meth:`logits`, through :meth:`accumulate`."""
+        self.accumulate(totals, self.logits(model, batch).float(), batch)
 
     def accumulate(self, totals: dict[str, Any], logits: Tensor, batch: Batch) -> None:
         """Add a batch and the model's ``logits`` of it to ``totals``: sums of
