@@ -538,10 +538,10 @@ class DataConfig(ConfigBase):
     """Pretraining: a plain-text file holds a document a line (else documents are
     separated by blank lines)."""
     mask_probability: float = 0.15
-    """``mlm``: the share of tokens chosen for prediction (BERT's 15%); of those 80% become
-    ``[MASK]``, 10% a random token, 10% stay."""
+    """``mlm`` and ``rtd``: the share of tokens chosen for prediction (BERT's 15%); of those
+    80% become ``[MASK]``, 10% a random token, 10% stay."""
     whole_word_mask: bool = False
-    """``mlm``: choose whole words (all their WordPiece pieces) rather than pieces."""
+    """``mlm`` and ``rtd``: choose whole words (all their WordPiece pieces) rather than pieces."""
     noise_density: float = 0.15
     """``span_corruption``: the share of a text's tokens hidden in spans (T5's 15%)."""
     mean_span_length: float = 3.0
