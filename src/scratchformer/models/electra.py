@@ -38,7 +38,8 @@ class Detection:
     replaced_logits: Tensor
     """``(batch, seq)``: the discriminator's logit that a token is a replacement."""
     replaced: Tensor
-    """``(batch, seq)``: whether it is (a sample equal to the original is not)."""
+    """``(batch, seq)``: whether it is (a sample equal to the original is not; padding
+    never is)."""
     counted: Tensor
     """``(batch, seq)``: the real tokens, whose detection counts."""
     hidden: Tensor
@@ -71,10 +72,10 @@ class Detection:
 
 
 def sample(logits: Tensor, draws: Tensor) -> Tensor:
-    """A token from each row of ``logits`` (softmax probabilities), picked by the uniform
+    """A token from each row of float ``logits`` (softmax probabilities), picked by the uniform
     number in ``draws`` (``(rows,)``, in [0, 1)) through the inverse of the cumulative
     distribution: the same draws give the same tokens."""
-    cumulative = logits.float().softmax(-1).cumsum(-1)
+    cumulative = logits.softmax(-1).cumsum(-1)
     picked = torch.searchsorted(cumulative, (draws * cumulative[:, -1]).unsqueeze(1))
     return picked.squeeze(1).clamp(max=logits.shape[-1] - 1)
 
@@ -108,7 +109,7 @@ class ReplacedTokenHead(PretrainingHead):
         chosen = masked.labels != IGNORE_INDEX
         embedded = model.embedding(masked.input_ids, segments=masked.token_type_ids)
         generated, _ = self.generator(embedded, masked.attention_mask)
-        logits = self.generator_head(generated[chosen])
+        logits = self.generator_head(generated[chosen]).float()
         original = torch.where(chosen, masked.labels, masked.input_ids)
         samples = sample(logits.detach(), masked.replacement_draws[chosen])
         corrupted = original.masked_scatter(chosen, samples)
@@ -121,7 +122,7 @@ class ReplacedTokenHead(PretrainingHead):
             else masked.attention_mask.bool()
         )
         return Detection(
-            logits.float(), original[chosen], self(hidden), corrupted != original, counted, hidden
+            logits, original[chosen], self(hidden), corrupted != original, counted, hidden
         )
 
     def objective(

@@ -39,7 +39,7 @@ class ReplacedTokenTask(MaskedLMTask):
     def score(self, totals: dict[str, Any], model: nn.Module, batch: Batch) -> None:
         detection = model.head.detect(model, Masked(labels=batch.targets, **batch.inputs))
         generator, detected = detection.losses(reduction="sum")
-        counted, replaced = detection.counted, detection.replaced & detection.counted
+        counted, replaced = detection.counted, detection.replaced
         flagged = (detection.replaced_logits > 0) & counted
         add(
             totals,
