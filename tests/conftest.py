@@ -172,9 +172,9 @@ def pretraining_text(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def mlm_run(tmp_path_factory: pytest.TempPathFactory, pretraining_text: Path) -> Path:
     """A tiny masked-LM run (``recipes/pretrain-encoder.toml`` in BERT's layout, whole words
-    masked, 64 positions) trained for a few steps on :func:`pretraining_text`, so that no
-    dataset is needed: the pretraining run that the tests read, export, fine-tune from and
-    train again to resume."""
+    masked, 64 positions, a cased vocabulary) trained for a few steps on
+    :func:`pretraining_text`, so that no dataset is needed: the pretraining run that the
+    tests read, export, fine-tune from and train again to resume."""
     run_dir = tmp_path_factory.mktemp("runs") / "mlm"
     train(
         run_dir,
@@ -183,6 +183,7 @@ def mlm_run(tmp_path_factory: pytest.TempPathFactory, pretraining_text: Path) ->
         f"data.train='{pretraining_text}'",
         f"data.val='{pretraining_text}'",
         "data.vocab_size=120",
+        "data.lowercase=false",
         "data.max_len=32",
         "data.whole_word_mask=true",
         "model.max_len=64",

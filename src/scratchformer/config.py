@@ -516,7 +516,9 @@ class DataConfig(ConfigBase):
     ``translate`` and ``attention``: T5's task prefix, e.g. ``"translate English to German:
     "``, for a T5 checkpoint trained with one."""
     lowercase: bool = False
-    """Lower-case all text before tokenizing."""
+    """Lower-case all text before tokenizing. A fine-tune (``model.init_from``) keeps the
+    pretrained vocabulary and lower-cases text before the pretrained tokenizer's own
+    normalisation."""
     max_len: int = 128
     """Longest input in tokens; longer examples are truncated."""
     block_size: int = 256

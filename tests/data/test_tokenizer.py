@@ -157,6 +157,21 @@ def test_save_and_load_keep_encodings_and_roles(
     assert pickle.loads(pickle.dumps(tokenizer)).encode(text) == tokenizer.encode(text)
 
 
+@pytest.mark.parametrize("kind", ["char", "wordpiece"])  # no normalizer; BERT's, cased
+def test_lowercased_reads_text_as_its_lower_case_with_the_same_vocabulary(
+    kind: str, sst2: list[str], tmp_path: Path
+) -> None:
+    cased = Tokenizer.train(kind, sst2, 1500, CLASSIFY)
+    lowered = cased.lowercased()
+    text = "The Film's Heart, by Spielberg"
+    assert cased.encode(text) != cased.encode(text.lower())
+    assert lowered.encode(text) == cased.encode(text.lower())
+    assert lowered.specials == cased.specials and lowered.vocab_size == cased.vocab_size
+    assert cased.encode(text) != lowered.encode(text)  # the original is left as it was
+    lowered.save(tmp_path / "tokenizer.json")
+    assert Tokenizer.load(tmp_path / "tokenizer.json").encode(text) == lowered.encode(text)
+
+
 def test_special_strings_stay_plain_text_after_load_and_pickle(
     bpe: Tokenizer, tmp_path: Path
 ) -> None:

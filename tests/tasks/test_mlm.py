@@ -15,6 +15,7 @@ from helpers import RECIPES, TINY_SIZES, interrupted_after, set_options, tiny_co
 from scratchformer import build_model
 from scratchformer.cli import main
 from scratchformer.config import Recipe
+from scratchformer.data.tokenizer import Tokenizer
 from scratchformer.nn.loss import IGNORE_INDEX
 from scratchformer.run import load_run
 
@@ -80,15 +81,20 @@ def test_fill_mask_gives_the_likeliest_tokens_with_their_probabilities(mlm_run: 
 
 
 @pytest.mark.parametrize(
-    ("pretraining", "lora"),
-    [("mlm_run", ()), ("mlm_run", ("train.lora_rank=2",)), ("rtd_run", ())],
-    ids=["mlm", "mlm-lora", "rtd"],
+    ("pretraining", "settings"),
+    [
+        ("mlm_run", ()),
+        ("mlm_run", ("train.lora_rank=2",)),
+        ("mlm_run", ("data.lowercase=true",)),
+        ("rtd_run", ()),
+    ],
+    ids=["mlm", "mlm-lora", "mlm-lowercase", "rtd"],
 )
 def test_a_fine_tune_starts_from_a_pretraining_run(
-    tmp_path: Path, pretraining: str, lora: tuple[str, ...], request: pytest.FixtureRequest
+    tmp_path: Path, pretraining: str, settings: tuple[str, ...], request: pytest.FixtureRequest
 ) -> None:
-    """It takes the run's tokenizer and encoder, and leaves its pretraining head (with
-    ELECTRA's generator)."""
+    """It takes the run's tokenizer (lower-casing first with ``data.lowercase``) and
+    encoder, and leaves its pretraining head (with ELECTRA's generator)."""
     run: Path = request.getfixturevalue(pretraining)
     data = tmp_path / "data.tsv"
     data.write_text("text\tlabel\n" + "the cat sat\tpos\ndogs ran\tneg\n" * 8)
@@ -105,11 +111,17 @@ def test_a_fine_tune_starts_from_a_pretraining_run(
         "train.eval_every=2",
         "train.batch_size=4",
         "train.lr=1e-9",
-        *lora,
+        "data.lowercase=false",  # sst2.toml's data.lowercase, unless the case sets it
+        *settings,
     ]
     args = ["--quiet", "train", str(RECIPES / "sst2.toml"), "--out", str(run_dir)]
     assert main([*args, *set_options(options)]) == 0
-    assert (run_dir / "tokenizer.json").read_text() == (run / "tokenizer.json").read_text()
+    tokenizer, start_tokenizer = (Tokenizer.load(d / "tokenizer.json") for d in (run_dir, run))
+    text = "The Cat SAT"
+    read = text.lower() if "data.lowercase=true" in settings else text
+    assert tokenizer.encode(text) == start_tokenizer.encode(read)
+    assert start_tokenizer.encode(text) != start_tokenizer.encode(text.lower())
+    assert tokenizer.backend.get_vocab() == start_tokenizer.backend.get_vocab()
     recipe = Recipe.load(run_dir / "config.json")
     assert recipe.model.head == "classification" and recipe.model.d_model == TINY_SIZES["d_model"]
     _, start = load_run(run)

@@ -148,6 +148,16 @@ class Tokenizer:
             raise ValueError(f"{path} is not a valid tokenizer.json: {error}") from None
         return cls(backend, roles)
 
+    def lowercased(self) -> Tokenizer:
+        """This tokenizer, lower-casing text before its own normalisation: the same
+        vocabulary, for a fine-tune whose text's capitals are noise to it (headlines in
+        title case read by a cased vocabulary)."""
+        backend = _Backend.from_str(self.to_json())
+        own = backend.normalizer
+        lower = normalizers.Lowercase()
+        backend.normalizer = lower if own is None else normalizers.Sequence([lower, own])
+        return Tokenizer(backend, self._roles)
+
     def to_json(self) -> str:
         """The library's ``tokenizer.json`` (byte-identical for identical training)."""
         return self._backend.to_str(pretty=False)
