@@ -183,7 +183,6 @@ def mlm_run(tmp_path_factory: pytest.TempPathFactory, pretraining_text: Path) ->
         f"data.train='{pretraining_text}'",
         f"data.val='{pretraining_text}'",
         "data.vocab_size=120",
-        "data.lowercase=false",
         "data.max_len=32",
         "data.whole_word_mask=true",
         "model.max_len=64",
