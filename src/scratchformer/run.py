@@ -79,10 +79,7 @@ def start_run(recipe: Recipe, run_dir: Path) -> tuple[Task, nn.Module]:
     task = build_task(recipe)
     start = None
     if recipe.model.init_from is not None:
-        start, tokenizer = pretrained(recipe.model.init_from)
-        if tokenizer is not None and recipe.data.lowercase:
-            tokenizer = tokenizer.lowercased()
-        task.pretrained_tokenizer = tokenizer
+        start, task.pretrained_tokenizer = pretrained(recipe.model.init_from)
         # the fine-tune's decoder starts from the pretrained one's token, which the
         # tokenizer must have
         recipe.model.decoder_start = start.config.decoder_start

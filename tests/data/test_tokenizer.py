@@ -164,10 +164,9 @@ def test_lowercased_reads_text_as_its_lower_case_with_the_same_vocabulary(
     cased = Tokenizer.train(kind, sst2, 1500, CLASSIFY)
     lowered = cased.lowercased()
     text = "The Film's Heart, by Spielberg"
-    assert cased.encode(text) != cased.encode(text.lower())
+    assert cased.encode(text) != cased.encode(text.lower())  # the original is left as it was
     assert lowered.encode(text) == cased.encode(text.lower())
     assert lowered.specials == cased.specials and lowered.vocab_size == cased.vocab_size
-    assert cased.encode(text) != lowered.encode(text)  # the original is left as it was
     lowered.save(tmp_path / "tokenizer.json")
     assert Tokenizer.load(tmp_path / "tokenizer.json").encode(text) == lowered.encode(text)
 

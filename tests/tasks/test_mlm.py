@@ -116,12 +116,14 @@ def test_a_fine_tune_starts_from_a_pretraining_run(
     ]
     args = ["--quiet", "train", str(RECIPES / "sst2.toml"), "--out", str(run_dir)]
     assert main([*args, *set_options(options)]) == 0
-    tokenizer, start_tokenizer = (Tokenizer.load(d / "tokenizer.json") for d in (run_dir, run))
+    start_tokenizer = Tokenizer.load(run / "tokenizer.json")
+    lowercase = "data.lowercase=true" in settings
+    expected = start_tokenizer.lowercased() if lowercase else start_tokenizer
+    assert (run_dir / "tokenizer.json").read_text() == expected.to_json()
     text = "The Cat SAT"
-    read = text.lower() if "data.lowercase=true" in settings else text
-    assert tokenizer.encode(text) == start_tokenizer.encode(read)
+    read = text.lower() if lowercase else text
+    assert Tokenizer.load(run_dir / "tokenizer.json").encode(text) == start_tokenizer.encode(read)
     assert start_tokenizer.encode(text) != start_tokenizer.encode(text.lower())
-    assert tokenizer.backend.get_vocab() == start_tokenizer.backend.get_vocab()
     recipe = Recipe.load(run_dir / "config.json")
     assert recipe.model.head == "classification" and recipe.model.d_model == TINY_SIZES["d_model"]
     _, start = load_run(run)

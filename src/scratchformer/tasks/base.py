@@ -116,7 +116,7 @@ class Task(ABC):
     ) -> Tokenizer:
         """A tokenizer of the recipe's kind and size, learnt from ``texts``, with
         ``sentinels`` sentinel tokens -- or, for a fine-tune, the pretrained model's own
-        (``self.pretrained_tokenizer``)."""
+        (``self.pretrained_tokenizer``). Either lower-cases text with ``data.lowercase``."""
         if self.pretrained_tokenizer is not None:
             missing = [
                 role
@@ -128,6 +128,8 @@ class Task(ABC):
             have = len(self.pretrained_tokenizer.sentinel_ids)
             if have < sentinels:
                 raise ValueError(f"the pretrained tokenizer has {have} sentinels, not {sentinels}")
+            if self.data.lowercase:
+                return self.pretrained_tokenizer.lowercased()
             return self.pretrained_tokenizer
         data = self.data
         return Tokenizer.train(
