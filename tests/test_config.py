@@ -187,6 +187,9 @@ def test_data_and_train_validation() -> None:
             DataConfig(noise_density=density)
     with pytest.raises(ValueError, match=r"mean_span_length=0.5 must be at least 1"):
         DataConfig(mean_span_length=0.5)
+    for length in (0.5, 10.0):
+        with pytest.raises(ValueError, match=rf"mask_span_length={length} must be at least 1"):
+            DataConfig(mask_span_length=length)
     with pytest.raises(ValueError, match=r"sentinels=0 must be positive"):
         DataConfig(sentinels=0)
 

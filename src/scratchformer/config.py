@@ -38,6 +38,9 @@ POOLINGS = ("mean", "first")
 DECODER_STARTS = ("bos", "pad")
 """The special tokens, by role, that an encoder-decoder's decoder may start from."""
 TOKENIZERS = ("char", "bpe", "wordpiece")
+MAX_MASK_SPAN = 10
+"""The longest span masked LM chooses, in words or pieces (SpanBERT's clip of its geometric
+lengths); ``data.mask_span_length`` must stay below it."""
 SCHEDULES = ("noam", "cosine", "constant", "inverse_sqrt")
 LORA_TARGETS = ("qkv_proj", "q_proj", "kv_proj", "out_proj", "w1", "w2", "w3")
 """The linear maps LoRA may adapt, by module name: self-attention's fused ``qkv_proj``,
@@ -544,6 +547,11 @@ class DataConfig(ConfigBase):
     80% become ``[MASK]``, 10% a random token, 10% stay."""
     whole_word_mask: bool = False
     """``mlm`` and ``rtd``: choose whole words (all their WordPiece pieces) rather than pieces."""
+    mask_span_length: float = 1.0
+    """``mlm`` and ``rtd``: the mean length, in words (with ``whole_word_mask``) or pieces,
+    of the contiguous spans chosen, below 10; 1 chooses each alone (BERT). Above 1 spans of
+    geometric lengths are chosen and each is replaced alike, as SpanBERT does (its 3.8
+    words), so that a token's neighbours rarely give it away."""
     noise_density: float = 0.15
     """``span_corruption``: the share of a text's tokens hidden in spans (T5's 15%)."""
     mean_span_length: float = 3.0
@@ -570,6 +578,11 @@ class DataConfig(ConfigBase):
         _require(
             0.0 < self.mask_probability < 1.0,
             f"mask_probability={self.mask_probability} must be between 0 and 1",
+        )
+        _require(
+            1.0 <= self.mask_span_length < MAX_MASK_SPAN,
+            f"mask_span_length={self.mask_span_length} must be at least 1 and below "
+            f"{MAX_MASK_SPAN}",
         )
         _require(
             0.0 < self.noise_density < 1.0,

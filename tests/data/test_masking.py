@@ -1,4 +1,4 @@
-"""BERT's masking: how many tokens are chosen, what becomes of them, whole words."""
+"""BERT's masking: how many tokens are chosen, what becomes of them, whole words, spans."""
 
 from __future__ import annotations
 
@@ -71,6 +71,55 @@ def test_whole_word_masking_chooses_all_pieces_of_a_word_or_none() -> None:
     assert chosen.float().mean().item() == pytest.approx(0.15, abs=0.02)
 
 
+def runs(chosen: torch.Tensor) -> torch.Tensor:
+    """The lengths of the runs of consecutive chosen positions of every row."""
+    edges = torch.nn.functional.pad(chosen.int(), (1, 1)).diff(dim=1)
+    return (edges == -1).nonzero()[:, 1] - (edges == 1).nonzero()[:, 1]
+
+
+@pytest.mark.parametrize("mean", [2.0, 3.8])
+def test_spans_cover_the_probability_in_runs_of_the_mean_length(mean: float) -> None:
+    ids = ordinary_ids(800, 125)  # 100,000 tokens in windows of pretraining's length
+    _, chosen = masked(ids, mean_span=mean)
+    assert chosen.float().mean().item() == pytest.approx(0.15, abs=0.006)
+    assert chosen[:, :3].float().mean().item() == pytest.approx(0.15, abs=0.02)  # no edge
+    # rarely chosen, spans seldom touch: a run is one span, of the clipped geometric mean
+    _, sparse = masked(ids, probability=0.02, mean_span=mean)
+    assert runs(sparse).float().mean().item() == pytest.approx(mean, rel=0.08)
+    assert runs(sparse).max().item() <= 10 + 2  # clipped at 10 (two spans rarely touch)
+
+
+def test_every_token_of_a_span_is_replaced_alike() -> None:
+    ids = ordinary_ids()
+    inputs, chosen = masked(ids, probability=0.05, mean_span=3.0)
+    kind = torch.where(inputs == MASK_ID, 0, torch.where(inputs == ids, 1, 2))
+    pairs = chosen[:, 1:] & chosen[:, :-1]
+    alike = (kind[:, 1:][pairs] == kind[:, :-1][pairs]).float().mean().item()
+    assert alike > 0.97  # 0.8^2 + 0.1^2 + 0.1^2 = 0.66 were tokens replaced each alone
+    count = chosen.sum().item()
+    assert ((inputs == MASK_ID) & chosen).sum().item() / count == pytest.approx(0.8, abs=0.03)
+
+
+def test_spans_of_whole_words_take_all_the_pieces_of_each_word() -> None:
+    word_starts = torch.ones(VOCAB, dtype=torch.bool)
+    word_starts[1000:] = False
+    generator = torch.Generator().manual_seed(2)
+    starts = torch.randint(len(SPECIALS), 1000, (400, 125), generator=generator)
+    pieces = torch.randint(1000, VOCAB, (400, 125), generator=generator)
+    ids = torch.where(torch.rand(400, 125, generator=generator) < 0.7, starts, pieces)
+    ids[:, 0] = 2
+    _, chosen = masked(ids, word_starts=word_starts, mean_span=3.0)
+    continues = ~word_starts[ids[:, 1:]] & (ids[:, :-1] != 2)
+    assert torch.equal(chosen[:, 1:][continues], chosen[:, :-1][continues])
+    assert chosen.float().mean().item() == pytest.approx(0.15, abs=0.01)
+
+
 def test_a_probability_outside_zero_to_one_is_refused() -> None:
     with pytest.raises(ValueError, match=r"mask probability=1\.0"):
         masked(ordinary_ids(2, 4), probability=1.0)
+
+
+def test_a_mean_span_outside_one_to_ten_is_refused() -> None:
+    for mean in (0.5, 10.0):
+        with pytest.raises(ValueError, match=rf"mean span={mean} must be at least 1"):
+            masked(ordinary_ids(2, 4), mean_span=mean)

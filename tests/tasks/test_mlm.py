@@ -46,6 +46,19 @@ def test_evaluation_masks_the_held_out_text_the_same_way_every_time(mlm_run: Pat
     assert (batch.targets != IGNORE_INDEX).any()
 
 
+def test_span_masking_chooses_neighbours_together(mlm_run: Path) -> None:
+    task, _ = load_run(mlm_run)
+
+    def neighbours_chosen() -> float:
+        """Of the chosen tokens, the share whose left neighbour is chosen too."""
+        chosen = torch.cat([task.global_batch(i, 1).targets != IGNORE_INDEX for i in range(40)])
+        return ((chosen[:, 1:] & chosen[:, :-1]).sum() / chosen.sum()).item()
+
+    words = neighbours_chosen()
+    task.data.mask_span_length = 4.0
+    assert neighbours_chosen() > words + 0.4
+
+
 PRETRAINING_RUNS = ["mlm_run", "rtd_run"]
 """The fixtures of the encoder pretraining runs: masked LM's and ELECTRA's."""
 

@@ -79,6 +79,7 @@ class MaskedLMTask(CorpusTask):
             vocab_size=tokenizer.vocab_size,
             probability=self.data.mask_probability,
             word_starts=self.word_starts(),
+            mean_span=self.data.mask_span_length,
         )
         targets = rows.masked_fill(~chosen, IGNORE_INDEX)
         return Batch({"input_ids": inputs}, targets, inputs.numel())
