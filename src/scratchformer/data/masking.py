@@ -50,16 +50,14 @@ def mask_tokens(
         raise ValueError(f"mean span={mean_span} must be at least 1 and below {MAX_MASK_SPAN}")
     specials = torch.tensor(list(special_ids), dtype=ids.dtype)
     maskable = ~torch.isin(ids, specials)
+    starts = torch.ones_like(maskable) if word_starts is None else word_starts[ids] | ~maskable
     how_from = None
     if mean_span > 1.0:
-        starts = torch.ones_like(maskable) if word_starts is None else word_starts[ids] | ~maskable
         covered, how_from = _spans(starts, generator, probability, mean_span)
-        chosen = maskable & covered
     else:
         draws = torch.rand(ids.shape, generator=generator)
-        if word_starts is not None:
-            draws = draws.gather(1, _word_first_piece(ids, word_starts, maskable))
-        chosen = maskable & (draws < probability)
+        covered = draws.gather(1, _unit_first_position(starts)) < probability
+    chosen = maskable & covered
     how = torch.rand(ids.shape, generator=generator)
     if how_from is not None:
         how = how.gather(1, how_from)
@@ -73,13 +71,11 @@ def mask_tokens(
     return inputs, chosen
 
 
-def _word_first_piece(ids: Tensor, word_starts: Tensor, maskable: Tensor) -> Tensor:
-    """For every position, the position of the first piece of its word: a piece that does
-    not start a word belongs to the word before it (special tokens start their own)."""
-    starts = word_starts[ids] | ~maskable
-    positions = torch.arange(ids.shape[1]).expand_as(ids)
-    first = torch.where(starts, positions, torch.zeros_like(positions))
-    return first.cummax(dim=1).values
+def _unit_first_position(starts: Tensor) -> Tensor:
+    """For every position, the position where its unit (word or piece) begins, given
+    ``starts``, True at each unit's first position."""
+    positions = torch.arange(starts.shape[1]).expand_as(starts)
+    return torch.where(starts, positions, torch.zeros_like(positions)).cummax(dim=1).values
 
 
 def _spans(
