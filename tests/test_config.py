@@ -192,6 +192,8 @@ def test_data_and_train_validation() -> None:
             DataConfig(mask_span_length=length)
     with pytest.raises(ValueError, match=r"sentinels=0 must be positive"):
         DataConfig(sentinels=0)
+    with pytest.raises(ValueError, match=r"cloze_questions=-1 must be >= 0"):
+        DataConfig(cloze_questions=-1)
 
 
 def test_a_recipe_with_a_byte_order_mark_loads_and_other_encodings_name_the_file(

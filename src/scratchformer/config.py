@@ -534,6 +534,11 @@ class DataConfig(ConfigBase):
     """Question answering: tokens of the question kept in every window (the rest is cut)."""
     max_answer_len: int = 30
     """Question answering: the longest answer predicted, in tokens."""
+    cloze_questions: int = 0
+    """Question answering: up to this many cloze questions made from each sentence of the
+    training contexts join the training questions: a name or number the context mentions
+    again, replaced by a question word, the sentence taken out of the context, the other
+    mention the answer (:mod:`scratchformer.data.cloze`). 0: none."""
     corpus: list[str] | None = None
     """Pretraining (``mlm``, ``span_corruption``): named datasets whose training text joins
     the corpus -- ``sst2``, ``stsb``, ``conll2003``, ``squad`` (the contexts), ``multi30k.en``
@@ -574,6 +579,7 @@ class DataConfig(ConfigBase):
         _one_of(self, "tag_scheme", TAG_SCHEMES)
         _positive(self, "vocab_size", "max_len", "block_size")
         _positive(self, "doc_stride", "max_question_len", "max_answer_len")
+        _require(self.cloze_questions >= 0, f"cloze_questions={self.cloze_questions} must be >= 0")
         _positive(self, "synthetic_train_size", "synthetic_val_size", "synthetic_min_digits")
         _require(
             0.0 < self.mask_probability < 1.0,

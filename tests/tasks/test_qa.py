@@ -8,10 +8,11 @@ import json
 import pytest
 import torch
 
-from helpers import FILLER, run
+from helpers import FILLER, RECIPES, run, squad_file
+from scratchformer.config import Recipe
 from scratchformer.data.tokenizer import Tokenizer
 from scratchformer.data.windows import Window, answer_tokens, question_windows
-from scratchformer.tasks.qa import best_answer, span_loss
+from scratchformer.tasks.qa import QuestionAnsweringTask, best_answer, span_loss
 
 UNICODE = "Zoë fährt nach Köln — naïve 日本語 café, 東京 and São Paulo. "
 
@@ -182,3 +183,22 @@ def test_attention_on_a_qa_run(qa_run, tmp_path, capsys, monkeypatch) -> None:
     status, _, err = run(capsys, monkeypatch, "", "attention", str(qa_run), text, "--out", str(out))
     assert status == 0, err
     assert out.stat().st_size > 0
+
+
+def test_cloze_questions_join_the_training_split_only(tmp_path) -> None:
+    context = "Ada met Grace in London. Later Grace moved to London in 1952."
+    data = squad_file(tmp_path / "train.json", [(context, "Who met Ada?", "Grace")])
+    settings = [f"data.train='{data}'", f"data.val='{data}'", "data.dataset=none"]
+    plain = QuestionAnsweringTask(Recipe.load(RECIPES / "squad.toml", settings))
+    assert len(plain.read("train")) == 1
+    task = QuestionAnsweringTask(
+        Recipe.load(RECIPES / "squad.toml", [*settings, "data.cloze_questions=2"])
+    )
+    train = task.read("train")
+    assert sorted((q.question, q.context) for q in train[1:]) == [
+        ("Ada met Grace in what?", "Later Grace moved to London in 1952."),
+        ("Ada met what in London?", "Later Grace moved to London in 1952."),
+        ("Later Grace moved to what in 1952?", "Ada met Grace in London."),
+        ("Later what moved to London in 1952?", "Ada met Grace in London."),
+    ]
+    assert len(task.read("val")) == 1

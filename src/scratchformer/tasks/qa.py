@@ -15,6 +15,7 @@ from torch import Tensor, nn
 
 from ..config import Recipe
 from ..data.batching import pad_batch
+from ..data.cloze import cloze_questions
 from ..data.readers import Question, read_squad
 from ..data.registry import squad_examples
 from ..data.windows import Span, Window, question_windows
@@ -70,19 +71,25 @@ class QuestionAnsweringTask(ExampleTask):
 
     def read(self, split: str, path: str | None = None) -> list[Question]:
         """The questions of a split, from ``path`` or ``data.<split>`` (SQuAD JSON), else
-        from ``data.dataset``; read once."""
+        from ``data.dataset``; read once. The training split is joined by the cloze
+        questions of its contexts (``data.cloze_questions``)."""
         key = (split, path)
         if key not in self._questions:
-            path = path or getattr(self.data, split, None)
-            if path is not None:
-                self._questions[key] = read_squad(path)
+            file = path or getattr(self.data, split, None)
+            if file is not None:
+                questions = read_squad(file)
             elif self.data.dataset == "squad":
-                self._questions[key] = squad_examples(split, self.data.root)
+                questions = squad_examples(split, self.data.root)
             else:
                 raise DataSettingsError(
                     f"no {split} data: set data.dataset = 'squad' or data.{split} = FILE "
                     "(SQuAD JSON)"
                 )
+            if split == "train" and self.data.cloze_questions:
+                contexts = dict.fromkeys(q.context for q in questions)
+                seed = self.train_config.seed
+                questions = questions + cloze_questions(contexts, self.data.cloze_questions, seed)
+            self._questions[key] = questions
         return self._questions[key]
 
     def prepare(self) -> None:

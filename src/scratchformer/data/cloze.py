@@ -1,0 +1,115 @@
+"""Cloze questions: extractive-QA training examples made from unlabelled paragraphs.
+
+A name or number that a paragraph mentions twice is an answer waiting for a question. Take
+a sentence holding one mention, put a question word in its place ("In 1066 the Normans
+crossed" -> "when the Normans crossed?"), take the sentence out of the paragraph, and the
+other mention is the answer in what is left: to find it, a reader has to match the
+question's words against the context, the skill SQuAD's questions test. This is the
+"cloze" pretraining of Dhingra et al. (2018) and Lewis et al. (2019), with Splinter's
+recurring spans (Ram et al. 2021) as the answers; it lets a small labelled set of questions
+be joined by as many made from its own contexts.
+
+A span qualifies when it is at most ``MAX_SPAN_WORDS`` words, its first and last words are
+names or numbers (a capital or a digit; a sentence's first word only with a digit, as its
+capital says nothing), a single word is not also used in lower case in the paragraph ("The"),
+and it occurs again, whole and with the same case, outside its sentence.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Iterable
+
+from .readers import Answer, Question
+
+MAX_SPAN_WORDS = 5
+WORD = re.compile(r"\w+(?:[-'.,]\w+)*")
+"""A word: letters and digits, with inner hyphens, apostrophes, points and commas (3.5, 1,000)."""
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
+YEAR = re.compile(r"(1[0-9]{3}|20[0-9]{2})s?")
+NUMBER = re.compile(r"[0-9][0-9.,]*")
+
+Span = tuple[int, int]
+
+
+def sentences(text: str) -> list[Span]:
+    """The sentences of ``text`` as character spans: a break after ``.``, ``!`` or ``?``
+    and white space, before a capital, digit, quote or parenthesis."""
+    spans, start = [], 0
+    for match in SENTENCE_END.finditer(text):
+        spans.append((start, match.start()))
+        start = match.end()
+    return [*spans, (start, len(text))]
+
+
+def _name_or_number(word: str, first_of_sentence: bool) -> bool:
+    has_digit = any(c.isdigit() for c in word)
+    return has_digit or (word[0].isupper() and not first_of_sentence)
+
+
+def _lower_case_word(word: str, text: str) -> bool:
+    """Whether ``word`` is a common word capitalised: ``text`` also has it in lower case."""
+    return word.lower() != word and _occurs(word.lower(), text) is not None
+
+
+def _occurs(phrase: str, text: str) -> re.Match[str] | None:
+    return re.search(r"(?<!\w)" + re.escape(phrase) + r"(?!\w)", text)
+
+
+def recurring_spans(text: str, sentence: Span) -> list[Span]:
+    """The longest qualifying spans of ``sentence`` (module docstring) that also occur in
+    ``text`` outside it, none inside another."""
+    begin, finish = sentence
+    words = [(m.start() + begin, m.end() + begin) for m in WORD.finditer(text[begin:finish])]
+    outside = text[:begin] + "\n" + text[finish:]
+    found: list[Span] = []
+    for i in range(len(words)):
+        for n in range(min(MAX_SPAN_WORDS, len(words) - i), 0, -1):
+            (start, first_end), (last_start, end) = words[i], words[i + n - 1]
+            first, last = text[start:first_end], text[last_start:end]
+            if not (_name_or_number(first, i == 0) and _name_or_number(last, i + n - 1 == 0)):
+                continue
+            if n == 1 and (len(first) < 2 or _lower_case_word(first, text)):
+                continue
+            if _occurs(text[start:end], outside):
+                found.append((start, end))
+                break
+    return [s for s in found if not any(o != s and o[0] <= s[0] and s[1] <= o[1] for o in found)]
+
+
+def question_word(answer: str) -> str:
+    """``when`` for a year, ``how many`` for another number, else ``what``."""
+    if YEAR.fullmatch(answer):
+        return "when"
+    if NUMBER.fullmatch(answer):
+        return "how many"
+    return "what"
+
+
+def cloze_question(text: str, sentence: Span, span: Span, key: str) -> Question:
+    """The question that ``span`` of ``sentence`` makes: the sentence with a question word
+    in the span's place, asked of ``text`` without the sentence, answered by the span's
+    first occurrence there."""
+    begin, finish = sentence
+    start, end = span
+    phrase = text[start:end]
+    asked = text[begin:start] + question_word(phrase) + text[end:finish]
+    asked = asked.rstrip().rstrip(".!?").rstrip() + "?"
+    context = (text[:begin].rstrip() + " " + text[finish:].lstrip()).strip()
+    match = _occurs(phrase, context)
+    assert match is not None, "a recurring span occurs outside its sentence"
+    return Question(key, asked, context, (Answer(phrase, match.start()),), key)
+
+
+def cloze_questions(contexts: Iterable[str], per_sentence: int, seed: int) -> list[Question]:
+    """Up to ``per_sentence`` cloze questions from each sentence of each context, the spans
+    drawn at random (seeded) among those that qualify."""
+    rng = random.Random(seed)
+    questions = []
+    for c, text in enumerate(contexts):
+        for s, sentence in enumerate(sentences(text)):
+            spans = recurring_spans(text, sentence)
+            for k, span in enumerate(rng.sample(spans, min(per_sentence, len(spans)))):
+                questions.append(cloze_question(text, sentence, span, f"cloze:{c}:{s}:{k}"))
+    return questions
