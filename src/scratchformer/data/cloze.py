@@ -44,6 +44,7 @@ def sentences(text: str) -> list[Span]:
 
 
 def _name_or_number(word: str, first_of_sentence: bool) -> bool:
+    """Whether ``word`` has a digit, or a capital that is not merely the sentence's."""
     has_digit = any(c.isdigit() for c in word)
     return has_digit or (word[0].isupper() and not first_of_sentence)
 
@@ -54,6 +55,7 @@ def _lower_case_word(word: str, text: str) -> bool:
 
 
 def _occurs(phrase: str, text: str) -> re.Match[str] | None:
+    """The first occurrence of ``phrase`` in ``text`` as whole words."""
     return re.search(r"(?<!\w)" + re.escape(phrase) + r"(?!\w)", text)
 
 

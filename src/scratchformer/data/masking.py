@@ -7,6 +7,7 @@ run masks exactly as an unbroken one.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 
@@ -105,6 +106,8 @@ def _spans(
     begins_u, lengths_u, first_u = per_unit(begins.long()), per_unit(lengths), per_unit(positions)
     owner = torch.full_like(unit, -1)  # per unit: the unit whose span covers it
     for k in reversed(range(MAX_MASK_SPAN)):  # nearer starts last: the latest span owns a unit
+        # unit j's span covers unit j + k if it begins at j and is longer than k (units are
+        # numbered as positions are, so positions[:, j] is j)
         covers = (begins_u[:, : length - k] == 1) & (lengths_u[:, : length - k] > k)
         owner[:, k:] = torch.where(covers, positions[:, : length - k], owner[:, k:])
     owner = owner.gather(1, unit)
@@ -112,10 +115,11 @@ def _spans(
     return (owner >= 0)[:, before:], (first[:, before:] - before).clamp(min=0)
 
 
+@functools.cache
 def _span_rates(probability: float, mean: float) -> tuple[float, float]:
     """``(stop, rate)``: the geometric distribution's success probability whose lengths,
     clipped at :data:`MAX_MASK_SPAN`, average ``mean``; and the probability that a span starts
-    at a unit such that a unit is covered with ``probability``."""
+    at a unit such that a unit is covered with ``probability``. Solved once a run."""
     stop = _solve(lambda p: (1 - (1 - p) ** MAX_MASK_SPAN) / p - mean, 1e-9, 1.0)
     longer = [(1 - stop) ** k for k in range(MAX_MASK_SPAN)]  # P(length > k)
     rate = _solve(lambda q: probability - 1 + math.prod(1 - q * s for s in longer), 0.0, 1.0)
