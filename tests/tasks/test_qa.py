@@ -185,7 +185,7 @@ def test_attention_on_a_qa_run(qa_run, tmp_path, capsys, monkeypatch) -> None:
     assert out.stat().st_size > 0
 
 
-def test_cloze_questions_join_the_training_split_only(tmp_path) -> None:
+def test_cloze_questions_join_the_training_split_only(tmp_path, monkeypatch) -> None:
     context = "Ada met Grace in London. Later Grace moved to London in 1952."
     data = squad_file(tmp_path / "train.json", [(context, "Who met Ada?", "Grace")])
     settings = [f"data.train='{data}'", f"data.val='{data}'", "data.dataset=none"]
@@ -202,3 +202,7 @@ def test_cloze_questions_join_the_training_split_only(tmp_path) -> None:
         ("Later what moved to London in 1952?", "Ada met Grace in London."),
     ]
     assert len(task.read("val")) == 1
+    learnt = []
+    monkeypatch.setattr(task, "train_tokenizer", lambda texts, _: learnt.append(texts))
+    task.prepare()
+    assert learnt == [[context, "Who met Ada?"]], "the tokenizer reads no cloze context"

@@ -17,6 +17,7 @@ and it occurs again, whole and with the same case, outside its sentence.
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 from collections.abc import Iterable
@@ -26,6 +27,8 @@ from .readers import Answer, Question
 MAX_SPAN_WORDS = 5
 WORD = re.compile(r"\w+(?:[-'.,]\w+)*")
 """A word: letters and digits, with inner hyphens, apostrophes, points and commas (3.5, 1,000)."""
+RUN = re.compile(r"\w+")
+"""A run of word characters: phrases begin and end on their edges (``_occurs``)."""
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
 YEAR = re.compile(r"(1[0-9]{3}|20[0-9]{2})s?")
 NUMBER = re.compile(r"[0-9][0-9.,]*")
@@ -51,7 +54,7 @@ def _name_or_number(word: str, first_of_sentence: bool) -> bool:
 
 def _lower_case_word(word: str, text: str) -> bool:
     """Whether ``word`` is a common word capitalised: ``text`` also has it in lower case."""
-    return word.lower() != word and _occurs(word.lower(), text) is not None
+    return word.lower() != word and bool(_phrases(text, 1).get(word.lower()))
 
 
 def _occurs(phrase: str, text: str) -> re.Match[str] | None:
@@ -59,22 +62,41 @@ def _occurs(phrase: str, text: str) -> re.Match[str] | None:
     return re.search(r"(?<!\w)" + re.escape(phrase) + r"(?!\w)", text)
 
 
+@functools.lru_cache(maxsize=2 * MAX_SPAN_WORDS)
+def _phrases(text: str, runs: int) -> dict[str, list[Span]]:
+    """Where each phrase of ``runs`` consecutive runs of word characters occurs in ``text``:
+    every occurrence that :func:`_occurs` could find, indexed once for all the sentences of
+    a paragraph."""
+    bounds = [m.span() for m in RUN.finditer(text)]
+    found: dict[str, list[Span]] = {}
+    for (start, _), (_, end) in zip(bounds, bounds[runs - 1 :], strict=False):
+        found.setdefault(text[start:end], []).append((start, end))
+    return found
+
+
+def _occurs_outside(phrase: str, text: str, sentence: Span) -> bool:
+    """Whether ``phrase`` occurs in ``text``, as whole words, outside ``sentence``."""
+    begin, finish = sentence
+    spans = _phrases(text, len(RUN.findall(phrase))).get(phrase, [])
+    return any(end <= begin or finish <= start for start, end in spans)
+
+
 def recurring_spans(text: str, sentence: Span) -> list[Span]:
     """The longest qualifying spans of ``sentence`` (module docstring) that also occur in
     ``text`` outside it, none inside another."""
     begin, finish = sentence
     words = [(m.start() + begin, m.end() + begin) for m in WORD.finditer(text[begin:finish])]
-    outside = text[:begin] + "\n" + text[finish:]
+    named = [_name_or_number(text[start:end], i == 0) for i, (start, end) in enumerate(words)]
     found: list[Span] = []
     for i in range(len(words)):
         for n in range(min(MAX_SPAN_WORDS, len(words) - i), 0, -1):
-            (start, first_end), (last_start, end) = words[i], words[i + n - 1]
-            first, last = text[start:first_end], text[last_start:end]
-            if not (_name_or_number(first, i == 0) and _name_or_number(last, i + n - 1 == 0)):
+            if not (named[i] and named[i + n - 1]):
                 continue
+            (start, first_end), (_, end) = words[i], words[i + n - 1]
+            first = text[start:first_end]
             if n == 1 and (len(first) < 2 or _lower_case_word(first, text)):
                 continue
-            if _occurs(text[start:end], outside):
+            if _occurs_outside(text[start:end], text, sentence):
                 found.append((start, end))
                 break
     return [s for s in found if not any(o != s and o[0] <= s[0] and s[1] <= o[1] for o in found)]

@@ -70,30 +70,37 @@ class QuestionAnsweringTask(ExampleTask):
     # -- data --------------------------------------------------------------------------
 
     def read(self, split: str, path: str | None = None) -> list[Question]:
-        """The questions of a split, from ``path`` or ``data.<split>`` (SQuAD JSON), else
-        from ``data.dataset``; read once. The training split is joined by the cloze
-        questions of its contexts (``data.cloze_questions``)."""
+        """The questions of a split (:meth:`labelled`); the training split is joined by the
+        cloze questions of its contexts (``data.cloze_questions``)."""
+        questions = self.labelled(split, path)
+        if split != "train" or not self.data.cloze_questions:
+            return questions
+        contexts = dict.fromkeys(q.context for q in questions)
+        return questions + cloze_questions(
+            contexts, self.data.cloze_questions, self.train_config.seed
+        )
+
+    def labelled(self, split: str, path: str | None = None) -> list[Question]:
+        """The labelled questions of a split, from ``path`` or ``data.<split>`` (SQuAD JSON),
+        else from ``data.dataset``; read once."""
         key = (split, path)
         if key not in self._questions:
             file = path or getattr(self.data, split, None)
             if file is not None:
-                questions = read_squad(file)
+                self._questions[key] = read_squad(file)
             elif self.data.dataset == "squad":
-                questions = squad_examples(split, self.data.root)
+                self._questions[key] = squad_examples(split, self.data.root)
             else:
                 raise DataSettingsError(
                     f"no {split} data: set data.dataset = 'squad' or data.{split} = FILE "
                     "(SQuAD JSON)"
                 )
-            if split == "train" and self.data.cloze_questions:
-                contexts = dict.fromkeys(q.context for q in questions)
-                seed = self.train_config.seed
-                questions = questions + cloze_questions(contexts, self.data.cloze_questions, seed)
-            self._questions[key] = questions
         return self._questions[key]
 
     def prepare(self) -> None:
-        questions = self.read("train")
+        """The run's tokenizer, learnt from the labelled questions and their contexts (cloze
+        questions would repeat the contexts, less a sentence)."""
+        questions = self.labelled("train")
         contexts = list(dict.fromkeys(q.context for q in questions))
         texts = contexts + [q.question for q in questions]
         self.tokenizers = {"tokenizer": self.train_tokenizer(texts, SPECIALS)}
