@@ -209,6 +209,34 @@ def rtd_run(tmp_path_factory: pytest.TempPathFactory, pretraining_text: Path) ->
     return run_dir
 
 
+@pytest.fixture(scope="session")
+def contrastive_run(tmp_path_factory: pytest.TempPathFactory, mlm_run: Path) -> Path:
+    """A tiny run of ``recipes/pretrain-sentences.toml`` (contrastive sentence pretraining)
+    from :func:`mlm_run`, on the sentences of :data:`PARAGRAPHS`, the case kept."""
+    text = tmp_path_factory.mktemp("sentences") / "text.txt"
+    text.write_text(PARAGRAPHS, encoding="utf-8")
+    run_dir = tmp_path_factory.mktemp("runs") / "contrastive"
+    train(
+        run_dir,
+        "pretrain-sentences.toml",
+        f"model.init_from='{mlm_run}'",
+        "data.corpus=[]",
+        f"data.train='{text}'",
+        f"data.val='{text}'",
+        "data.lowercase=false",
+        "data.max_len=32",
+    )
+    return run_dir
+
+
+PARAGRAPHS = (
+    "The cat sat on the mat. A dog ran under the old tree. The red bird sang.\n\n"
+    "My friend read a long book by the fire. A small boat crossed the cold river. The "
+    "cat sat on the mat.\n"
+)
+"""Two paragraphs of six sentences, one repeated: five sentences once each."""
+
+
 WORDS = ("a", "man", "dog", "woman", "runs", "sits", "on", "the", "in", "red", "park", "with")
 
 

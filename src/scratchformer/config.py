@@ -456,6 +456,7 @@ TASKS = (
     "mlm",
     "rtd",
     "span_corruption",
+    "contrastive",
 )
 PRECISIONS = ("fp32", "bf16", "auto")
 DEVICES = ("auto", "cpu", "cuda")
@@ -540,10 +541,10 @@ class DataConfig(ConfigBase):
     again, replaced by a question word, the sentence taken out of the context, the other
     mention the answer (:mod:`scratchformer.data.cloze`). 0: none."""
     corpus: list[str] | None = None
-    """Pretraining (``mlm``, ``span_corruption``): named datasets whose training text joins
-    the corpus -- ``sst2``, ``stsb``, ``conll2003``, ``squad`` (the contexts), ``multi30k.en``
-    (``.de``, ``.fr``), ``tinyshakespeare`` -- besides the plain-text files or directories of
-    ``train``."""
+    """Pretraining (``mlm``, ``rtd``, ``span_corruption``, ``contrastive``): named datasets
+    whose training text joins the corpus -- ``sst2``, ``stsb``, ``conll2003``, ``squad`` (the
+    contexts), ``multi30k.en`` (``.de``, ``.fr``), ``tinyshakespeare`` -- besides the
+    plain-text files or directories of ``train``."""
     document_per_line: bool = False
     """Pretraining: a plain-text file holds a document a line (else documents are
     separated by blank lines)."""

@@ -23,27 +23,15 @@ import re
 from collections.abc import Iterable
 
 from .readers import Answer, Question
+from .text import Span, sentences
 
 MAX_SPAN_WORDS = 5
 WORD = re.compile(r"\w+(?:[-'.,]\w+)*")
 """A word: letters and digits, with inner hyphens, apostrophes, points and commas (3.5, 1,000)."""
 RUN = re.compile(r"\w+")
 """A run of word characters: phrases begin and end on their edges (``_occurs``)."""
-SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
 YEAR = re.compile(r"(1[0-9]{3}|20[0-9]{2})s?")
 NUMBER = re.compile(r"[0-9][0-9.,]*")
-
-Span = tuple[int, int]
-
-
-def sentences(text: str) -> list[Span]:
-    """The sentences of ``text`` as character spans: a break after ``.``, ``!`` or ``?``
-    and white space, before a capital, digit, quote or parenthesis."""
-    spans, start = [], 0
-    for match in SENTENCE_END.finditer(text):
-        spans.append((start, match.start()))
-        start = match.end()
-    return [*spans, (start, len(text))]
 
 
 def _name_or_number(word: str, first_of_sentence: bool) -> bool:

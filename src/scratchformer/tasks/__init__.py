@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..config import Recipe
 from .base import Batch, ExampleTask, Task
 from .classification import ClassificationTask, RegressionTask
+from .contrastive import ContrastiveTask
 from .lm import LanguageModelTask
 from .mlm import MaskedLMTask
 from .qa import QuestionAnsweringTask
@@ -29,6 +30,7 @@ TASKS: dict[str, type[Task]] = {
         MaskedLMTask,
         ReplacedTokenTask,
         SpanCorruptionTask,
+        ContrastiveTask,
     )
 }
 
@@ -42,6 +44,7 @@ __all__ = [
     "TASKS",
     "Batch",
     "ClassificationTask",
+    "ContrastiveTask",
     "ExampleTask",
     "LanguageModelTask",
     "MaskedLMTask",
