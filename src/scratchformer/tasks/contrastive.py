@@ -12,7 +12,7 @@ corpus is read as :class:`~.corpus.CorpusTask` reads it, its documents cut into 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -51,17 +51,13 @@ class ContrastiveTask(CorpusTask, ExampleTask):
     # -- data --------------------------------------------------------------------------
 
     def read(self, split: str, path: str | None = None) -> list[str]:
-        """The sentences of a split's documents, each once, in order of first sight."""
-        found: dict[str, None] = {}
-        for document in self.documents(split, path):
-            for start, end in sentences(document):
-                sentence = " ".join(document[start:end].split())
-                if sentence:
-                    found[sentence] = None
-        return list(found)
+        return list(distinct_sentences(self.documents(split, path)))
 
     def prepare(self) -> None:
-        self.tokenizers = {"tokenizer": self.train_tokenizer(self.read("train"), SPECIALS)}
+        """The tokenizer, learnt from the training sentences (read lazily: a fine-tune's
+        pretrained tokenizer needs none)."""
+        sentences = distinct_sentences(self.documents("train"))
+        self.tokenizers = {"tokenizer": self.train_tokenizer(sentences, SPECIALS)}
 
     def model_sizes(self) -> dict[str, Any]:
         return {"vocab_size": self.tokenizer().vocab_size, "num_labels": 1}
@@ -133,3 +129,15 @@ class ContrastiveTask(CorpusTask, ExampleTask):
         size = self.train_config.batch_size
         for start in range(0, len(examples) - 1, size):
             yield self.collate(examples[start : start + size])
+
+
+def distinct_sentences(documents: Iterable[str]) -> Iterator[str]:
+    """The sentences of ``documents``, white space collapsed, each once, in order of first
+    sight."""
+    seen: set[str] = set()
+    for document in documents:
+        for start, end in sentences(document):
+            sentence = " ".join(document[start:end].split())
+            if sentence and sentence not in seen:
+                seen.add(sentence)
+                yield sentence
