@@ -36,6 +36,9 @@ def test_recurring_names_and_numbers_qualify_at_their_longest() -> None:
 def test_a_capitalised_common_word_is_no_name() -> None:
     text = "They said This one. This is this. Then This one came."
     assert spans_of(text, 0) == []
+    text = "We met O'Neil there. Then o'neil left. Later we saw O'Neil."  # a word of two runs
+    assert spans_of(text, 0) == []
+    assert spans_of(text.replace("o'neil", "he"), 0) == ["O'Neil"]
 
 
 def test_question_words_follow_the_answer() -> None:

@@ -42,7 +42,7 @@ def _name_or_number(word: str, first_of_sentence: bool) -> bool:
 
 def _lower_case_word(word: str, text: str) -> bool:
     """Whether ``word`` is a common word capitalised: ``text`` also has it in lower case."""
-    return word.lower() != word and bool(_phrases(text, 1).get(word.lower()))
+    return word.lower() != word and bool(_occurrences(word.lower(), text))
 
 
 def _occurs(phrase: str, text: str) -> re.Match[str] | None:
@@ -62,11 +62,15 @@ def _phrases(text: str, runs: int) -> dict[str, list[Span]]:
     return found
 
 
+def _occurrences(phrase: str, text: str) -> list[Span]:
+    """Where ``phrase`` occurs in ``text`` as whole words (:func:`_phrases`)."""
+    return _phrases(text, len(RUN.findall(phrase))).get(phrase, [])
+
+
 def _occurs_outside(phrase: str, text: str, sentence: Span) -> bool:
     """Whether ``phrase`` occurs in ``text``, as whole words, outside ``sentence``."""
     begin, finish = sentence
-    spans = _phrases(text, len(RUN.findall(phrase))).get(phrase, [])
-    return any(end <= begin or finish <= start for start, end in spans)
+    return any(end <= begin or finish <= start for start, end in _occurrences(phrase, text))
 
 
 def recurring_spans(text: str, sentence: Span) -> list[Span]:
