@@ -74,7 +74,9 @@ def test_recipe_trains_on_a_fixed_batch(
 class PretrainingRuns:
     """For a recipe that starts from the run of another (``model.init_from =
     "runs/<recipe>"``), that recipe's run, one step long, trained the first time it is asked
-    for: the four encoder fine-tunes start from one pretrain-encoder run."""
+    for, from its own pretraining run if it has one: the encoder fine-tunes start from one
+    pretrain-encoder run, ``stsb-pretrained`` from a pretrain-sentences run that starts
+    from it."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
@@ -86,6 +88,7 @@ class PretrainingRuns:
             return []
         run_dir = self.directory / Path(init_from).name
         if not run_dir.exists():
-            overrides = [*ONE_STEP, *SMALL_CORPUS]
-            train(RECIPE_DIR / f"{run_dir.name}.toml", run_dir, overrides=overrides, quiet=True)
+            source = RECIPE_DIR / f"{run_dir.name}.toml"
+            overrides = [*ONE_STEP, *SMALL_CORPUS, *self.start_of(Recipe.load(source))]
+            train(source, run_dir, overrides=overrides, quiet=True)
         return [f"model.init_from='{run_dir}'"]
