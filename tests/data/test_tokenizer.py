@@ -355,3 +355,10 @@ def test_offsets_are_characters_of_the_text_without_whitespace(kind: str) -> Non
     covered = {i for start, end in offsets for i in range(start, end)}
     assert covered == {i for i, char in enumerate(text) if not char.isspace()}
     assert offsets[-1] == (len(text) - 1, len(text))  # characters: bytes run past the end
+
+
+def test_wrap_puts_one_text_between_cls_and_sep(wordpiece: Tokenizer) -> None:
+    ids = wordpiece.encode("a fine film " * 10)
+    cls, sep = wordpiece.cls_id, wordpiece.sep_id
+    assert wordpiece.wrap(ids) == [cls, *ids, sep]
+    assert wordpiece.wrap(ids, max_len=6) == [cls, *ids[:4], sep]

@@ -305,6 +305,11 @@ class Tokenizer:
         """
         return self.join_pair(self.encode(a), self.encode(b), max_len=max_len)
 
+    def wrap(self, ids: Sequence[int], *, max_len: int | None = None) -> list[int]:
+        """``[CLS] ids [SEP]``, with ``max_len`` the ids cut so that the whole fits."""
+        kept = ids if max_len is None else ids[: max_len - 2]
+        return [self.cls_id, *kept, self.sep_id]
+
     def join_pair(
         self, ids_a: Sequence[int], ids_b: Sequence[int], *, max_len: int | None = None
     ) -> tuple[list[int], list[int]]:

@@ -47,26 +47,28 @@ class ContrastiveTask(CorpusTask, ExampleTask):
         super().__init__(*args, **kwargs)
         if self.train_config.rdrop:
             raise ValueError("[train] rdrop compares class predictions; contrastive has none")
+        self._sentences: dict[tuple[str, str | None], list[str]] = {}
 
     # -- data --------------------------------------------------------------------------
 
     def read(self, split: str, path: str | None = None) -> list[str]:
-        return list(distinct_sentences(self.documents(split, path)))
+        """The distinct sentences of a split's documents (:func:`distinct_sentences`), read
+        once: the tokenizer and the examples share them."""
+        key = (split, path)
+        if key not in self._sentences:
+            self._sentences[key] = list(distinct_sentences(self.documents(split, path)))
+        return self._sentences[key]
 
     def prepare(self) -> None:
-        """The tokenizer, learnt from the training sentences (read lazily: a fine-tune's
-        pretrained tokenizer needs none)."""
-        sentences = distinct_sentences(self.documents("train"))
-        self.tokenizers = {"tokenizer": self.train_tokenizer(sentences, SPECIALS)}
+        self.tokenizers = {"tokenizer": self.train_tokenizer(self.read("train"), SPECIALS)}
 
     def model_sizes(self) -> dict[str, Any]:
         return {"vocab_size": self.tokenizer().vocab_size, "num_labels": 1}
 
     def encode(self, raw: Sequence[str]) -> list[list[int]]:
         """``[CLS] sentence [SEP]``, cut to ``data.max_len``."""
-        tokenizer = self.tokenizer()
-        cls, sep, room = tokenizer.cls_id, tokenizer.sep_id, self.data.max_len - 2
-        return [[cls, *ids[:room], sep] for ids in tokenizer.encode_batch(raw)]
+        tokenizer, max_len = self.tokenizer(), self.data.max_len
+        return [tokenizer.wrap(ids, max_len=max_len) for ids in tokenizer.encode_batch(raw)]
 
     def length(self, example: list[int]) -> int:
         return 2 * len(example)

@@ -87,8 +87,7 @@ class SentenceTask(ExampleTask):
 
     def wrap(self, ids: Sequence[int]) -> list[int]:
         """``[CLS] ids [SEP]`` of a text's token ids, cut to fit ``data.max_len``."""
-        tokenizer = self.tokenizer()
-        return [tokenizer.cls_id, *ids[: self.data.max_len - 2], tokenizer.sep_id]
+        return self.tokenizer().wrap(ids, max_len=self.data.max_len)
 
     def pieces(self, texts: Sequence[str]) -> list[list[int]]:
         """The token ids of each text of an input (one sentence or a pair), uncut."""
