@@ -155,7 +155,9 @@ class Task(ABC):
 
     def model_config(self, pretrained: ModelConfig | None = None) -> ModelConfig:
         """The recipe's model section completed with what the data decides; for a fine-tune,
-        the ``pretrained`` architecture with the task's head, pooling and dropout."""
+        the ``pretrained`` architecture with the task's head, pooling and dropout, and as
+        many segment ids as the task needs (more than the pretrained model's: the new ones
+        start as its last, :func:`~scratchformer.training.initialisation.copy_pretrained`)."""
         if pretrained is not None:
             return self._fine_tune_config(pretrained)
         model = self.recipe.model
@@ -184,11 +186,13 @@ class Task(ABC):
                 f"data.max_len={self.data.max_len} is beyond the {pretrained.max_len} positions "
                 "the pretrained model learnt"
             )
-        if sizes.get("type_vocab_size", 0) > pretrained.type_vocab_size:
+        segments = sizes.get("type_vocab_size", 0)
+        if segments and not pretrained.type_vocab_size:
             raise ValueError("sentence pairs need segment embeddings the pretrained model lacks")
         recipe = self.recipe.model
         return dataclasses.replace(
             pretrained,
+            type_vocab_size=max(segments, pretrained.type_vocab_size),
             head=self.head,
             num_labels=sizes.get("num_labels", pretrained.num_labels),
             pooling=recipe.pooling,

@@ -18,7 +18,7 @@ from ..data.batching import pad_batch
 from ..data.cloze import cloze_questions
 from ..data.readers import Question, read_squad
 from ..data.registry import squad_examples
-from ..data.windows import Span, Window, question_windows
+from ..data.windows import CONTEXT, IN_QUESTION, Span, Window, question_windows
 from ..errors import DataSettingsError
 from ..metrics import squad_scores
 from .base import Batch, ExampleTask, TokenLabels, add, per_line
@@ -109,8 +109,13 @@ class QuestionAnsweringTask(ExampleTask):
         return {
             "vocab_size": self.tokenizer().vocab_size,
             "num_labels": 2,
-            "type_vocab_size": max(self.recipe.model.type_vocab_size, 2),
+            "type_vocab_size": max(self.recipe.model.type_vocab_size, self.segment_ids()),
         }
+
+    def segment_ids(self) -> int:
+        """How many segment ids windows use: question and context, and with
+        ``data.question_overlap`` the context's words of the question."""
+        return (IN_QUESTION if self.data.question_overlap else CONTEXT) + 1
 
     def windows(self, question: str, context: str, answer: Span | None = None) -> list[Window]:
         """The windows of a question over its context (see
@@ -124,6 +129,7 @@ class QuestionAnsweringTask(ExampleTask):
             stride=data.doc_stride,
             max_question_len=data.max_question_len,
             answer=answer,
+            mark_overlap=data.question_overlap,
         )
 
     def encode(self, raw: Sequence[Question]) -> list[Labelled]:

@@ -15,6 +15,9 @@ from torch import nn
 from ..config import Recipe
 from ..models import build_model
 
+SEGMENTS = "embedding.segments.weight"
+"""The segment embeddings of an encoder's state."""
+
 
 def new_model(recipe: Recipe) -> nn.Module:
     """The recipe's model, initialised from ``train.seed`` (the same weights on every rank
@@ -50,16 +53,26 @@ def checkpoint_dir(name: str) -> Path:
 def copy_pretrained(model: nn.Module, pretrained: nn.Module, name: str) -> None:
     """Copy ``pretrained``'s weights (of checkpoint ``name``) into ``model``: all but the
     pooler, which heads replace, and a head other than the model's (a pretraining head,
-    such as masked LM's, when fine-tuning for another task)."""
+    such as masked LM's, when fine-tuning for another task). A model with more segment ids
+    than ``pretrained`` gets copies of its last segment embedding for the new ones, so that
+    it starts as if they were that segment."""
     other_head = pretrained.config.head != model.config.head
     state = {
         k: v
         for k, v in pretrained.state_dict().items()
         if not k.startswith("pooler.") and not (other_head and k.startswith("head."))
     }
+    if SEGMENTS in state:
+        state[SEGMENTS] = grown(state[SEGMENTS], model.state_dict()[SEGMENTS].shape[0])
     missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [key for key in missing if not key.startswith("head.")]
     if missing or unexpected:
         raise ValueError(
             f"{name} does not fit the model: missing {missing}, unexpected {unexpected}"
         )
+
+
+def grown(table: torch.Tensor, rows: int) -> torch.Tensor:
+    """``table`` with its last row repeated to ``rows`` rows (as it is if it has as many)."""
+    extra = rows - table.shape[0]
+    return table if extra <= 0 else torch.cat([table, table[-1:].expand(extra, -1)])
