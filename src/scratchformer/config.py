@@ -540,11 +540,13 @@ class DataConfig(ConfigBase):
     training contexts join the training questions: a name or number the context mentions
     again, replaced by a question word, the sentence taken out of the context, the other
     mention the answer (:mod:`scratchformer.data.cloze`). 0: none."""
-    question_overlap: bool = False
-    """Question answering: give the context tokens whose word the question has too (case
-    ignored) a segment id of their own, 2 (DrQA's exact-match feature): the model is told
-    where the question's words recur, near which its answer mostly is. A model started
-    from one with two segment ids gets a third, a copy of the context's."""
+    mark_shared_words: bool = False
+    """Question answering and sentence pairs read as one input (``classification``,
+    ``regression``): give each token whose word (case ignored) the other text has too a
+    segment id of its own, 2 -- the context's words of the question (DrQA's exact-match
+    feature), or the words two sentences share. The model is told where the texts meet,
+    which it would otherwise have to learn from the labelled examples. A model started from
+    one with two segment ids gets a third, a copy of its last."""
     corpus: list[str] | None = None
     """Pretraining (``mlm``, ``rtd``, ``span_corruption``, ``contrastive``): named datasets
     whose training text joins the corpus -- ``sst2``, ``stsb``, ``conll2003``, ``squad`` (the

@@ -10,16 +10,9 @@ import torch
 
 from helpers import FILLER, RECIPES, run, squad_file, train
 from scratchformer.config import Recipe
+from scratchformer.data.text import SHARED_SEGMENT
 from scratchformer.data.tokenizer import Tokenizer
-from scratchformer.data.windows import (
-    CONTEXT,
-    IN_QUESTION,
-    QUESTION,
-    Window,
-    answer_tokens,
-    context_segments,
-    question_windows,
-)
+from scratchformer.data.windows import CONTEXT, QUESTION, Window, answer_tokens, question_windows
 from scratchformer.run import load_run
 from scratchformer.tasks.qa import QuestionAnsweringTask, best_answer, span_loss
 
@@ -122,22 +115,11 @@ def test_answer_tokens_of_an_answer_inside_a_token() -> None:
     assert answer_tokens(offsets, (5, 6)) is None  # the space between two tokens
 
 
-def test_context_segments_mark_the_words_of_the_question() -> None:
-    context = "Grace Hopper's compiler, grace notes; Hop."
-    offsets = [(0, 5), (6, 9), (9, 12), (12, 13), (13, 14), (15, 23), (23, 24), (25, 30)]
-    offsets += [(31, 36), (36, 37), (38, 41), (41, 42)]
-    marked = context_segments("Who wrote GRACE's hopper?", context, offsets)
-    # both pieces of "Hopper" (its word is asked), "s" (a word of the question), both
-    # "Grace"s in any case; not "compiler", "notes", "Hop" (a word of its own) nor punctuation
-    expected = [1, 1, 1, 0, 1, 0, 0, 1, 0, 0, 0, 0]
-    assert marked == [IN_QUESTION if e else CONTEXT for e in expected]
-
-
 def test_windows_mark_the_words_of_the_question_only_when_asked(tokenizer) -> None:
     context, question = FILLER + " The answer is Grace Hopper here.", "Who is it? Grace."
     sizes = {"max_len": 40, "stride": 8, "max_question_len": 8}
     plain = question_windows(tokenizer, question, context, **sizes)
-    marked = question_windows(tokenizer, question, context, mark_overlap=True, **sizes)
+    marked = question_windows(tokenizer, question, context, mark_shared_words=True, **sizes)
     assert [w.ids for w in plain] == [w.ids for w in marked]
     assert {s for w in plain for s in w.segments} == {QUESTION, CONTEXT}
     asked = [(context.index(w), context.index(w) + len(w)) for w in (" is ", "Grace")]
@@ -147,8 +129,8 @@ def test_windows_mark_the_words_of_the_question_only_when_asked(tokenizer) -> No
                 assert segment in (QUESTION, CONTEXT)  # question, specials
             else:  # inside " is " or "Grace": the question's words in the context
                 inside = any(a <= offset[0] and offset[1] <= b for a, b in asked)
-                assert (segment == IN_QUESTION) == (inside and not context[offset[0]].isspace())
-    assert any(IN_QUESTION in w.segments for w in marked)
+                assert (segment == SHARED_SEGMENT) == (inside and not context[offset[0]].isspace())
+    assert any(SHARED_SEGMENT in w.segments for w in marked)
 
 
 def test_a_question_longer_than_max_len_allows_is_an_error(tokenizer) -> None:
@@ -249,7 +231,7 @@ def test_cloze_questions_join_the_training_split_only(tmp_path, monkeypatch) -> 
 def test_a_fine_tune_marking_the_question_adds_a_segment_to_a_pretrained_encoder(
     tmp_path, mlm_run, capsys, monkeypatch
 ) -> None:
-    """From a masked-LM run with two segment ids, ``data.question_overlap`` gives the model a
+    """From a masked-LM run with two segment ids, ``data.mark_shared_words`` gives the model a
     third that starts as a copy of the context's, so the fine-tune starts from the
     pretrained model unchanged; it trains, evaluates and answers."""
     context = "Ada met Grace in London. Later Grace moved to Paris in 1952."
@@ -262,7 +244,7 @@ def test_a_fine_tune_marking_the_question_adds_a_segment_to_a_pretrained_encoder
         f"data.train='{data}'",
         f"data.val='{data}'",
         "data.dataset=none",
-        "data.question_overlap=true",
+        "data.mark_shared_words=true",
         "data.max_len=32",
         "data.doc_stride=8",
         "train.lr=1e-9",

@@ -392,3 +392,55 @@ def test_value_tasks_read_scores_and_report_correlations(tmp_path: Path) -> None
     }
     with pytest.raises(ValueError, match="R-Drop compares predicted class distributions, and si"):
         build_task(recipe("similarity", data=data, train={"rdrop": 0.1}))
+    with pytest.raises(ValueError, match="the similarity task reads each sentence alone"):
+        build_task(recipe("similarity", data={**data, "mark_shared_words": True}))
+
+
+@pytest.mark.parametrize("name", ["classification", "regression"])
+def test_a_cross_encoder_marks_the_words_a_pair_shares(name: str, tmp_path: Path) -> None:
+    """With ``data.mark_shared_words``, every token whose word the other sentence has too
+    (case ignored) is segment 2, in training batches and in predictions alike; cut pairs
+    keep the marks of the tokens kept."""
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("A man plays\ta MAN sings\t4.0\nthe cat\tthe dog\t1.0\n")
+    data = {
+        "train": str(pairs),
+        "text_columns": [0, 1],
+        "label_column": 2,
+        "header": False,
+        "tokenizer": "wordpiece",
+        "vocab_size": 200,  # every word whole
+    }
+    plain = build_task(recipe(name, data=data, model=SMALL_MODEL))
+    plain.prepare()
+    task = build_task(recipe(name, data={**data, "mark_shared_words": True}, model=SMALL_MODEL))
+    task.prepare()
+    assert (plain.model_config().type_vocab_size, task.model_config().type_vocab_size) == (2, 3)
+    tokenizer = task.tokenizer()
+
+    def marked(texts: tuple[str, str], max_len: int = 128) -> list[tuple[str, int]]:
+        task.data.max_len = max_len
+        example = task.encode_texts(texts)
+        return list(zip(tokenizer.tokens(example.ids), example.segments, strict=True))
+
+    tokens = marked(("A man plays", "a MAN sings"))
+    assert [t for t, _ in tokens] == [
+        "[CLS]",
+        "A",
+        "man",
+        "plays",
+        "[SEP]",
+        "a",
+        "MAN",
+        "sings",
+        "[SEP]",
+    ]
+    assert [s for _, s in tokens] == [0, 2, 2, 0, 0, 2, 2, 1, 1]
+    batch = task.collate(task.examples("train"))
+    assert batch.inputs["token_type_ids"].amax() == 2
+    plain_batch = plain.collate(plain.examples("train"))
+    assert plain_batch.inputs["token_type_ids"].amax() == 1
+    assert torch.equal(batch.inputs["input_ids"], plain_batch.inputs["input_ids"])
+    model = build_model(task.model_config()).eval()
+    assert len(task.predict_lines(model, ["a man plays\tthe man"])) == 1
+    assert [s for _, s in marked(("the cat", "the dog"), max_len=6)] == [0, 2, 0, 2, 1, 1]

@@ -9,28 +9,28 @@ the windows that do not point at ``[CLS]`` (position 0).
 
 Optionally a context token whose word is also a word of the question gets a segment id of
 its own (DrQA's exact-match feature, Chen et al. 2017): the question's words marked where
-they recur in the context, the likeliest place of its answer.
+they recur in the context, near which its answer mostly is.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
+from .text import SHARED_SEGMENT, shared_words
 from .tokenizer import Tokenizer
 
 Span = tuple[int, int]
 """Characters ``[start, end)`` of a text."""
-QUESTION, CONTEXT, IN_QUESTION = 0, 1, 2
-"""Segment ids: the question (with ``[CLS]`` and its ``[SEP]``), the context, and with
-``mark_overlap`` the context tokens whose word the question has too."""
-WORD = re.compile(r"\w+")
+QUESTION, CONTEXT = 0, 1
+"""Segment ids: the question (with ``[CLS]`` and its ``[SEP]``) and the context; with
+``mark_shared_words`` the context's words of the question are
+:data:`~scratchformer.data.text.SHARED_SEGMENT`."""
 
 
 @dataclass(frozen=True)
 class Window:
     """One input of a question: ids, segment ids (:data:`QUESTION` up to the first
-    ``[SEP]``, then :data:`CONTEXT` or :data:`IN_QUESTION`), the characters of the context
+    ``[SEP]``, then :data:`CONTEXT` or ``SHARED_SEGMENT``), the characters of the context
     each position stands for (``None`` for the question and the specials), and the target
     positions of the answer: ``(0, 0)`` when it is not in it."""
 
@@ -49,20 +49,6 @@ def answer_tokens(offsets: list[Span], answer: Span) -> Span | None:
     return (covering[0], covering[-1]) if covering else None
 
 
-def context_segments(question: str, context: str, offsets: list[Span]) -> list[int]:
-    """The segment id of each context token (``offsets``): :data:`IN_QUESTION` when the
-    word it is part of (a run of word characters, case ignored) is also in the question,
-    else :data:`CONTEXT`."""
-    asked = {word.lower() for word in WORD.findall(question)}
-    word_of = [""] * len(context)
-    for match in WORD.finditer(context):
-        word_of[match.start() : match.end()] = [match.group().lower()] * len(match.group())
-    return [
-        IN_QUESTION if start < len(context) and word_of[start] in asked else CONTEXT
-        for start, _ in offsets
-    ]
-
-
 def question_windows(
     tokenizer: Tokenizer,
     question: str,
@@ -72,14 +58,14 @@ def question_windows(
     stride: int,
     max_question_len: int,
     answer: Span | None = None,
-    mark_overlap: bool = False,
+    mark_shared_words: bool = False,
 ) -> list[Window]:
     """The windows of ``question`` over ``context``, each at most ``max_len`` tokens; the
     question is cut to ``max_question_len`` tokens. Consecutive windows start ``stride``
     context tokens apart (fewer if a window holds fewer), the last ends at the context's
     end. ``answer`` (characters of the context) sets the windows' targets;
-    ``mark_overlap`` gives the context's words of the question their own segment id
-    (:func:`context_segments`)."""
+    ``mark_shared_words`` gives the context's words of the question their own segment id
+    (:func:`~scratchformer.data.text.shared_words`)."""
     cls, sep = tokenizer.cls_id, tokenizer.sep_id
     if cls is None or sep is None:
         raise ValueError("question answering needs a tokenizer with [CLS] and [SEP] tokens")
@@ -92,9 +78,8 @@ def question_windows(
             f"{len(question_ids)} tokens (data.max_question_len={max_question_len})"
         )
     target = None if answer is None else answer_tokens(offsets, answer)
-    segments = (
-        context_segments(question, context, offsets) if mark_overlap else [CONTEXT] * len(ids)
-    )
+    shared = shared_words(context, question, offsets) if mark_shared_words else [False] * len(ids)
+    segments = [SHARED_SEGMENT if s else CONTEXT for s in shared]
     head = [cls, *question_ids, sep]
     windows = []
     first = 0

@@ -14,6 +14,7 @@ from torch import Tensor, nn
 
 from ..data.batching import pad_batch
 from ..data.readers import LabeledText
+from ..data.text import SHARED_SEGMENT, shared_words
 from ..metrics import macro_f1
 from .base import Batch, TokenLabels, add
 from .sentences import SentenceTask, ValueTask
@@ -28,21 +29,53 @@ class Encoded:
     target: int | float
 
 
+class MarkedIds(list[int]):
+    """A text's token ids and, per token, whether its word is a word of the other sentence
+    of the pair too (``data.mark_shared_words``)."""
+
+    def __init__(self, ids: Sequence[int], shared: Sequence[bool]) -> None:
+        super().__init__(ids)
+        self.shared = list(shared)
+
+
 class CrossEncoderTask(SentenceTask):
     """Base of the tasks that read ``[CLS] sentence [SEP]``, or ``[CLS] a [SEP] b [SEP]``
     with segment ids for a pair, as one input."""
 
     def segment_types(self) -> int:
-        """Segment embeddings: two for sentence pairs (or the recipe's, if more)."""
-        return max(self.recipe.model.type_vocab_size, 2 if self._has_pairs() else 0)
+        """Segment embeddings: two for sentence pairs, three when their shared words are
+        marked (or the recipe's, if more)."""
+        needed = 0
+        if self._has_pairs():
+            needed = SHARED_SEGMENT + 1 if self.data.mark_shared_words else 2
+        return max(self.recipe.model.type_vocab_size, needed)
+
+    def pieces(self, texts: Sequence[str]) -> list[list[int]]:
+        """The token ids of each text, uncut; with ``data.mark_shared_words``, a pair's as
+        :class:`MarkedIds`."""
+        if not (self.data.mark_shared_words and len(texts) == 2):
+            return super().pieces(texts)
+        tokenizer = self.tokenizer()
+        encoded = [tokenizer.encode_offsets(text) for text in texts]
+        return [
+            MarkedIds(ids, shared_words(text, other, offsets))
+            for (ids, offsets), text, other in zip(encoded, texts, texts[::-1], strict=True)
+        ]
 
     def encode_pieces(self, pieces: Sequence[list[int]], target: int | float = 0) -> Encoded:
-        """``[CLS] text [SEP]``, or ``[CLS] a [SEP] b [SEP]`` with segments 0 and 1."""
-        if len(pieces) == 2:
-            ids, segments = self.tokenizer().join_pair(*pieces, max_len=self.data.max_len)
-        else:
+        """``[CLS] text [SEP]``, or ``[CLS] a [SEP] b [SEP]`` with segments 0 and 1, and
+        :data:`~scratchformer.data.text.SHARED_SEGMENT` for the shared words of
+        :class:`MarkedIds`."""
+        if len(pieces) != 2:
             ids = self.wrap(pieces[0])
-            segments = [0] * len(ids)
+            return Encoded(ids, [0] * len(ids), target)
+        ids, segments = self.tokenizer().join_pair(*pieces, max_len=self.data.max_len)
+        first, second = (getattr(p, "shared", [False] * len(p)) for p in pieces)
+        kept_first, kept_second = segments.count(0) - 2, segments.count(1) - 1
+        shared = [False, *first[:kept_first], False, *second[:kept_second], False]
+        segments = [
+            SHARED_SEGMENT if s else segment for segment, s in zip(segments, shared, strict=True)
+        ]
         return Encoded(ids, segments, target)
 
     def tokens_needed(self, pieces: Sequence[list[int]]) -> int:

@@ -18,7 +18,8 @@ from ..data.batching import pad_batch
 from ..data.cloze import cloze_questions
 from ..data.readers import Question, read_squad
 from ..data.registry import squad_examples
-from ..data.windows import CONTEXT, IN_QUESTION, Span, Window, question_windows
+from ..data.text import SHARED_SEGMENT
+from ..data.windows import CONTEXT, Span, Window, question_windows
 from ..errors import DataSettingsError
 from ..metrics import squad_scores
 from .base import Batch, ExampleTask, TokenLabels, add, per_line
@@ -114,8 +115,8 @@ class QuestionAnsweringTask(ExampleTask):
 
     def segment_ids(self) -> int:
         """How many segment ids windows use: question and context, and with
-        ``data.question_overlap`` the context's words of the question."""
-        return (IN_QUESTION if self.data.question_overlap else CONTEXT) + 1
+        ``data.mark_shared_words`` the context's words of the question."""
+        return (SHARED_SEGMENT if self.data.mark_shared_words else CONTEXT) + 1
 
     def windows(self, question: str, context: str, answer: Span | None = None) -> list[Window]:
         """The windows of a question over its context (see
@@ -129,7 +130,7 @@ class QuestionAnsweringTask(ExampleTask):
             stride=data.doc_stride,
             max_question_len=data.max_question_len,
             answer=answer,
-            mark_overlap=data.question_overlap,
+            mark_shared_words=data.mark_shared_words,
         )
 
     def encode(self, raw: Sequence[Question]) -> list[Labelled]:
