@@ -540,6 +540,10 @@ class DataConfig(ConfigBase):
     training contexts join the training questions: a name or number the context mentions
     again, replaced by a question word, the sentence taken out of the context, the other
     mention the answer (:mod:`scratchformer.data.cloze`). 0: none."""
+    symmetric_pairs: bool = False
+    """Sentence pairs: the training split has each pair in both orders, for relations that
+    do not depend on the order (similarity, paraphrase), so that a cross-encoder learns
+    from twice as many inputs and not from the order."""
     mark_shared_words: bool = False
     """Question answering and sentence pairs read as one input (``classification``,
     ``regression``): give each token whose word (case ignored) the other text has too a

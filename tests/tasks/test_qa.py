@@ -13,7 +13,7 @@ from scratchformer.config import Recipe
 from scratchformer.data.text import SHARED_SEGMENT
 from scratchformer.data.tokenizer import Tokenizer
 from scratchformer.data.windows import CONTEXT, QUESTION, Window, answer_tokens, question_windows
-from scratchformer.run import load_run
+from scratchformer.run import export_hf, load_run
 from scratchformer.tasks.qa import QuestionAnsweringTask, best_answer, span_loss
 
 UNICODE = "Zoë fährt nach Köln — naïve 日本語 café, 東京 and São Paulo. "
@@ -257,3 +257,6 @@ def test_a_fine_tune_marking_the_question_adds_a_segment_to_a_pretrained_encoder
     torch.testing.assert_close(tuned.embedding.segments.weight, expected, atol=1e-6, rtol=0)
     code, lines, _ = run(capsys, monkeypatch, f"Who moved?\t{context}\n", "answer", str(run_dir))
     assert code == 0 and len(lines) == 1
+    with pytest.warns(UserWarning, match="token type 2 .* pass them as token_type_ids"):
+        export_hf(run_dir, tmp_path / "hf")
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["type_vocab_size"] == 3

@@ -444,3 +444,24 @@ def test_a_cross_encoder_marks_the_words_a_pair_shares(name: str, tmp_path: Path
     model = build_model(task.model_config()).eval()
     assert len(task.predict_lines(model, ["a man plays\tthe man"])) == 1
     assert [s for _, s in marked(("the cat", "the dog"), max_len=6)] == [0, 2, 0, 2, 1, 1]
+
+
+def test_symmetric_pairs_train_on_both_orders(tmp_path: Path) -> None:
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("a man plays\ta man sings\t4.0\nthe cat\tthe dog\t1.0\n")
+    data = {
+        "train": str(pairs),
+        "val": str(pairs),
+        "text_columns": [0, 1],
+        "label_column": 2,
+        "header": False,
+        "symmetric_pairs": True,
+    }
+    task = build_task(recipe("regression", data=data))
+    assert [(e.texts, e.label) for e in task.read("train")] == [
+        (("a man plays", "a man sings"), 4.0),
+        (("the cat", "the dog"), 1.0),
+        (("a man sings", "a man plays"), 4.0),
+        (("the dog", "the cat"), 1.0),
+    ]
+    assert len(task.read("val")) == 2
