@@ -541,9 +541,9 @@ class DataConfig(ConfigBase):
     again, replaced by a question word, the sentence taken out of the context, the other
     mention the answer (:mod:`scratchformer.data.cloze`). 0: none."""
     symmetric_pairs: bool = False
-    """Sentence pairs: the training split has each pair in both orders, for relations that
-    do not depend on the order (similarity, paraphrase), so that a cross-encoder learns
-    from twice as many inputs and not from the order."""
+    """Sentence pairs read as one input (``classification``, ``regression``), for relations
+    that do not depend on the order (similarity, paraphrase): the model reads each pair in
+    both orders and predicts the mean of the two, in training and after."""
     mark_shared_words: bool = False
     """Question answering and sentence pairs read as one input (``classification``,
     ``regression``): give each token whose word (case ignored) the other text has too a

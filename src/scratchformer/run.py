@@ -285,12 +285,19 @@ def export_hf(run_dir: Path, hf_dir: Path) -> None:
         save_pretrained(model, hf_dir, task.tokenizers.get("tokenizer"))  # type: ignore[arg-type]
     except ValueError as error:  # (a model no family expresses: the run is at fault)
         raise ValueError(f"{run_dir}: {error}") from None
-    if task.data.mark_shared_words:
-        warnings.warn(
-            f"{run_dir} reads shared words as token type 2 (data.mark_shared_words), which "
-            "the checkpoint's tokenizer does not give: pass them as token_type_ids yourself",
-            stacklevel=2,
-        )
+    for reads, setting in (
+        (
+            "shared words as token type 2, which the checkpoint's tokenizer does not give: pass "
+            "them as token_type_ids yourself",
+            "mark_shared_words",
+        ),
+        (
+            "each pair in both orders and predicts the mean: do the same with the checkpoint",
+            "symmetric_pairs",
+        ),
+    ):
+        if getattr(task.data, setting):
+            warnings.warn(f"{run_dir} reads {reads} (data.{setting})", stacklevel=2)
 
 
 def export_onnx(run_dir: Path, out_dir: Path) -> None:

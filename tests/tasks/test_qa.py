@@ -257,6 +257,6 @@ def test_a_fine_tune_marking_the_question_adds_a_segment_to_a_pretrained_encoder
     torch.testing.assert_close(tuned.embedding.segments.weight, expected, atol=1e-6, rtol=0)
     code, lines, _ = run(capsys, monkeypatch, f"Who moved?\t{context}\n", "answer", str(run_dir))
     assert code == 0 and len(lines) == 1
-    with pytest.warns(UserWarning, match="token type 2 .* pass them as token_type_ids"):
+    with pytest.warns(UserWarning, match="token type 2.*pass them as token_type_ids"):
         export_hf(run_dir, tmp_path / "hf")
     assert json.loads((tmp_path / "hf" / "config.json").read_text())["type_vocab_size"] == 3

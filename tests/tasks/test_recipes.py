@@ -75,7 +75,7 @@ class PretrainingRuns:
     """For a recipe that starts from the run of another (``model.init_from =
     "runs/<recipe>"``), that recipe's run, one step long, trained the first time it is asked
     for, from its own pretraining run if it has one: the encoder fine-tunes start from one
-    pretrain-encoder run, ``stsb-pretrained`` from a pretrain-sentences run that starts
+    pretrain-encoder run, ``stsb-sentences`` from a pretrain-sentences run that starts
     from it."""
 
     def __init__(self, directory: Path) -> None:

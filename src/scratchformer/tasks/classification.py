@@ -5,7 +5,7 @@ the encoder, and a pooled head."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -22,11 +22,13 @@ from .sentences import SentenceTask, ValueTask
 
 @dataclass(frozen=True)
 class Encoded:
-    """Token ids, segment ids, and the class index or value to predict (0 when unknown)."""
+    """Token ids, segment ids, and the class index or value to predict (0 when unknown);
+    with ``data.symmetric_pairs``, the pair in the other order too."""
 
     ids: list[int]
     segments: list[int]
     target: int | float
+    swapped: Encoded | None = None
 
 
 class MarkedIds(list[int]):
@@ -63,16 +65,28 @@ class CrossEncoderTask(SentenceTask):
         ]
 
     def encode_pieces(self, pieces: Sequence[list[int]], target: int | float = 0) -> Encoded:
-        """``[CLS] text [SEP]``, or ``[CLS] a [SEP] b [SEP]`` with segments 0 and 1, and
-        :data:`~scratchformer.data.text.SHARED_SEGMENT` for the shared words of
-        :class:`MarkedIds`."""
+        """``[CLS] text [SEP]``, or ``[CLS] a [SEP] b [SEP]`` with segments 0 and 1 (and
+        ``[CLS] b [SEP] a [SEP]`` with ``data.symmetric_pairs``)."""
         if len(pieces) != 2:
             ids = self.wrap(pieces[0])
             return Encoded(ids, [0] * len(ids), target)
-        ids, segments = self.tokenizer().join_pair(*pieces, max_len=self.data.max_len)
-        first, second = (getattr(p, "shared", [False] * len(p)) for p in pieces)
+        first = self.join(*pieces, target)
+        if not self.data.symmetric_pairs:
+            return first
+        return replace(first, swapped=self.join(*reversed(pieces), target))
+
+    def join(self, first: list[int], second: list[int], target: int | float) -> Encoded:
+        """``[CLS] first [SEP] second [SEP]``, cut to ``data.max_len``; the shared words of
+        :class:`MarkedIds` get :data:`~scratchformer.data.text.SHARED_SEGMENT`."""
+        ids, segments = self.tokenizer().join_pair(first, second, max_len=self.data.max_len)
         kept_first, kept_second = segments.count(0) - 2, segments.count(1) - 1
-        shared = [False, *first[:kept_first], False, *second[:kept_second], False]
+        shared = [
+            False,
+            *getattr(first, "shared", [False] * len(first))[:kept_first],
+            False,
+            *getattr(second, "shared", [False] * len(second))[:kept_second],
+            False,
+        ]
         segments = [
             SHARED_SEGMENT if s else segment for segment, s in zip(segments, shared, strict=True)
         ]
@@ -83,20 +97,37 @@ class CrossEncoderTask(SentenceTask):
         return sum(len(ids) + 1 for ids in pieces) + 1
 
     def length(self, example: Encoded) -> int:
-        return len(example.ids)
+        return len(example.ids) * (1 if example.swapped is None else 2)
 
     def collate(self, examples: Sequence[Encoded]) -> Batch:
-        """Padded ids and mask, and segment ids for pairs."""
-        ids, mask = pad_batch([e.ids for e in examples], self.tokenizer().pad_id)
+        """Padded ids and mask, and segment ids for pairs; with ``data.symmetric_pairs``
+        of shape ``(pairs, 2, seq)``, each pair in both orders (a batch's rows stay pairs,
+        so that it slices as other batches do)."""
+        both = bool(examples) and examples[0].swapped is not None
+        rows = [o for e in examples for o in ((e, e.swapped) if both else (e,))]
+        ids, mask = pad_batch([e.ids for e in rows], self.tokenizer().pad_id)
         inputs = {"input_ids": ids, "attention_mask": mask}
         if self._has_pairs():
-            inputs["token_type_ids"], _ = pad_batch([e.segments for e in examples], 0)
+            inputs["token_type_ids"], _ = pad_batch([e.segments for e in rows], 0)
+        if both:
+            inputs = {k: v.view(len(examples), 2, -1) for k, v in inputs.items()}
         targets = torch.tensor([e.target for e in examples], dtype=self.target_dtype)
         return Batch(inputs, targets, int(mask.sum()))
 
+    def logits(self, model: nn.Module, batch: Batch) -> Tensor:
+        """The model's logits; for pairs read in both orders, their mean, so that the
+        prediction does not depend on the order."""
+        ids = batch.inputs["input_ids"]
+        if ids.dim() == 2:
+            return super().logits(model, batch)
+        rows = model(**{k: v.flatten(0, 1) for k, v in batch.inputs.items()}).logits
+        return rows.view(ids.shape[0], 2, -1).mean(1)
+
     def attention_inputs(self, text: str) -> tuple[dict[str, Tensor], TokenLabels]:
-        """A sentence, or for pair tasks ``first<TAB>second``, as in training."""
-        inputs = self.collate([self.encode_texts(self.split_line(text))]).inputs
+        """A sentence, or for pair tasks ``first<TAB>second`` (in that order), as in
+        training."""
+        example = replace(self.encode_texts(self.split_line(text)), swapped=None)
+        inputs = self.collate([example]).inputs
         words = self.tokenizer().labels(inputs["input_ids"][0].tolist())
         return inputs, {"encoder": (words, words)}
 

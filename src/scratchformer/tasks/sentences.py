@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Iterator, Sequence
-from dataclasses import replace
 from typing import Any, ClassVar
 
 import torch
@@ -49,17 +48,7 @@ class SentenceTask(ExampleTask):
         """The sentences (or pairs) of a split with their labels: from ``path`` or
         ``data.<split>``, a TSV file (``data.text_columns``, ``data.label_column``), else
         from ``data.dataset``. In files, ``labels`` are the classes allowed, and with
-        ``values`` labels are numbers. With ``data.symmetric_pairs`` the training split has
-        each pair in both orders."""
-        examples = self._read_labelled(split, path, labels, values)
-        if split == "train" and self.data.symmetric_pairs:
-            swapped = [replace(e, texts=e.texts[::-1]) for e in examples if len(e.texts) == 2]
-            examples = [*examples, *swapped]
-        return examples
-
-    def _read_labelled(
-        self, split: str, path: str | None, labels: Sequence[str] | None, values: bool
-    ) -> list[LabeledText]:
+        ``values`` labels are numbers."""
         path = path or getattr(self.data, split, None)
         data = self.data
         if path is not None:
