@@ -7,6 +7,7 @@ import gzip
 import re
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -23,6 +24,25 @@ from scratchformer.tasks import build_task
 
 def recipe(task: str, **sections: dict) -> Recipe:
     return Recipe.from_dict({"task": task, **sections})
+
+
+PAIRS = "a man plays\ta man sings\t4.0\nthe cat\tthe dog\t1.0\n"
+"""Two scored sentence pairs, a TSV file's lines."""
+
+
+def pair_data(tmp_path: Path, rows: str = PAIRS, **settings: Any) -> dict[str, Any]:
+    """The data section of a task reading ``rows`` of scored pairs as its training and
+    validation file, with ``settings``."""
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text(rows)
+    return {
+        "train": str(pairs),
+        "val": str(pairs),
+        "text_columns": [0, 1],
+        "label_column": 2,
+        "header": False,
+        **settings,
+    }
 
 
 def test_classification_from_a_local_tsv(tmp_path: Path) -> None:
@@ -282,16 +302,7 @@ SMALL_MODEL = {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32}
 
 
 def test_sentence_tasks_predict_one_line_of_text_a_line(tmp_path: Path) -> None:
-    pairs = tmp_path / "pairs.tsv"
-    pairs.write_text("a man plays\ta man sings\t4.0\nthe cat\tthe dog\t1.0\n")
-    data = {
-        "train": str(pairs),
-        "text_columns": [0, 1],
-        "label_column": 2,
-        "header": False,
-        "tokenizer": "wordpiece",
-        "vocab_size": 40,
-    }
+    data = pair_data(tmp_path, tokenizer="wordpiece", vocab_size=40)
     lines = ["a man plays\tthe dog", "the cat\tthe cat"]
     for name, pattern in [
         ("classification", r"(1\.0|4\.0)\t[01]\.\d{4}"),
@@ -312,10 +323,8 @@ def test_sentence_tasks_predict_one_line_of_text_a_line(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", ["classification", "regression", "similarity"])
 def test_sentence_tasks_warn_of_cut_lines(name: str, tmp_path: Path) -> None:
-    pairs = tmp_path / "pairs.tsv"
-    pairs.write_text("a man plays\ta man sings\t4.0\nthe cat\tthe dog\t1.0\n")
-    data = {"train": str(pairs), "text_columns": [0, 1], "label_column": 2, "header": False}
-    task = build_task(recipe(name, data={**data, "tokenizer": "char", "max_len": 14}))
+    data = pair_data(tmp_path, tokenizer="char", max_len=14)
+    task = build_task(recipe(name, data=data))
     task.prepare()
     model = build_model(task.model_config()).eval()
     fits = "a man\tthe dog"  # [CLS] 5 [SEP] 7 [SEP]: 15 tokens as one input, 9 alone
@@ -362,17 +371,8 @@ def test_tasks_without_line_predictions_or_decoding_say_so(tmp_path: Path) -> No
 
 
 def test_value_tasks_read_scores_and_report_correlations(tmp_path: Path) -> None:
-    pairs = tmp_path / "pairs.tsv"
-    pairs.write_text("a man plays\ta man sings\t4.0\nthe cat\tthe dog\t1.0\nbig\tsmall\t0.5\n")
-    data = {
-        "train": str(pairs),
-        "val": str(pairs),
-        "text_columns": [0, 1],
-        "label_column": 2,
-        "header": False,
-        "tokenizer": "wordpiece",
-        "vocab_size": 40,
-    }
+    rows = PAIRS + "big\tsmall\t0.5\n"
+    data = pair_data(tmp_path, rows, tokenizer="wordpiece", vocab_size=40)
     regression = build_task(recipe("regression", data=data, model=SMALL_MODEL))
     regression.prepare()
     batch = regression.collate(regression.examples("train"))
@@ -401,16 +401,8 @@ def test_a_cross_encoder_marks_the_words_a_pair_shares(name: str, tmp_path: Path
     """With ``data.mark_shared_words``, every token whose word the other sentence has too
     (case ignored) is segment 2, in training batches and in predictions alike; cut pairs
     keep the marks of the tokens kept."""
-    pairs = tmp_path / "pairs.tsv"
-    pairs.write_text("A man plays\ta MAN sings\t4.0\nthe cat\tthe dog\t1.0\n")
-    data = {
-        "train": str(pairs),
-        "text_columns": [0, 1],
-        "label_column": 2,
-        "header": False,
-        "tokenizer": "wordpiece",
-        "vocab_size": 200,  # every word whole
-    }
+    rows = "A man plays\ta MAN sings\t4.0\nthe cat\tthe dog\t1.0\n"
+    data = pair_data(tmp_path, rows, tokenizer="wordpiece", vocab_size=200)  # words whole
     plain = build_task(recipe(name, data=data, model=SMALL_MODEL))
     plain.prepare()
     task = build_task(recipe(name, data={**data, "mark_shared_words": True}, model=SMALL_MODEL))
@@ -447,18 +439,7 @@ def test_a_cross_encoder_marks_the_words_a_pair_shares(name: str, tmp_path: Path
 
 
 def test_symmetric_pairs_predict_the_mean_of_both_orders(tmp_path: Path) -> None:
-    pairs = tmp_path / "pairs.tsv"
-    pairs.write_text("a man plays\ta man sings\t4.0\nthe cat\tthe dog\t1.0\n")
-    data = {
-        "train": str(pairs),
-        "val": str(pairs),
-        "text_columns": [0, 1],
-        "label_column": 2,
-        "header": False,
-        "tokenizer": "wordpiece",
-        "vocab_size": 60,
-        "mark_shared_words": True,
-    }
+    data = pair_data(tmp_path, tokenizer="wordpiece", vocab_size=60, mark_shared_words=True)
     one_way = build_task(recipe("regression", data=data, model=SMALL_MODEL))
     one_way.prepare()
     both = build_task(
