@@ -54,11 +54,12 @@ class SimilarityTask(ValueTask):
 
     def __init__(self, recipe: Recipe) -> None:
         super().__init__(recipe)
-        if self.data.mark_shared_words:
-            raise ValueError(
-                "data.mark_shared_words marks the words of a pair read as one input; the "
-                "similarity task reads each sentence alone (task = 'regression' reads pairs)"
-            )
+        for setting in ("mark_shared_words", "symmetric_pairs"):
+            if getattr(self.data, setting):
+                raise ValueError(
+                    f"data.{setting} is for a pair read as one input; the similarity task "
+                    "reads each sentence alone (task = 'regression' reads pairs)"
+                )
         if not self._has_pairs():
             raise ValueError(
                 "the similarity task compares sentence pairs: set data.dataset = 'stsb' or "
