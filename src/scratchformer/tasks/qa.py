@@ -110,10 +110,10 @@ class QuestionAnsweringTask(ExampleTask):
         return {
             "vocab_size": self.tokenizer().vocab_size,
             "num_labels": 2,
-            "type_vocab_size": max(self.recipe.model.type_vocab_size, self.segment_ids()),
+            "type_vocab_size": max(self.recipe.model.type_vocab_size, self.segment_types()),
         }
 
-    def segment_ids(self) -> int:
+    def segment_types(self) -> int:
         """How many segment ids windows use: question and context, and with
         ``data.mark_shared_words`` the context's words of the question."""
         return (SHARED_SEGMENT if self.data.mark_shared_words else CONTEXT) + 1
