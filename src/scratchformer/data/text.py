@@ -15,6 +15,13 @@ WORD = re.compile(r"\w+")
 SHARED_SEGMENT = 2
 """The segment id of a token whose word the other text of its input has too."""
 
+
+def pair_segments(mark_shared_words: bool) -> int:
+    """The segment ids an input of two texts uses: the first and the second's, and with
+    ``mark_shared_words`` :data:`SHARED_SEGMENT`."""
+    return SHARED_SEGMENT + 1 if mark_shared_words else 2
+
+
 Span = tuple[int, int]
 
 

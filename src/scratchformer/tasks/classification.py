@@ -14,7 +14,7 @@ from torch import Tensor, nn
 
 from ..data.batching import pad_batch
 from ..data.readers import LabeledText
-from ..data.text import SHARED_SEGMENT, shared_words
+from ..data.text import SHARED_SEGMENT, pair_segments, shared_words
 from ..metrics import macro_f1
 from .base import Batch, TokenLabels, add
 from .sentences import SentenceTask, ValueTask
@@ -47,9 +47,7 @@ class CrossEncoderTask(SentenceTask):
     def segment_types(self) -> int:
         """Segment embeddings: two for sentence pairs, three when their shared words are
         marked (or the recipe's, if more)."""
-        needed = 0
-        if self._has_pairs():
-            needed = SHARED_SEGMENT + 1 if self.data.mark_shared_words else 2
+        needed = pair_segments(self.data.mark_shared_words) if self._has_pairs() else 0
         return max(self.recipe.model.type_vocab_size, needed)
 
     def pieces(self, texts: Sequence[str]) -> list[list[int]]:
@@ -103,7 +101,7 @@ class CrossEncoderTask(SentenceTask):
         """Padded ids and mask, and segment ids for pairs; with ``data.symmetric_pairs``
         of shape ``(pairs, 2, seq)``, each pair in both orders (a batch's rows stay pairs,
         so that it slices as other batches do)."""
-        both = bool(examples) and examples[0].swapped is not None
+        both = self.data.symmetric_pairs and self._has_pairs()
         rows = [o for e in examples for o in ((e, e.swapped) if both else (e,))]
         ids, mask = pad_batch([e.ids for e in rows], self.tokenizer().pad_id)
         inputs = {"input_ids": ids, "attention_mask": mask}
@@ -126,8 +124,8 @@ class CrossEncoderTask(SentenceTask):
     def attention_inputs(self, text: str) -> tuple[dict[str, Tensor], TokenLabels]:
         """A sentence, or for pair tasks ``first<TAB>second`` (in that order), as in
         training."""
-        example = replace(self.encode_texts(self.split_line(text)), swapped=None)
-        inputs = self.collate([example]).inputs
+        inputs = self.collate([self.encode_texts(self.split_line(text))]).inputs
+        inputs = {k: v[:, 0] if v.dim() == 3 else v for k, v in inputs.items()}  # one order
         words = self.tokenizer().labels(inputs["input_ids"][0].tolist())
         return inputs, {"encoder": (words, words)}
 

@@ -18,8 +18,8 @@ from ..data.batching import pad_batch
 from ..data.cloze import cloze_questions
 from ..data.readers import Question, read_squad
 from ..data.registry import squad_examples
-from ..data.text import SHARED_SEGMENT
-from ..data.windows import CONTEXT, Span, Window, question_windows
+from ..data.text import pair_segments
+from ..data.windows import Span, Window, question_windows
 from ..errors import DataSettingsError
 from ..metrics import squad_scores
 from .base import Batch, ExampleTask, TokenLabels, add, per_line
@@ -110,13 +110,10 @@ class QuestionAnsweringTask(ExampleTask):
         return {
             "vocab_size": self.tokenizer().vocab_size,
             "num_labels": 2,
-            "type_vocab_size": max(self.recipe.model.type_vocab_size, self.segment_types()),
+            "type_vocab_size": max(
+                self.recipe.model.type_vocab_size, pair_segments(self.data.mark_shared_words)
+            ),
         }
-
-    def segment_types(self) -> int:
-        """How many segment ids windows use: question and context, and with
-        ``data.mark_shared_words`` the context's words of the question."""
-        return (SHARED_SEGMENT if self.data.mark_shared_words else CONTEXT) + 1
 
     def windows(self, question: str, context: str, answer: Span | None = None) -> list[Window]:
         """The windows of a question over its context (see
