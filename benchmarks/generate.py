@@ -75,6 +75,7 @@ WARMUP_TOKENS = 16
 CACHED, HF, UNCACHED = "ours, KV cache", "Hugging Face", "ours, no cache"
 COMPILED, BF16_COMPILED, QUANTIZED = report.COMPILED, report.BF16_COMPILED, report.INT8_COMPILED
 EXPORTED, INT8_EXPORTED = report.EXPORTED, report.INT8_EXPORTED
+INT8_EXPORTED_FP32 = report.INT8_EXPORTED_FP32
 LLAMA_F32, LLAMA_Q8 = report.LLAMA_F32, report.LLAMA_Q8
 LLAMA_CPP = importlib.util.find_spec("llama_cpp") is not None
 """Whether llama.cpp's binding is installed (the export extra): its candidates join batch 1."""
@@ -335,6 +336,11 @@ def run_batch(cfg: Config, batch: int, mine: nn.Module, theirs: GPT2LMHeadModel)
             Candidate(
                 INT8_EXPORTED, exported(int8, prompts, cfg.new_tokens, bf16=BF16), cfg.repeats
             ),
+            Candidate(
+                INT8_EXPORTED_FP32,
+                exported(int8, prompts, cfg.new_tokens),
+                cfg.repeats if BF16 else 0,
+            ),
             Candidate(COMPILED, ours(CompiledLM(mine), prompts), cfg.repeats),
             Candidate(
                 BF16_COMPILED,
@@ -385,7 +391,12 @@ def comparison(results: list[Result]) -> dict[str, object]:
             by_name[COMPILED].median_s / by_name[QUANTIZED].median_s
         )
         summary["int8_speedup_vs_hf"] = by_name[HF].median_s / by_name[QUANTIZED].median_s
-    for name, key in ((EXPORTED, "exported"), (INT8_EXPORTED, "int8_exported")):
+    exported_forms = (
+        (EXPORTED, "exported"),
+        (INT8_EXPORTED, "int8_exported"),
+        (INT8_EXPORTED_FP32, "int8_exported_fp32"),
+    )
+    for name, key in exported_forms:
         if name in by_name:
             summary[f"{key}_speedup_vs_compiled"] = (
                 by_name[COMPILED].median_s / by_name[name].median_s

@@ -5,7 +5,9 @@ What: the time of ``x @ W.T`` for 1, 2 and 8 rows of fp32 input through every ma
 in decoding), by six candidates. Eager: ``F.linear`` with the fp32 weight; PyTorch's
 weight-only int8 kernel ``torch._weight_int8pack_mm``; the written-out form, int8
 converted to fp32 then ``F.linear``, times the scales; PyTorch's int4 kernel
-``torch._weight_int4pack_mm_for_cpu`` (groups of 32 columns, a scale and zero each).
+``torch._weight_int4pack_mm_for_cpu`` (groups of 32 columns, a scale and zero each); ours,
+``scratchformer.nn.int8_matmul`` (each input row quantized to int8, int8 x int8 products;
+x86 CPUs with AVX2).
 Compiled with the weights frozen in
 (``torch.compile``, Inductor's freezing, as ``CompiledModel`` compiles): ``F.linear`` with
 the fp32 weights; ``scratchformer.nn.quantized.packed_product`` of the int8 values packed
@@ -36,14 +38,23 @@ from torch._inductor import config as inductor_config
 
 from generate import D_FF, D_MODEL, N_LAYERS, VOCAB
 from scratchformer.inference.compiled import QUIET_FROZEN
+from scratchformer.nn.int8_matmul import int8_matmul, int8_matmul_available
 from scratchformer.nn.quantized import pack_columns, packed_product, quantize_rows
 from timing import interleaved, load_warning, repeats_and_threads
 
-ROWS = (1, 2, 8)
+ROWS = (1, 2, 8, 64)
 SHAPES = [(3 * D_MODEL, D_MODEL), (D_MODEL, D_MODEL), (D_FF, D_MODEL), (D_MODEL, D_FF)] * N_LAYERS
 SHAPES += [(VOCAB, D_MODEL)]
 """``(out, in)`` of every map of a decoding step."""
-NAMES = ("fp32", "int8 kernel", "int8 -> fp32", "int4 kernel", "compiled fp32", "compiled packed")
+NAMES = (
+    "fp32",
+    "int8 kernel",
+    "int8 -> fp32",
+    "int4 kernel",
+    "compiled fp32",
+    "compiled packed",
+    "int8 x int8",
+)
 GROUP = 32
 """Columns that share an int4 scale and zero."""
 
@@ -93,19 +104,24 @@ def int4_groups(weight: Tensor) -> tuple[Tensor, Tensor]:
     return packed, scales_and_zeros.contiguous()
 
 
-def candidates(weights: list[Tensor]) -> list[Callable[[list[Tensor]], list[Tensor]]]:
-    """The candidates of :data:`NAMES`, each taking the list of inputs."""
+def candidates(weights: list[Tensor]) -> dict[str, Callable[[list[Tensor]], list[Tensor]]]:
+    """The candidates of :data:`NAMES` that run here, each taking the list of inputs."""
     quantized = [quantize_rows(w) for w in weights]
     words = [(pack_columns(q), s) for q, s in quantized]
     int4 = [int4_groups(w) for w in weights]
-    return [
+    runs = [
         Maps(F.linear, [(w,) for w in weights]),
         Maps(torch._weight_int8pack_mm, quantized),
         Maps(lambda x, q, s: F.linear(x, q.float()) * s, quantized),
         Maps(lambda x, p, sz: torch._weight_int4pack_mm_for_cpu(x, p, GROUP, sz), int4),
         frozen(Maps(F.linear, [(w,) for w in weights])),
         frozen(Maps(lambda x, p, s: packed_product(x, p) * s, words)),
+        Maps(int8_matmul, [(q.clone(), s.clone()) for q, s in quantized]),  # (weights of its own)
     ]
+    present = dict(zip(NAMES, runs, strict=True))
+    if not int8_matmul_available():
+        del present["int8 x int8"]
+    return present
 
 
 def weight_bytes(candidate: str, fp32_bytes: int) -> int:
@@ -126,16 +142,16 @@ def main() -> None:
     fp32_bytes = sum(w.numel() * 4 for w in weights)
     int8_bytes = fp32_bytes // 4
     print(f"{len(weights)} maps, {fp32_bytes / 1e6:.1f} MB fp32, {int8_bytes / 1e6:.1f} MB int8")
-    print(f"{'rows':>4} " + " ".join(f"{name:>22}" for name in NAMES))
     runs = candidates(weights)
+    print(f"{'rows':>4} " + " ".join(f"{name:>22}" for name in runs))
     for rows in ROWS:
         inputs = [torch.randn(rows, w.shape[1]) for w in weights]
         with torch.no_grad():
-            steps = [partial(run, inputs) for run in runs]
+            steps = [partial(run, inputs) for run in runs.values()]
             timings = interleaved(steps, args.repeats, 3)
         fp32_s = timings[0].median_s
         cells = []
-        for name, timing in zip(NAMES, timings, strict=True):
+        for name, timing in zip(runs, timings, strict=True):
             gbytes = weight_bytes(name, fp32_bytes) / timing.median_s / 1e9
             cells.append(
                 f"{timing.median_s * 1e3:6.3f} ms {fp32_s / timing.median_s:4.2f}x "

@@ -10,11 +10,12 @@ Each row runs two commands, recorded in its result so that anyone can repeat it:
 on a fresh run directory, then ``scratchformer eval runs/results/TASK --split SPLIT``.
 Checkpoints are selected on the validation split only.
 
-The rows with an int8 tolerance are also evaluated with ``--quantize int8 --precision auto``
-(weight-only int8, :func:`scratchformer.quantize`, with bfloat16 products on a CPU that has
-them natively: the fast form), and the result says whether the quantized model stays within
-the tolerance of the fp32 one. ``--int8-only`` does just that for runs already
-trained, updating their results.
+The rows with an int8 tolerance are also evaluated with ``--quantize int8`` (int8 weights,
+:func:`scratchformer.quantize`), once in each product form this CPU has: ``--precision
+fp32`` (on x86, int8 x int8 products, each input row quantized too) and, where bfloat16 is
+native, ``--precision auto`` (bfloat16 products); the result says whether each stays within
+the tolerance of the fp32 model. ``--int8-only`` does just that for runs already trained,
+updating their results.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import torch
 from scratchformer import __version__, count_parameters
 from scratchformer.device import native_bf16
 from scratchformer.io import atomic_write_text
+from scratchformer.nn.int8_matmul import int8_matmul_available
 from scratchformer.run import load_run
 from workloads.machine import cpu_name
 
@@ -222,20 +224,28 @@ def run_row(row: Row, threads: int, runs: Path) -> dict[str, Any]:
         "command": " && ".join(shlex.join(["scratchformer", *c]) for c in (train, evaluate)),
     }
     if row.int8_tolerance is not None:
-        result["int8"] = int8_result(row, run_dir, value)
+        result["int8"] = int8_results(row, run_dir, value)
     return result
 
 
-def int8_result(row: Row, run_dir: Path, fp32: float) -> dict[str, Any]:
-    """The row's metric with the run's weights in int8 (and bfloat16 products where they
-    are native), against ``fp32``, its value with the weights as trained."""
+def int8_results(row: Row, run_dir: Path, fp32: float) -> list[dict[str, Any]]:
+    """The row's metric with the run's weights in int8, against ``fp32``, its value with
+    the weights as trained: with float32 products (int8 x int8 where the kernel runs), and
+    with bfloat16 products where they are native."""
+    precisions = ["fp32", "bf16"] if native_bf16(torch.device("cpu")) else ["fp32"]
+    return [int8_result(row, run_dir, fp32, precision) for precision in precisions]
+
+
+def int8_result(row: Row, run_dir: Path, fp32: float, precision: str) -> dict[str, Any]:
+    """:func:`int8_results`' entry of products in ``precision``."""
     evaluate = ["eval", str(run_dir), "--split", row.split, "--quantize", "int8"]
-    evaluate += ["--precision", "auto"]
+    evaluate += ["--precision", precision]
     metrics = json.loads(subprocess.run(scratchformer(*evaluate), **CAPTURE).stdout)
     value = float(metrics[row.metric])
     return {
         "value": value,
-        "precision": "bf16" if native_bf16(torch.device("cpu")) else "fp32",
+        "precision": precision,
+        "int8_products": precision == "fp32" and int8_matmul_available(),
         "fp32": fp32,
         "tolerance": row.int8_tolerance,
         "relative": row.int8_relative,
@@ -249,7 +259,7 @@ def update_int8(row: Row, runs: Path) -> dict[str, Any]:
     """Add ``int8_result`` to the row's existing result, from its trained run in ``runs``."""
     path = RESULTS / f"{row.task}.json"
     result = json.loads(path.read_text())
-    result["int8"] = int8_result(row, runs / row.task, result["value"])
+    result["int8"] = int8_results(row, runs / row.task, result["value"])
     return result
 
 
@@ -302,7 +312,8 @@ def main() -> None:
             if row.int8_tolerance is not None:
                 result = update_int8(row, args.runs)
                 atomic_write_text(path, json.dumps(result, indent=2) + "\n")
-                print(f"{name}: int8 {result['int8']['value']:.4g}, fp32 {result['value']:.4g}")
+                int8 = ", ".join(f"{r['value']:.4g} ({r['precision']})" for r in result["int8"])
+                print(f"{name}: int8 {int8}, fp32 {result['value']:.4g}")
             continue
         print(f"{name}: training for at most {row.budget_minutes:.3g} min ...", flush=True)
         result = run_row(row, args.threads, args.runs)

@@ -48,6 +48,12 @@ def parameters(result: dict[str, Any]) -> str:
     return shown if trained == result["params"] else f"{shown} ({trained / 1e6:.2f} M trained)"
 
 
+def products(int8: dict[str, Any]) -> str:
+    """How an int8 result's products were computed: int8 x int8 (float32 products on an x86
+    CPU, ``scratchformer.nn.int8_matmul``), else in its precision."""
+    return "(int8 products)" if int8.get("int8_products") else f"({int8['precision']})"
+
+
 def row(result: dict[str, Any]) -> str:
     metric = result["metric"]
     sign = ">=" if result["higher_is_better"] else "<="
@@ -60,11 +66,11 @@ def row(result: dict[str, Any]) -> str:
     if metric.startswith("bleu"):  # translation: cased sacreBLEU and chrF beside it
         m = result["metrics"]
         extra = f" (sacreBLEU {m['bleu']:.1f}, chrF {m['chrf']:.1f})"
-    if "int8" in result:  # the same run with int8 weights
-        int8 = result["int8"]
-        within = "within tolerance" if int8["met"] else "**outside tolerance**"
-        products = ", bf16" if int8.get("precision") == "bf16" else ""
-        extra += f"; int8{products}: {shown(metric, int8['value'])}, {within}"
+    if "int8" in result:  # the same run with int8 weights, in each form of product
+        values = [f"{shown(metric, r['value'])} {products(r)}" for r in result["int8"]]
+        met = all(r["met"] for r in result["int8"])
+        within = "within tolerance" if met else "**outside tolerance**"
+        extra += f"; int8: {', '.join(values)}, {within}"
     return (
         f"| `{result['task']}` | {metric}, {result['split']} | "
         f"{shown(metric, result['value'])}{extra} | {target} | {verdict} | "

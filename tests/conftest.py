@@ -27,12 +27,20 @@ import torch
 
 from helpers import CONLL, FAULTS_PROPERTY, FILLER, pretrain_t5, squad_file, train
 from scratchformer.inference import compile_choice, exported
+from scratchformer.nn import quantized
 
 REPO = Path(__file__).resolve().parents[1]
 
 torch.set_num_threads(1)
 os.environ.setdefault("TORCHINDUCTOR_MAX_AUTOTUNE_GEMM_BACKENDS", "ATEN")
 os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+
+
+@pytest.fixture
+def written_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Int8 maps made hereafter multiply as on a CPU without the int8 kernel (an Arm CPU, a
+    GPU): written out in float32, packed when compiled."""
+    monkeypatch.setattr(quantized, "int8_matmul_available", lambda: False)
 
 
 @pytest.fixture(autouse=True)

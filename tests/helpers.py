@@ -15,6 +15,7 @@ import torch
 
 from scratchformer import ModelConfig, build_model
 from scratchformer.cli import main
+from scratchformer.nn.int8_matmul import int8_matmul_available
 from scratchformer.training.trainer import Trainer
 
 FAULTS_PROPERTY = "faults"
@@ -33,6 +34,10 @@ TINY_SIZES = {"d_model": 32, "n_heads": 4, "n_layers": 2, "d_ff": 64}
 """The sizes of the tests' tiny models."""
 TINY_VOCAB = 29
 COMPILED = {"n_layers": 1}
+with_int8_kernel = pytest.mark.skipif(
+    not int8_matmul_available(), reason="the int8 kernel runs on x86 CPUs with AVX2 only"
+)
+"""For tests of the int8 x int8 kernel, which the suite builds where it runs."""
 """The compiled tests' models have one layer a stack: compiling takes time in proportion to
 the layers, and how layers stack is the same code that the eager tests check."""
 

@@ -4,6 +4,7 @@ compiles as the float one does, close to its float logits."""
 from __future__ import annotations
 
 import copy
+import importlib
 
 import pytest
 import torch
@@ -11,10 +12,11 @@ from torch import nn
 from torch._dynamo.utils import counters
 from torch._inductor.utils import run_and_get_code
 
-from helpers import COMPILED, PROMPTS, peaked, tiny_config, tiny_lm
+from helpers import COMPILED, PROMPTS, peaked, tiny_config, tiny_lm, with_int8_kernel
 from scratchformer import build_model
 from scratchformer.config import TrainConfig
 from scratchformer.inference import CompiledLM, beam_search, generate, quantize
+from scratchformer.inference.exported import ExportedLM
 from scratchformer.models import LMHead
 from scratchformer.nn import QuantizedLinear
 from scratchformer.training.lora import apply_lora
@@ -59,14 +61,21 @@ def test_every_linear_map_becomes_int8_and_the_logits_stay_close(fields) -> None
     assert model.config.arch == fields["arch"]
 
 
-def test_a_quantized_lm_computes_its_loss_from_labels() -> None:
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_a_quantized_lm_computes_its_loss_from_labels(monkeypatch, smoothing: float) -> None:
+    """The cross-entropy of the logits it predicts (int8 products or not), a few rows at a
+    time."""
+    monkeypatch.setattr(
+        importlib.import_module("scratchformer.inference.quantize"), "CHUNK_ROWS", 4
+    )
     model = quantize(tiny_lm())
     ids = torch.randint(0, 29, (2, 7))
     labels = torch.randint(0, 29, (2, 7))
     labels[0, :3] = -100
     with torch.no_grad():
-        loss = model(ids, labels=labels).loss
-        expected = nn.functional.cross_entropy(model(ids).logits.flatten(0, 1), labels.flatten())
+        loss = model(ids, labels=labels, label_smoothing=smoothing).loss
+        logits = model(ids).logits.flatten(0, 1)
+        expected = nn.functional.cross_entropy(logits, labels.flatten(), label_smoothing=smoothing)
     torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-5)
 
 
@@ -83,9 +92,33 @@ def test_generation_and_beam_search_take_the_quantized_model() -> None:
     assert len(hypotheses) == 2 and all(len(h) == 1 for h in hypotheses)
 
 
+@with_int8_kernel
+def test_compiled_quantized_decoding_calls_the_int8_kernel() -> None:
+    """On a CPU with the int8 kernel, the compiled float32 products are its calls, and give
+    the eager model's tokens (whose products are the kernel's too)."""
+    model = quantize(tiny_lm(**COMPILED))
+    expected = generate(model, PROMPTS, max_new_tokens=8, greedy=True)
+    compiled = CompiledLM(model)
+    tokens, code = run_and_get_code(generate, compiled, PROMPTS, max_new_tokens=8, greedy=True)
+    assert tokens == expected
+    assert "scratchformer.int8_matmul" in "".join(code)
+
+
+@with_int8_kernel
+def test_an_exported_quantized_step_calls_the_int8_kernel() -> None:
+    """Compiled ahead of time (AOTInductor's C++ calls the operator), the same tokens."""
+    model = quantize(tiny_lm(**COMPILED))
+    lm = ExportedLM(model, rows=len(PROMPTS), context=16)
+    assert "scratchformer.int8_matmul" in str(lm.exported(torch.device("cpu")).graph)
+    expected = generate(model, PROMPTS, max_new_tokens=8, greedy=True)
+    assert generate(lm, PROMPTS, max_new_tokens=8, greedy=True) == expected
+
+
+@pytest.mark.usefixtures("written_out")
 def test_compiled_quantized_decoding_gives_the_eager_quantized_tokens() -> None:
-    """One row a step: the compiled float32 products unpack the int8 words as they run
-    (shifts in the generated code), rather than reading weights folded into float32."""
+    """Without the int8 kernel, one row a step: the compiled float32 products unpack the
+    int8 words as they run (shifts in the generated code), rather than reading weights
+    folded into float32."""
     model = quantize(tiny_lm(**COMPILED))
     prompt = PROMPTS[:1]
     expected = generate(model, prompt, max_new_tokens=8, greedy=True)

@@ -1,6 +1,6 @@
 """QuantizedLinear: int8 weights with a scale per output row, whose product (written out:
 the int8 values as floats, a matmul, the scales) equals ``F.linear`` with the dequantized
-weight."""
+weight; on a CPU that runs the int8 kernel, float32 products are int8_matmul's."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from helpers import with_int8_kernel
 from scratchformer.nn import QuantizedLinear
+from scratchformer.nn.int8_matmul import int8_matmul
 from scratchformer.nn.quantized import pack_columns, packed_product, quantize_rows
 
 
@@ -24,6 +26,7 @@ def reference(layer: QuantizedLinear, x: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("rows", [1, 8, 300])
+@pytest.mark.usefixtures("written_out")
 def test_the_product_is_that_of_the_dequantized_weight(rows: int, bias: bool) -> None:
     layer = quantized(96, 64, bias)
     x = torch.randn(rows, 64)
@@ -31,6 +34,19 @@ def test_the_product_is_that_of_the_dequantized_weight(rows: int, bias: bool) ->
     batched = x.view(1, rows, 64).expand(2, rows, 64)  # leading dimensions, not contiguous
     assert layer(batched).shape == (2, rows, 96)
     torch.testing.assert_close(layer(batched)[1], reference(layer, x), rtol=1e-5, atol=1e-5)
+
+
+@with_int8_kernel
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("rows", [1, 8, 300])
+def test_float32_products_on_this_cpu_are_the_int8_kernel_s(rows: int, bias: bool) -> None:
+    layer = quantized(96, 64, bias)
+    assert layer.int8_products and layer.words is None  # (no words: nothing would read them)
+    x = torch.randn(2, rows, 64)
+    expected = int8_matmul(x, layer.weight, layer.scales)
+    assert torch.equal(layer(x), expected if layer.bias is None else expected + layer.bias)
+    error = (layer(x) - reference(layer, x)).norm() / reference(layer, x).norm()
+    assert error < 0.015
 
 
 @pytest.mark.parametrize("rows", [1, 8, 300])
@@ -115,6 +131,7 @@ def test_packed_words_hold_four_columns_a_quarter_apart() -> None:
 
 
 @pytest.mark.parametrize("rows", [(1,), (3,), (2, 2)])
+@pytest.mark.usefixtures("written_out")
 def test_the_packed_product_is_that_of_the_int8_values(rows: tuple[int, ...]) -> None:
     layer = quantized(48, 64, bias=False)
     x = torch.randn(*rows, 64)
@@ -122,12 +139,14 @@ def test_the_packed_product_is_that_of_the_int8_values(rows: tuple[int, ...]) ->
     torch.testing.assert_close(product, reference(layer, x), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.usefixtures("written_out")
 def test_only_maps_whose_columns_pack_keep_words() -> None:
     assert quantized(8, 64, bias=True).words.dtype == torch.int32
     assert quantized(8, 6, bias=True).words is None
     assert "words" not in quantized(8, 64, bias=True).state_dict()
 
 
+@pytest.mark.usefixtures("written_out")
 def test_loaded_int8_values_are_packed_afresh() -> None:
     """A quantized run is loaded into a model quantized from random weights: the words,
     which are not saved, must be those of the loaded values."""

@@ -1,11 +1,12 @@
-"""Weight-only quantization of a trained model for inference: every linear map in int8.
+"""Quantization of a trained model for inference: every linear map with int8 weights.
 
 :func:`quantize` replaces each linear map of a model (``torch.nn.Linear`` and ours, the
 task heads and the LM head included) by a :class:`~scratchformer.nn.QuantizedLinear` of its
 weight; norms, embeddings and everything else keep their float weights. The model keeps
 its class, its ``config`` and its forward, so decoding, beam search, translation and the
 tasks' evaluation and predictions take it as they take the float model, and so does
-``CompiledLM``.
+``CompiledLM``. How the products are computed (int8 x int8 in float32 on an x86 CPU) is
+:mod:`scratchformer.nn.quantized`'s.
 
 An LM head tied to the token embedding gets an int8 copy of the shared table, while the
 embedding keeps its float rows: the head is read whole at every decoding step (a fifth of a
@@ -15,11 +16,14 @@ the looked-up rows stay exact.
 
 from __future__ import annotations
 
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import QUANTIZATIONS
 from ..models import LMHead
 from ..nn import LoRALinear, QuantizedLinear, linear_cross_entropy
+from ..nn.loss import CHUNK_ROWS, IGNORE_INDEX
+from ..nn.quantized import product_dtype
 
 
 class QuantizedLMHead(QuantizedLinear):
@@ -28,7 +32,22 @@ class QuantizedLMHead(QuantizedLinear):
     weight, without forming the logits)."""
 
     def loss(self, hidden: Tensor, labels: Tensor, label_smoothing: float = 0.0) -> Tensor:
-        return linear_cross_entropy(hidden, self.dequantized(hidden.dtype), labels, label_smoothing)
+        """Where the logits are int8 products (:meth:`~QuantizedLinear.int8_product_for`),
+        the cross-entropy of those logits, formed :data:`CHUNK_ROWS` rows at a time; else
+        that of the dequantized weight's, blockwise (``linear_cross_entropy``)."""
+        if not self.int8_product_for(hidden, product_dtype(hidden)):
+            weight = self.dequantized(hidden.dtype)
+            return linear_cross_entropy(hidden, weight, labels, label_smoothing)
+        hidden, labels = hidden.reshape(-1, hidden.shape[-1]), labels.reshape(-1)
+        counted = labels != IGNORE_INDEX
+        hidden, labels = hidden[counted], labels[counted]
+        total = hidden.new_zeros(())
+        chunks = zip(hidden.split(CHUNK_ROWS), labels.split(CHUNK_ROWS), strict=True)
+        for rows, targets in chunks:
+            total += F.cross_entropy(
+                self(rows), targets, reduction="sum", label_smoothing=label_smoothing
+            )
+        return total / labels.numel()  # (none counted: NaN, as F.cross_entropy's mean)
 
 
 def quantize(model: nn.Module, quantization: str = "int8") -> nn.Module:

@@ -7,27 +7,25 @@ weight keeps its own scale (symmetric, per output channel)::
     scale[i] = max_j |w[i, j]| / 127,    q[i, j] = round(w[i, j] / scale[i])  in [-127, 127]
 
 so that ``q * scale`` is within ``scale / 2`` of ``w`` everywhere (an all-zero row has scale
-0 and stays zero). The product is ``(x @ q.T) * scale + bias``, written out: ``q`` converted
-to the product's dtype, a matmul, the scales. The tests hold it equal to ``F.linear`` with
-the :meth:`~QuantizedLinear.dequantized` weight.
+0 and stays zero). The product is ``(x @ q.T) * scale + bias``, in one of three forms, by the
+product's dtype (the input's, or autocast's where autocast is on) and the CPU:
 
-The product's dtype is the input's, or autocast's where autocast is on. That choice decides
-what ``torch.compile`` makes of it (``CompiledModel``, whose weights are frozen in as
-constants). In bfloat16 the compiler keeps the int8 constant and lowers the product to its
-weight-only int8 GEMM, which reads the int8 values (``--precision auto`` on a CPU with
-native bfloat16). In float32 it would fold ``q`` converted to float32 into a constant and
-read float32 weights, so a compiled float32 product of up to :data:`FEW_ROWS` rows (a
-decoding step) takes :func:`packed_product` instead: the int8 values packed four to an
-int32 word (:func:`pack_columns`), unpacked by shifts inside the one loop that Inductor
-fuses the product into, so that each step reads the int8 bytes and no float copy of the
-weight exists. Words rather than bytes, since Inductor loads as many elements of every
-dtype as a float vector holds: a quarter of an AVX2 register of int8 values, which it
-fills by a copy through memory, many times slower than the full loads of int32 words.
+- **float32 on an x86 CPU with AVX2** (every call, eager or compiled, any number of rows):
+  :func:`~scratchformer.nn.int8_matmul.int8_matmul`, which quantizes each row of ``x`` to
+  int8 too and multiplies int8 by int8. The tests hold it to the exact product of the
+  quantized rows, and to ``F.linear`` with the :meth:`~QuantizedLinear.dequantized`
+  weight within the rounding of ``x``.
+- **bfloat16** (``--precision auto`` on a CPU with native bfloat16): ``q`` converted to
+  the product's dtype, a matmul, the scales. ``torch.compile`` keeps the int8 constant
+  and lowers the product to its weight-only int8 GEMM, which reads the int8 values.
+- **float32 elsewhere** (a GPU, an Arm CPU): the same written-out product. Compiled, a
+  product of up to :data:`FEW_ROWS` rows (a decoding step) takes :func:`packed_product`,
+  since the compiler would fold ``q`` converted to float32 into a constant and read float32
+  weights: the int8 values packed four to an int32 word (:func:`pack_columns`), unpacked by
+  shifts inside the one loop that Inductor fuses the product into. Words rather than bytes,
+  since Inductor loads as many elements of every dtype as a float vector holds.
+
 ``python benchmarks/int8.py`` times each form; docs/performance.md has the figures.
-PyTorch's int8 kernel for float32 inputs (``torch._weight_int8pack_mm``) was measured
-several times slower than float32 itself at every shape of a small GPT, and FBGEMM's
-dynamic int8 linear does not compile (its packed weights are not tensors), so neither is
-called.
 """
 
 from __future__ import annotations
@@ -37,6 +35,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from .int8_matmul import int8_matmul, int8_matmul_available
 
 FEW_ROWS = 1
 """Up to this many rows, a compiled float32 product is :func:`packed_product`: from 2 rows
@@ -103,7 +103,11 @@ class QuantizedLinear(nn.Module):
         self.register_buffer("weight", weight)
         self.register_buffer("scales", scales)
         self.register_buffer("bias", bias)
-        words = pack_columns(weight) if self.in_features % 4 == 0 else None
+        self.int8_products = int8_matmul_available()
+        """Whether float32 products on the CPU are :func:`int8_matmul`'s (decided, and the
+        kernel built, once a process)."""
+        packs = not self.int8_products and self.in_features % 4 == 0
+        words = pack_columns(weight) if packs else None
         self.register_buffer("words", words, persistent=False)  # (compiled float32 steps)
 
     @classmethod
@@ -120,7 +124,9 @@ class QuantizedLinear(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         dtype = product_dtype(x)
-        if self.packed_for(x, dtype):
+        if self.int8_product_for(x, dtype):
+            out = int8_matmul(x, self.weight, self.scales)
+        elif self.packed_for(x, dtype):
             out = packed_product(x, self.words) * self.scales
         else:
             out = F.linear(x.to(dtype), self.weight.to(dtype)) * self.scales.to(dtype)
@@ -132,6 +138,11 @@ class QuantizedLinear(nn.Module):
         super()._load_from_state_dict(state_dict, prefix, *args)
         if self.words is not None:
             self.words = pack_columns(self.weight)
+
+    def int8_product_for(self, x: Tensor, dtype: torch.dtype) -> bool:
+        """Whether the product with ``x`` in ``dtype`` is :func:`int8_matmul`'s: float32
+        products of float32 input on a CPU that runs the kernel."""
+        return self.int8_products and dtype == x.dtype == torch.float32 and x.device.type == "cpu"
 
     def packed_for(self, x: Tensor, dtype: torch.dtype) -> bool:
         """Whether the product with ``x`` in ``dtype`` is :func:`packed_product`: compiled,

@@ -1,0 +1,190 @@
+// scratchformer::int8_matmul: a float32 input times int8 weights, in int8 x int8 products.
+//
+// Each row of the input is quantized on the fly, symmetric: scale = max|x| / 127,
+// q = round(x / scale) (to nearest, ties to even, as torch.round); a row of zeros keeps
+// zeros. Then out[m, n] = (sum_k q[m, k] * weight[n, k]) * scale[m] * scales[n], the sum
+// exact in int32. The products are AVX2's vpmaddubsw, 32 an instruction: it multiplies
+// unsigned by signed bytes, so |q| is the unsigned operand and weight[n, k] takes q's sign
+// (vpsignb); two products of at most 127 * 127 sum within int16, so nothing saturates, as
+// long as the weights are in [-127, 127] (as quantize_rows makes them; -128 is not).
+//
+// One input row (a decoding step) reads one weight row at a time: a single stream from
+// memory, which is what bounds it. More rows are multiplied in tiles of 2 rows by 4 weight
+// rows, 8 sums in registers, so that each loaded vector serves several products
+// (python benchmarks/int8.py times both).
+//
+// The operator's schema is defined in int8_matmul.py; this file gives its CPU kernel.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+namespace {
+
+constexpr int64_t kTileRows = 2;     // input rows of a tile
+constexpr int64_t kTileColumns = 4;  // weight rows of a tile
+constexpr int64_t kGrain = 16;       // the fewest weight rows a thread takes
+
+// Row `x` of length k as int8 values `q` and their magnitudes `magnitude`; returns its scale.
+float quantize_row(const float* x, int8_t* q, int8_t* magnitude, int64_t k) {
+  const __m256 sign_bit = _mm256_set1_ps(-0.0f);
+  __m256 most = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= k; i += 8) most = _mm256_max_ps(most, _mm256_andnot_ps(sign_bit, _mm256_loadu_ps(x + i)));
+  float lanes[8];
+  _mm256_storeu_ps(lanes, most);
+  float amax = *std::max_element(lanes, lanes + 8);
+  for (; i < k; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float scale = amax / 127.0f;
+  const float divisor = scale > 0.0f ? scale : 1.0f;
+  const __m256 d = _mm256_set1_ps(divisor);
+  for (i = 0; i + 8 <= k; i += 8) {
+    const __m256 rounded = _mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(x + i), d),
+                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256i v = _mm256_cvtps_epi32(rounded);
+    const __m128i words = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    const __m128i bytes = _mm_packs_epi16(words, words);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(q + i), bytes);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(magnitude + i), _mm_abs_epi8(bytes));
+  }
+  for (; i < k; ++i) {
+    q[i] = static_cast<int8_t>(std::nearbyint(x[i] / divisor));
+    magnitude[i] = static_cast<int8_t>(std::abs(q[i]));
+  }
+  return scale;
+}
+
+int32_t horizontal_sum(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+  return _mm_cvtsi128_si32(s);
+}
+
+// The sums of four vectors of int32, in one vector.
+__m128i sum4(const __m256i* v) {
+  const __m256i halves = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+  return _mm_add_epi32(_mm256_castsi256_si128(halves), _mm256_extracti128_si256(halves, 1));
+}
+
+// The products of the columns beyond whole vectors, from `whole` to k, for C weight rows.
+template <int C>
+std::array<int32_t, C> remainders(const int8_t* q, const int8_t* weight, int64_t whole, int64_t k) {
+  std::array<int32_t, C> sums{};
+  for (int c = 0; c < C; ++c)
+    for (int64_t i = whole; i < k; ++i) sums[c] += int32_t(q[i]) * int32_t(weight[c * k + i]);
+  return sums;
+}
+
+struct Operands {
+  const int8_t* q;          // (rows, k): the input's int8 values
+  const int8_t* magnitude;  // (rows, k): their magnitudes
+  const float* q_scales;    // (rows,)
+  const int8_t* weight;     // (n_total, k)
+  const float* scales;      // (n_total,)
+  float* out;               // (rows, n_total)
+  int64_t k, n_total;
+};
+
+// out[m + r, n + c] for the R input rows from m and the C weight rows from n.
+template <int R, int C>
+void tile(const Operands& o, int64_t m, int64_t n) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  const int64_t k = o.k, whole = k / 32 * 32;
+  const int8_t* q = o.q + m * k;
+  const int8_t* magnitude = o.magnitude + m * k;
+  const int8_t* weight = o.weight + n * k;
+  __m256i sums[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) sums[r][c] = _mm256_setzero_si256();
+  for (int64_t i = 0; i < whole; i += 32) {
+    __m256i signs[R], magnitudes[R];
+    for (int r = 0; r < R; ++r) {
+      signs[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + r * k + i));
+      magnitudes[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(magnitude + r * k + i));
+    }
+    for (int c = 0; c < C; ++c) {
+      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(weight + c * k + i));
+      for (int r = 0; r < R; ++r) {
+        const __m256i pairs = _mm256_maddubs_epi16(magnitudes[r], _mm256_sign_epi8(w, signs[r]));
+        sums[r][c] = _mm256_add_epi32(sums[r][c], _mm256_madd_epi16(pairs, ones));
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    const float q_scale = o.q_scales[m + r];
+    float* out = o.out + (m + r) * o.n_total + n;
+    if constexpr (C == 4) {  // four sums at once, scaled and stored as one vector
+      __m128i totals = sum4(sums[r]);
+      if (whole < k) totals = _mm_add_epi32(totals, _mm_loadu_si128(reinterpret_cast<const __m128i*>(
+                                                        remainders<C>(q + r * k, weight, whole, k).data())));
+      const __m128 scales = _mm_mul_ps(_mm_loadu_ps(o.scales + n), _mm_set1_ps(q_scale));
+      _mm_storeu_ps(out, _mm_mul_ps(_mm_cvtepi32_ps(totals), scales));
+    } else {
+      const std::array<int32_t, C> tails = remainders<C>(q + r * k, weight, whole, k);
+      for (int c = 0; c < C; ++c) out[c] = float(horizontal_sum(sums[r][c]) + tails[c]) * (o.scales[n + c] * q_scale);
+    }
+  }
+}
+
+// Every input row times the weight rows n0 .. n1.
+void multiply(const Operands& o, int64_t rows, int64_t n0, int64_t n1) {
+  if (rows == 1) {
+    for (int64_t n = n0; n < n1; ++n) tile<1, 1>(o, 0, n);
+    return;
+  }
+  int64_t n = n0;
+  for (; n + kTileColumns <= n1; n += kTileColumns) {  // a weight tile stays in L1 meanwhile
+    int64_t m = 0;
+    for (; m + kTileRows <= rows; m += kTileRows) tile<kTileRows, kTileColumns>(o, m, n);
+    if (m < rows) tile<1, kTileColumns>(o, m, n);
+  }
+  for (; n < n1; ++n) {
+    for (int64_t m = 0; m < rows; ++m) tile<1, 1>(o, m, n);
+  }
+}
+
+at::Tensor int8_matmul(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& scales) {
+  TORCH_CHECK(input.device().is_cpu() && input.scalar_type() == at::kFloat,
+              "int8_matmul: input must be float32 on the CPU, not ", input.scalar_type(), " on ",
+              input.device());
+  TORCH_CHECK(weight.dim() == 2 && weight.scalar_type() == at::kChar && weight.device().is_cpu(),
+              "int8_matmul: weight must be int8 (out, in) on the CPU");
+  TORCH_CHECK(input.size(-1) == weight.size(1), "int8_matmul: input has ", input.size(-1),
+              " features, weight takes ", weight.size(1));
+  TORCH_CHECK(scales.dim() == 1 && scales.size(0) == weight.size(0) && scales.scalar_type() == at::kFloat,
+              "int8_matmul: scales must be float32 (out,)");
+  const int64_t k = weight.size(1), n_total = weight.size(0);
+  const at::Tensor x = input.reshape({-1, k}).contiguous();
+  const at::Tensor w = weight.contiguous(), s = scales.contiguous();
+  const int64_t rows = x.size(0);
+  at::Tensor q = at::empty({2, rows, k}, x.options().dtype(at::kChar));  // values, magnitudes
+  at::Tensor q_scales = at::empty({rows}, x.options());
+  at::Tensor out = at::empty({rows, n_total}, x.options());
+  const Operands o{q.data_ptr<int8_t>(), q.data_ptr<int8_t>() + rows * k, q_scales.data_ptr<float>(),
+                   w.data_ptr<int8_t>(), s.data_ptr<float>(), out.data_ptr<float>(), k, n_total};
+  const float* x_data = x.data_ptr<float>();
+  int8_t* q_data = q.data_ptr<int8_t>();
+  float* q_scale_data = q_scales.data_ptr<float>();
+  at::parallel_for(0, rows, kGrain, [&](int64_t m0, int64_t m1) {
+    for (int64_t m = m0; m < m1; ++m)
+      q_scale_data[m] = quantize_row(x_data + m * k, q_data + m * k, q_data + (rows + m) * k, k);
+  });
+  at::parallel_for(0, n_total, kGrain, [&](int64_t n0, int64_t n1) { multiply(o, rows, n0, n1); });
+  std::vector<int64_t> shape = input.sizes().vec();
+  shape.back() = n_total;
+  return out.view(shape);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(scratchformer, CPU, m) {
+  m.impl("int8_matmul", &int8_matmul);
+}
