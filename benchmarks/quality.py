@@ -11,10 +11,10 @@ on a fresh run directory, then ``scratchformer eval runs/results/TASK --split SP
 Checkpoints are selected on the validation split only.
 
 The rows with an int8 tolerance are also evaluated with ``--quantize int8`` (int8 weights,
-:func:`scratchformer.quantize`), once in each product form this CPU has: ``--precision
-fp32`` (on x86, int8 x int8 products, each input row quantized too) and, where bfloat16 is
-native, ``--precision auto`` (bfloat16 products); the result says whether each stays within
-the tolerance of the fp32 model. ``--int8-only`` does just that for runs already trained,
+:func:`scratchformer.quantize`), once in each precision of products this CPU has:
+``--precision fp32`` (on x86, products of a few rows in int8 x int8, each input row
+quantized too) and, where bfloat16 is native, ``--precision auto`` (bfloat16 products);
+the result says whether each stays within the tolerance of the fp32 model. ``--int8-only`` does just that for runs already trained,
 updating their results.
 """
 

@@ -48,12 +48,6 @@ def parameters(result: dict[str, Any]) -> str:
     return shown if trained == result["params"] else f"{shown} ({trained / 1e6:.2f} M trained)"
 
 
-def products(int8: dict[str, Any]) -> str:
-    """How an int8 result's products were computed: int8 x int8 (float32 products on an x86
-    CPU, ``scratchformer.nn.int8_matmul``), else in its precision."""
-    return "(int8 products)" if int8.get("int8_products") else f"({int8['precision']})"
-
-
 def row(result: dict[str, Any]) -> str:
     metric = result["metric"]
     sign = ">=" if result["higher_is_better"] else "<="
@@ -67,7 +61,7 @@ def row(result: dict[str, Any]) -> str:
         m = result["metrics"]
         extra = f" (sacreBLEU {m['bleu']:.1f}, chrF {m['chrf']:.1f})"
     if "int8" in result:  # the same run with int8 weights, in each form of product
-        values = [f"{shown(metric, r['value'])} {products(r)}" for r in result["int8"]]
+        values = [f"{shown(metric, r['value'])} ({r['precision']})" for r in result["int8"]]
         met = all(r["met"] for r in result["int8"])
         within = "within tolerance" if met else "**outside tolerance**"
         extra += f"; int8: {', '.join(values)}, {within}"

@@ -4,7 +4,6 @@ compiles as the float one does, close to its float logits."""
 from __future__ import annotations
 
 import copy
-import importlib
 
 import pytest
 import torch
@@ -62,15 +61,13 @@ def test_every_linear_map_becomes_int8_and_the_logits_stay_close(fields) -> None
 
 
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
-def test_a_quantized_lm_computes_its_loss_from_labels(monkeypatch, smoothing: float) -> None:
-    """The cross-entropy of the logits it predicts (int8 products or not), a few rows at a
-    time."""
-    monkeypatch.setattr(
-        importlib.import_module("scratchformer.inference.quantize"), "CHUNK_ROWS", 4
-    )
+@pytest.mark.parametrize("batch", [2, 6])
+def test_a_quantized_lm_computes_its_loss_from_labels(batch: int, smoothing: float) -> None:
+    """The cross-entropy of the logits it predicts, in int8 products or not (14 and 42
+    rows: on either side of INT8_ROWS)."""
     model = quantize(tiny_lm())
-    ids = torch.randint(0, 29, (2, 7))
-    labels = torch.randint(0, 29, (2, 7))
+    ids = torch.randint(0, 29, (batch, 7))
+    labels = torch.randint(0, 29, (batch, 7))
     labels[0, :3] = -100
     with torch.no_grad():
         loss = model(ids, labels=labels, label_smoothing=smoothing).loss

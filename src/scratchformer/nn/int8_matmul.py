@@ -26,6 +26,7 @@ import os
 import platform
 import shutil
 import sys
+import time
 import warnings
 from functools import cache
 from pathlib import Path
@@ -37,9 +38,14 @@ SOURCE = Path(__file__).with_suffix(".cpp")
 X86 = ("x86_64", "amd64", "i686", "x86")
 AVX2_CAPABILITIES = ("AVX2", "AVX512")
 """``torch.backends.cpu.get_cpu_capability()`` of CPUs that run the kernel."""
+NAME = "scratchformer_int8_matmul"
+"""The library's name in torch's extensions cache (``~/.cache/torch_extensions``)."""
 FLAGS = ["-O3", "-mavx2", "-mfma"]
 """The kernel's instruction set: AVX2 alone, so the built library runs on every x86 CPU
 that torch runs AVX2 kernels on."""
+BUILT_SECONDS = 2.0
+"""A load that took longer compiled the kernel, which is said on stderr: loading a kept
+build takes a fraction of a second."""
 
 
 @cache
@@ -53,12 +59,10 @@ def int8_matmul_available() -> bool:
         return False
     from torch.utils import cpp_extension
 
-    name = "scratchformer_int8_matmul"
     _find_ninja()
-    if not _built(cpp_extension, name):
-        print("building the int8 x int8 kernel (once, about ten seconds)", file=sys.stderr)
+    start = time.perf_counter()
     try:
-        cpp_extension.load(name, [str(SOURCE)], extra_cflags=FLAGS, is_python_module=False)
+        cpp_extension.load(NAME, [str(SOURCE)], extra_cflags=FLAGS, is_python_module=False)
     except (RuntimeError, OSError, ImportError) as error:
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         warnings.warn(
@@ -67,6 +71,9 @@ def int8_matmul_available() -> bool:
             stacklevel=2,
         )
         return False
+    seconds = time.perf_counter() - start
+    if seconds > BUILT_SECONDS:
+        print(f"built the int8 x int8 kernel in {seconds:.0f} s (kept)", file=sys.stderr)
     return True
 
 
@@ -78,12 +85,6 @@ def _find_ninja() -> None:
         import ninja
 
         os.environ["PATH"] = os.pathsep.join([ninja.BIN_DIR, os.environ.get("PATH", "")])
-
-
-def _built(cpp_extension: object, name: str) -> bool:
-    """Whether torch's extensions cache holds a build of ``name`` (so loading is quick)."""
-    directory = Path(cpp_extension._get_build_directory(name, verbose=False))  # type: ignore[attr-defined]
-    return any(directory.glob(f"{name}*.so")) if directory.is_dir() else False
 
 
 def int8_matmul(x: Tensor, weight: Tensor, scales: Tensor) -> Tensor:

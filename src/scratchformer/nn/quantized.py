@@ -10,20 +10,22 @@ so that ``q * scale`` is within ``scale / 2`` of ``w`` everywhere (an all-zero r
 0 and stays zero). The product is ``(x @ q.T) * scale + bias``, in one of three forms, by the
 product's dtype (the input's, or autocast's where autocast is on) and the CPU:
 
-- **float32 on an x86 CPU with AVX2** (every call, eager or compiled, any number of rows):
-  :func:`~scratchformer.nn.int8_matmul.int8_matmul`, which quantizes each row of ``x`` to
-  int8 too and multiplies int8 by int8. The tests hold it to the exact product of the
-  quantized rows, and to ``F.linear`` with the :meth:`~QuantizedLinear.dequantized`
-  weight within the rounding of ``x``.
+- **float32 on an x86 CPU with AVX2**, up to :data:`INT8_ROWS` rows (decoding steps; eager
+  or compiled): :func:`~scratchformer.nn.int8_matmul.int8_matmul`, which quantizes each row
+  of ``x`` to int8 too and multiplies int8 by int8. The tests hold it to the exact product
+  of the quantized rows, and to ``F.linear`` with the :meth:`~QuantizedLinear.dequantized`
+  weight within the rounding of ``x``. More rows (a prompt, an encoder's batch) take the
+  written-out form below, at float32's speed.
 - **bfloat16** (``--precision auto`` on a CPU with native bfloat16): ``q`` converted to
   the product's dtype, a matmul, the scales. ``torch.compile`` keeps the int8 constant
   and lowers the product to its weight-only int8 GEMM, which reads the int8 values.
-- **float32 elsewhere** (a GPU, an Arm CPU): the same written-out product. Compiled, a
-  product of up to :data:`FEW_ROWS` rows (a decoding step) takes :func:`packed_product`,
-  since the compiler would fold ``q`` converted to float32 into a constant and read float32
-  weights: the int8 values packed four to an int32 word (:func:`pack_columns`), unpacked by
-  shifts inside the one loop that Inductor fuses the product into. Words rather than bytes,
-  since Inductor loads as many elements of every dtype as a float vector holds.
+- **float32 elsewhere** (a GPU, an Arm CPU, more rows): the same written-out product.
+  Compiled, a product of up to :data:`FEW_ROWS` rows (a decoding step) without the int8
+  kernel takes :func:`packed_product`, since the compiler would fold ``q`` converted to
+  float32 into a constant and read float32 weights: the int8 values packed four to an
+  int32 word (:func:`pack_columns`), unpacked by shifts inside the one loop that Inductor
+  fuses the product into. Words rather than bytes, since Inductor loads as many elements
+  of every dtype as a float vector holds.
 
 ``python benchmarks/int8.py`` times each form; docs/performance.md has the figures.
 """
@@ -38,6 +40,11 @@ from torch import Tensor, nn
 
 from .int8_matmul import int8_matmul, int8_matmul_available
 
+INT8_ROWS = 32
+"""Up to this many rows, a float32 product on an x86 CPU is :func:`int8_matmul`'s: 1.3-5x
+faster than float32's GEMM on the dequantized weight below it, as fast at 64 rows and
+slower beyond, where the products bound the time (python benchmarks/int8.py;
+docs/performance.md, "Int8 x int8 products")."""
 FEW_ROWS = 1
 """Up to this many rows, a compiled float32 product is :func:`packed_product`: from 2 rows
 on, its unpacking, done again for every row, costs about as much as reading float32
@@ -104,8 +111,8 @@ class QuantizedLinear(nn.Module):
         self.register_buffer("scales", scales)
         self.register_buffer("bias", bias)
         self.int8_products = int8_matmul_available()
-        """Whether float32 products on the CPU are :func:`int8_matmul`'s (decided, and the
-        kernel built, once a process)."""
+        """Whether float32 products of a few rows on the CPU are :func:`int8_matmul`'s
+        (decided, and the kernel built, once a process)."""
         packs = not self.int8_products and self.in_features % 4 == 0
         words = pack_columns(weight) if packs else None
         self.register_buffer("words", words, persistent=False)  # (compiled float32 steps)
@@ -141,8 +148,10 @@ class QuantizedLinear(nn.Module):
 
     def int8_product_for(self, x: Tensor, dtype: torch.dtype) -> bool:
         """Whether the product with ``x`` in ``dtype`` is :func:`int8_matmul`'s: float32
-        products of float32 input on a CPU that runs the kernel."""
-        return self.int8_products and dtype == x.dtype == torch.float32 and x.device.type == "cpu"
+        products of up to :data:`INT8_ROWS` rows of float32 input on a CPU that runs it."""
+        if not self.int8_products or x.device.type != "cpu":
+            return False
+        return dtype == x.dtype == torch.float32 and x.shape[:-1].numel() <= INT8_ROWS
 
     def packed_for(self, x: Tensor, dtype: torch.dtype) -> bool:
         """Whether the product with ``x`` in ``dtype`` is :func:`packed_product`: compiled,
