@@ -14,8 +14,8 @@ The rows with an int8 tolerance are also evaluated with ``--quantize int8`` (int
 :func:`scratchformer.quantize`), once in each precision of products this CPU has:
 ``--precision fp32`` (on x86, products of a few rows in int8 x int8, each input row
 quantized too) and, where bfloat16 is native, ``--precision auto`` (bfloat16 products);
-the result says whether each stays within the tolerance of the fp32 model. ``--int8-only`` does just that for runs already trained,
-updating their results.
+the result says whether each stays within the tolerance of the fp32 model. ``--int8-only``
+does just that for runs already trained, updating their results.
 """
 
 from __future__ import annotations

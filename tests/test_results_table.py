@@ -91,7 +91,7 @@ def test_rows_show_value_target_and_verdict(tmp_path: Path) -> None:
     assert results_table.shown("loss", 1.5, exact=True) == "1.5"
 
 
-def test_a_row_shows_the_int8_value_and_whether_it_stays_within_tolerance(tmp_path: Path) -> None:
+def test_a_row_shows_the_int8_values_and_whether_they_stay_within_tolerance(tmp_path: Path) -> None:
     result = {
         **MULTI30K_RESULT,
         "task": "sst2",
@@ -101,18 +101,24 @@ def test_a_row_shows_the_int8_value_and_whether_it_stays_within_tolerance(tmp_pa
         "target": 0.82,
         "met": True,
         "metrics": {},
-        "int8": {"value": 0.812, "met": False},
+        "int8": [{"value": 0.812, "met": False, "precision": "fp32"}],
         "precision": "bf16",
         "hardware": {"isa": "AVX512", "native_bf16": True},
     }
     (tmp_path / "sst2.json").write_text(json.dumps(result))
     (line,) = results_table.table(tmp_path).splitlines()[3:4]
-    assert "| 82.1%; int8: 81.2%, **outside tolerance** |" in line
+    assert "| 82.1%; int8: 81.2% (fp32), **outside tolerance** |" in line
     assert line.endswith("| AVX512-BF16 (bf16) |")
-    result["int8"] = {"value": 0.819, "met": True, "precision": "bf16"}
+    result["int8"] = [
+        {"value": 0.819, "met": True, "precision": "fp32"},
+        {"value": 0.818, "met": True, "precision": "bf16"},
+    ]
     (tmp_path / "sst2.json").write_text(json.dumps(result))
     (line,) = results_table.table(tmp_path).splitlines()[3:4]
-    assert "| 82.1%; int8, bf16: 81.9%, within tolerance |" in line
+    assert "| 82.1%; int8: 81.9% (fp32), 81.8% (bf16), within tolerance |" in line
+    result["int8"][1]["met"] = False  # one form outside: the row says so
+    (tmp_path / "sst2.json").write_text(json.dumps(result))
+    assert "**outside tolerance**" in results_table.table(tmp_path).splitlines()[3]
 
 
 def test_int8_tolerances_are_amounts_or_fractions_in_the_direction_of_worse() -> None:
