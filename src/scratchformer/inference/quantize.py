@@ -28,8 +28,7 @@ from ..nn.quantized import product_dtype
 
 class QuantizedLMHead(QuantizedLinear):
     """An :class:`~scratchformer.models.LMHead` with int8 weights: the logits, and the
-    loss that a language model's forward computes from ``labels`` (with the dequantized
-    weight, without forming the logits)."""
+    loss that a language model's forward computes from ``labels``, that of those logits."""
 
     def loss(self, hidden: Tensor, labels: Tensor, label_smoothing: float = 0.0) -> Tensor:
         """The cross-entropy of the logits this head gives ``hidden``: of a few rows, in
