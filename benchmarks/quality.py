@@ -38,7 +38,6 @@ import torch
 from scratchformer import __version__, count_parameters
 from scratchformer.device import native_bf16
 from scratchformer.io import atomic_write_text
-from scratchformer.nn.int8_matmul import int8_matmul_available
 from scratchformer.run import load_run
 from workloads.machine import cpu_name
 
@@ -245,7 +244,6 @@ def int8_result(row: Row, run_dir: Path, fp32: float, precision: str) -> dict[st
     return {
         "value": value,
         "precision": precision,
-        "int8_products": precision == "fp32" and int8_matmul_available(),
         "fp32": fp32,
         "tolerance": row.int8_tolerance,
         "relative": row.int8_relative,
