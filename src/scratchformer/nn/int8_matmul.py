@@ -40,7 +40,7 @@ AVX2_CAPABILITIES = ("AVX2", "AVX512")
 """``torch.backends.cpu.get_cpu_capability()`` of CPUs that run the kernel."""
 NAME = "scratchformer_int8_matmul"
 """The library's name in torch's extensions cache (``~/.cache/torch_extensions``)."""
-FLAGS = ["-O3", "-mavx2", "-mfma"]
+FLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp"]
 """The kernel's instruction set: AVX2 alone, so the built library runs on every x86 CPU
 that torch runs AVX2 kernels on."""
 BUILT_SECONDS = 2.0
@@ -62,7 +62,9 @@ def int8_matmul_available() -> bool:
     _find_ninja()
     start = time.perf_counter()
     try:
-        cpp_extension.load(NAME, [str(SOURCE)], extra_cflags=FLAGS, is_python_module=False)
+        cpp_extension.load(
+            NAME, [str(SOURCE)], extra_cflags=FLAGS, extra_ldflags=["-fopenmp"], is_python_module=False
+        )
     except (RuntimeError, OSError, ImportError) as error:
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         warnings.warn(
