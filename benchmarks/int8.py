@@ -38,7 +38,8 @@ from torch._inductor import config as inductor_config
 
 from generate import D_FF, D_MODEL, N_LAYERS, VOCAB
 from scratchformer.inference.compiled import QUIET_FROZEN
-from scratchformer.nn.int8_matmul import int8_matmul, int8_matmul_available
+from scratchformer.nn.cpu_kernels import kernels_available
+from scratchformer.nn.int8_matmul import int8_matmul
 from scratchformer.nn.quantized import pack_columns, packed_product, quantize_rows
 from timing import interleaved, load_warning, repeats_and_threads
 
@@ -119,7 +120,7 @@ def candidates(weights: list[Tensor]) -> dict[str, Callable[[list[Tensor]], list
         Maps(int8_matmul, [(q.clone(), s.clone()) for q, s in quantized]),  # (weights of its own)
     ]
     present = dict(zip(NAMES, runs, strict=True))
-    if not int8_matmul_available():
+    if not kernels_available():
         del present["int8 x int8"]
     return present
 

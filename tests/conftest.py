@@ -40,7 +40,7 @@ os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 def written_out(monkeypatch: pytest.MonkeyPatch) -> None:
     """Int8 maps made hereafter multiply as on a CPU without the int8 kernel (an Arm CPU, a
     GPU): written out in float32, packed when compiled."""
-    monkeypatch.setattr(quantized, "int8_matmul_available", lambda: False)
+    monkeypatch.setattr(quantized, "kernels_available", lambda: False)
 
 
 @pytest.fixture(autouse=True)

@@ -15,7 +15,7 @@ import torch
 
 from scratchformer import ModelConfig, build_model
 from scratchformer.cli import main
-from scratchformer.nn.int8_matmul import int8_matmul_available
+from scratchformer.nn.cpu_kernels import kernels_available
 from scratchformer.training.trainer import Trainer
 
 FAULTS_PROPERTY = "faults"
@@ -34,10 +34,10 @@ TINY_SIZES = {"d_model": 32, "n_heads": 4, "n_layers": 2, "d_ff": 64}
 """The sizes of the tests' tiny models."""
 TINY_VOCAB = 29
 COMPILED = {"n_layers": 1}
-with_int8_kernel = pytest.mark.skipif(
-    not int8_matmul_available(), reason="the int8 kernel runs on x86 CPUs with AVX2 only"
+with_cpu_kernels = pytest.mark.skipif(
+    not kernels_available(), reason="the CPU kernels run on x86 CPUs with AVX2 only"
 )
-"""For tests of the int8 x int8 kernel, which the suite builds where it runs."""
+"""For tests of the project's CPU kernels, which the suite builds where they run."""
 """The compiled tests' models have one layer a stack: compiling takes time in proportion to
 the layers, and how layers stack is the same code that the eager tests check."""
 

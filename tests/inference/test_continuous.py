@@ -146,9 +146,9 @@ def test_compiled_steps_give_the_eager_tokens() -> None:
     assert isinstance(batcher.stepper, ExportedLM)
     compiled_step, rows = batcher.stepper.step, []
 
-    def counted(ids: torch.Tensor, *inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        rows.append(len(ids))
-        return compiled_step(ids, *inputs)
+    def counted(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        rows.append(len(inputs[0]))
+        return compiled_step(inputs)
 
     batcher.stepper.step = counted
     requests = [Request(p, n) for p, n in zip(PROMPTS, LENGTHS, strict=True)]

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from helpers import PROMPTS, compile_without_inductor, compiled_graphs, tiny_lm
+from helpers import PROMPTS, compile_without_inductor, compiled_graphs, tiny_lm, with_cpu_kernels
 from scratchformer.inference import generate
 from scratchformer.inference import kernels as kernels_module
 from scratchformer.inference.kernels import (
@@ -45,10 +45,17 @@ def recorded_graphs() -> tuple[list[torch.fx.GraphModule], object]:
     return graphs, recording
 
 
+KERNEL_FORMS = [False, pytest.param(True, marks=with_cpu_kernels)]
+"""The sums that Inductor fuses, and the project's kernel where it runs."""
+
+
+@pytest.mark.parametrize("kernel", KERNEL_FORMS)
 @pytest.mark.parametrize("kv_heads", [4, 2])
 @pytest.mark.parametrize("q_len", [1, 3])
 @pytest.mark.parametrize("masked", ["none", "padding", "padding+causal", "a row with no key"])
-def test_few_query_attention_equals_the_reference(q_len: int, masked: str, kv_heads: int) -> None:
+def test_few_query_attention_equals_the_reference(
+    q_len: int, masked: str, kv_heads: int, kernel: bool
+) -> None:
     """Against the reference, with keys and values of as many heads as the queries or of
     fewer (grouped-query attention: the reference is given them repeated)."""
     q, k, v = (
@@ -65,7 +72,55 @@ def test_few_query_attention_equals_the_reference(q_len: int, masked: str, kv_he
         "a row with no key": padding_mask(lengths_mask([6, 0, 2], 6)),
     }[masked]
     reference, _ = scaled_dot_product_attention(q, *expand_kv_heads(k, v, 4), mask)
-    torch.testing.assert_close(few_query_attention(q, k, v, mask), reference, atol=1e-6, rtol=0)
+    out = few_query_attention(q, k, v, mask, kernel=kernel)
+    torch.testing.assert_close(out, reference, atol=1e-6, rtol=0)
+
+
+@with_cpu_kernels
+@pytest.mark.parametrize("d", [64, 20, 3])
+def test_the_kernel_attends_over_a_slice_of_a_cache(d: int) -> None:
+    """Keys and values as a decoding step has them, the first positions of a bigger cache
+    (strided), with features of whole vectors, a tail past them, or fewer than one vector;
+    queries not contiguous, as a projection's split gives them; a scale of the caller's."""
+    cache = torch.randn(2, 3, 5, 40, d)
+    k, v = cache[0, :, :, :33], cache[1, :, :, :33]
+    q = torch.randn(3, 1, 5, d).transpose(1, 2)
+    mask = padding_mask(lengths_mask([33, 30, 7], 33))
+    expected, _ = scaled_dot_product_attention(q, k, v, mask, scale=0.3)
+    out = few_query_attention(q, k, v, mask, scale=0.3, kernel=True)
+    # (64 features, 33 keys: sums of more terms than above, in another order, and the
+    # weights normalised after the sum of the values rather than before)
+    torch.testing.assert_close(out, expected, atol=2e-6, rtol=0)
+    operator = torch.ops.scratchformer.few_query_attention
+    assert torch.equal(out, operator(q, k, v, mask.expand(3, 5, 1, 33), 0.3))
+
+
+@with_cpu_kernels
+def test_the_kernel_gives_the_same_on_one_thread_and_two() -> None:
+    q, k, v = torch.randn(3, 8, 2, 4, 16).unbind(0)
+    mask = torch.ones(8, 2, 4, 4, dtype=torch.bool)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = few_query_attention(q, k, v, mask, kernel=True)
+        torch.set_num_threads(2)
+        assert torch.equal(few_query_attention(q, k, v, mask, kernel=True), one)
+    finally:
+        torch.set_num_threads(threads)
+
+
+@with_cpu_kernels
+def test_the_kernel_is_the_operator_that_export_keeps() -> None:
+    """Exported (as ``ExportedLM`` exports a step), the kernel stays one operator call."""
+
+    class Attend(nn.Module):
+        def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            return few_query_attention(q, k, v, kernel=True)
+
+    q, k, v = torch.randn(3, 2, 4, 1, 8).unbind(0)
+    with torch.no_grad():
+        graph = torch.export.export(Attend(), (q, k, v)).graph_module.code
+    assert "scratchformer.few_query_attention" in graph
 
 
 def test_a_compiled_decoding_step_attends_by_few_query_attention_not_the_fused_kernel() -> None:

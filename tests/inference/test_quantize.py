@@ -11,7 +11,7 @@ from torch import nn
 from torch._dynamo.utils import counters
 from torch._inductor.utils import run_and_get_code
 
-from helpers import COMPILED, PROMPTS, peaked, tiny_config, tiny_lm, with_int8_kernel
+from helpers import COMPILED, PROMPTS, peaked, tiny_config, tiny_lm, with_cpu_kernels
 from scratchformer import build_model
 from scratchformer.config import TrainConfig
 from scratchformer.inference import CompiledLM, beam_search, generate, quantize
@@ -89,7 +89,7 @@ def test_generation_and_beam_search_take_the_quantized_model() -> None:
     assert len(hypotheses) == 2 and all(len(h) == 1 for h in hypotheses)
 
 
-@with_int8_kernel
+@with_cpu_kernels
 def test_compiled_quantized_decoding_calls_the_int8_kernel() -> None:
     """On a CPU with the int8 kernel, the compiled float32 products are its calls, and give
     the eager model's tokens (whose products are the kernel's too)."""
@@ -101,7 +101,7 @@ def test_compiled_quantized_decoding_calls_the_int8_kernel() -> None:
     assert "scratchformer.int8_matmul" in "".join(code)
 
 
-@with_int8_kernel
+@with_cpu_kernels
 def test_an_exported_quantized_step_calls_the_int8_kernel() -> None:
     """Compiled ahead of time (AOTInductor's C++ calls the operator), the same tokens."""
     model = quantize(tiny_lm(**COMPILED))

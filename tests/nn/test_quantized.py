@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers import with_int8_kernel
+from helpers import with_cpu_kernels
 from scratchformer.nn import QuantizedLinear
 from scratchformer.nn.int8_matmul import int8_matmul
 from scratchformer.nn.quantized import INT8_ROWS, pack_columns, packed_product, quantize_rows
@@ -36,7 +36,7 @@ def test_the_product_is_that_of_the_dequantized_weight(rows: int, bias: bool) ->
     torch.testing.assert_close(layer(batched)[1], reference(layer, x), rtol=1e-5, atol=1e-5)
 
 
-@with_int8_kernel
+@with_cpu_kernels
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("rows", [1, 8, INT8_ROWS])
 def test_float32_products_of_a_few_rows_are_the_int8_kernel_s(rows: int, bias: bool) -> None:
@@ -49,7 +49,7 @@ def test_float32_products_of_a_few_rows_are_the_int8_kernel_s(rows: int, bias: b
     assert error < 0.015
 
 
-@with_int8_kernel
+@with_cpu_kernels
 def test_more_rows_multiply_the_dequantized_weight() -> None:
     layer = quantized(96, 64, bias=True)
     x = torch.randn(2, INT8_ROWS, 64)  # (leading dimensions count)

@@ -9,8 +9,9 @@ method back, and a model outside a decoding loop computes as it was written.
 - :class:`DecodingAttention` (every decoding loop): query rows that share keys (beam
   search: the beams of a sentence share its encoder output) attend as the queries of one
   row (:func:`fold_rows`), so the keys and values are read once; and, installed by a
-  ``CompiledModel`` on the CPU, up to :data:`FEW_QUERIES` queries a row attend by
-  :func:`few_query_attention`, which Inductor fuses.
+  ``CompiledModel`` or an ``ExportedLM`` on the CPU, up to :data:`FEW_QUERIES` queries a
+  row attend by :func:`few_query_attention`: the project's C++ kernel on x86 CPUs with
+  AVX2, elsewhere sums that Inductor fuses.
 - :class:`TransposedLinear` (every decoding loop on the CPU): the loop's number of rows a
   step multiplied as ``(weight @ x.T).T``, if this CPU runs that orientation faster for the
   model's weights, as :func:`transposed_is_faster` measures.
@@ -35,6 +36,7 @@ from torch import Tensor, nn
 from ..models import LMHead
 from ..nn import MultiHeadAttention, causal_mask, combine_masks
 from ..nn.attention import masked_softmax
+from ..nn.cpu_kernels import kernels_available
 
 FEW_QUERIES = 8
 """Up to this many queries a row (a decoding step: one token, or the beams of a sentence in
@@ -47,15 +49,51 @@ Kernel = tuple[nn.Module, str, Callable[..., object]]
 
 
 def few_query_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    scale: float | None = None,
+    kernel: bool = False,
+) -> Tensor:
+    """:func:`~scratchformer.nn.scaled_dot_product_attention`'s output for a few queries a
+    row. With ``kernel`` (the caller's :func:`~scratchformer.nn.cpu_kernels.kernels_available`,
+    asked before tracing), in float32, the project's kernel
+    (``torch.ops.scratchformer.few_query_attention``): every row and head a task, the keys
+    and values read once per query. Otherwise :func:`attention_sums`, which
+    ``torch.compile`` fuses.
+
+    ``q`` ``(batch, heads, q_len, d)``; ``k`` and ``v`` may have fewer heads, each shared by
+    a group of consecutive query heads (grouped-query attention)."""
+    if not (kernel and _kernel_attends(q, k, v, mask)):
+        return attention_sums(q, k, v, mask, scale)
+    shape = (*q.shape[:-1], k.shape[-2])
+    allowed = q.new_ones((), dtype=torch.bool) if mask is None else mask
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    return torch.ops.scratchformer.few_query_attention(q, k, v, allowed.expand(shape), scale)
+
+
+def _kernel_attends(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> bool:
+    """Whether the kernel takes these operands: float32 on the CPU, four dimensions each,
+    the features contiguous, a boolean mask or none, none to differentiate (the kernel has
+    no backward)."""
+    tensors = (q, k, v)
+    return (
+        all(t.device.type == "cpu" and t.dtype == torch.float32 and t.dim() == 4 for t in tensors)
+        and all(t.stride(-1) == 1 for t in tensors)
+        and (mask is None or mask.dtype == torch.bool)
+        and not any(t.requires_grad for t in tensors)
+    )
+
+
+def attention_sums(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, scale: float | None = None
 ) -> Tensor:
     """:func:`~scratchformer.nn.scaled_dot_product_attention`'s output, from sums of
     elementwise products in place of matrix products: for a few queries a row,
     ``torch.compile`` fuses each sum into one kernel that reads the keys (or values) once.
-
-    ``q`` ``(..., heads, q_len, d)``; ``k`` and ``v`` may have fewer heads, each shared by
-    a group of consecutive query heads (grouped-query attention), which attend as one more
-    dimension rather than through copies of the keys."""
+    Grouped query heads attend as one more dimension rather than through copies of the
+    keys."""
     groups = q.shape[-3] // k.shape[-3]
     q = q.unflatten(-3, (k.shape[-3], groups))
     k, v = k.unsqueeze(-3), v.unsqueeze(-3)
@@ -91,11 +129,13 @@ class DecodingAttention:
     With fewer rows of keys than of queries, each row of keys serves as many consecutive
     rows of queries, which attend as the queries of one row (:func:`fold_rows`). Up to
     ``few_queries`` queries a row, without weights, gradients or a score bias, attend by
-    :func:`few_query_attention`."""
+    :func:`few_query_attention`, in the project's kernel where it runs."""
 
     def __init__(self, attention: MultiHeadAttention, few_queries: int = 0) -> None:
         self.attention = attention
         self.few_queries = few_queries
+        self.kernel = few_queries > 0 and kernels_available()
+        """(Asked here, before any tracing: the first time, it builds the kernels.)"""
 
     def __call__(
         self,
@@ -124,7 +164,8 @@ class DecodingAttention:
             return attend(self.attention, q, k, v, mask, is_causal, need_weights, bias)
         if is_causal:
             mask = combine_masks(mask, causal_mask(q_len, k.shape[-2], device=q.device))
-        return few_query_attention(q, k, v, mask, self.attention.scale), None
+        scale = self.attention.scale
+        return few_query_attention(q, k, v, mask, scale, self.kernel), None
 
 
 def transposed_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:

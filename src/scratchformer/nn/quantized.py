@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .int8_matmul import int8_matmul_available
+from .cpu_kernels import kernels_available
 
 INT8_ROWS = 32
 """Up to this many rows, a float32 product on an x86 CPU is :func:`int8_matmul`'s: 1.3-8x
@@ -110,7 +110,7 @@ class QuantizedLinear(nn.Module):
         self.register_buffer("weight", weight)
         self.register_buffer("scales", scales)
         self.register_buffer("bias", bias)
-        self.int8_products = int8_matmul_available()
+        self.int8_products = kernels_available()
         """Whether float32 products of a few rows on the CPU are :func:`int8_matmul`'s
         (decided, and the kernel built, once a process)."""
         packs = not self.int8_products and self.in_features % 4 == 0
