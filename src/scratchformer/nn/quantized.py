@@ -41,10 +41,12 @@ from torch import Tensor, nn
 from .cpu_kernels import kernels_available
 
 INT8_ROWS = 32
-"""Up to this many rows, a float32 product on an x86 CPU is :func:`int8_matmul`'s: 1.3-8x
-faster than float32's GEMM on the dequantized weight below it, as fast at 64 rows and
-slower beyond, where the products bound the time (python benchmarks/int8.py;
-docs/performance.md, "Int8 x int8 products")."""
+"""Up to this many rows, a float32 product on an x86 CPU is :func:`int8_matmul`'s, 1.8x
+or more faster than the written-out form at 1 to 32 rows (AVX2 kernels, two threads). Its
+lead shrinks with more rows (1.32x at 512) and float32's GEMM is twice as fast with AVX-512
+kernels, where the larger row counts are not yet measured; so more rows stay written out
+(python benchmarks/int8.py; docs/performance.md, "On every thread, and attention in
+C++")."""
 FEW_ROWS = 1
 """Up to this many rows, a compiled float32 product is :func:`packed_product`: from 2 rows
 on, its unpacking, done again for every row, costs about as much as reading float32
