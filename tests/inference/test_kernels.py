@@ -77,11 +77,13 @@ def test_few_query_attention_equals_the_reference(
 
 
 @with_cpu_kernels
-@pytest.mark.parametrize("d", [64, 20, 3])
+@pytest.mark.parametrize("d", [128, 72, 64, 20, 3])
 def test_the_kernel_attends_over_a_slice_of_a_cache(d: int) -> None:
     """Keys and values as a decoding step has them, the first positions of a bigger cache
-    (strided), with features of whole vectors, a tail past them, or fewer than one vector;
-    queries not contiguous, as a projection's split gives them; a scale of the caller's."""
+    (strided), with features of whole vectors, a tail past them, or fewer than one vector,
+    and the values' sums held in registers for two blocks of 64 features, for one and a
+    tail, or for none; 33 keys, four at a time and one alone; queries not contiguous, as a
+    projection's split gives them; a scale of the caller's."""
     cache = torch.randn(2, 3, 5, 40, d)
     k, v = cache[0, :, :, :33], cache[1, :, :, :33]
     q = torch.randn(3, 1, 5, d).transpose(1, 2)
