@@ -20,8 +20,8 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <numeric>
 #include <limits>
+#include <numeric>
 #include <vector>
 
 namespace {

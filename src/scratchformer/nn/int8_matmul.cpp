@@ -12,8 +12,9 @@
 // memory, which is what bounds it, with two sums in flight. More rows are multiplied in
 // tiles of 2 rows by 4 weight rows, 8 sums in registers, so that each loaded vector serves
 // several products; the first tile of each 4 weight rows asks for the next 4 (prefetch),
-// so that they come from memory while these are multiplied by every input row (1.15-1.3x
-// at 2 to 16 rows; a single row's stream is prefetched well by the CPU alone).
+// so that they come from memory while these are multiplied by every input row (1.04-1.33x
+// at 2 to 32 rows over a small GPT's maps; a single row's stream the CPU prefetches well
+// on its own).
 // python benchmarks/int8.py times both.
 //
 // The operator's schema is defined in int8_matmul.py; this file gives its CPU kernel.
