@@ -20,8 +20,9 @@ from scratchformer.models import LMHead
 from scratchformer.nn import QuantizedLinear
 from scratchformer.training.lora import apply_lora
 
-CLOSE = 0.02
-"""A quantized tiny model's logits are within this fraction of the largest float logit."""
+CLOSE = 0.04
+"""A quantized tiny model's logits are within this fraction of the largest float logit (up
+to 2.7% measured where int8_matmul rounds each input row to 7 bits, 1.8% without it)."""
 
 
 def logits(model: nn.Module, arch: str) -> torch.Tensor:
