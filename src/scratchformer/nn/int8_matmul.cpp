@@ -10,7 +10,8 @@
 // nothing saturates, for any int8 weight. Seven bits rather than eight are what allow the
 // offset: with eight, two products could exceed int16, and each product would need the
 // sign of one operand moved to the other first (vpsignb), an instruction more per product
-// in the loop that bounds the speed (1.25-1.5x slower over a small GPT's maps).
+// in the loop that bounds the speed (that form took 1.17-1.29x as long over a small GPT's
+// maps at 1 to 16 rows).
 //
 // One input row (a decoding step) reads one weight row at a time: a single stream from
 // memory, which is what bounds it, with two sums in flight. More rows are multiplied in

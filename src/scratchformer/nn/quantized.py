@@ -12,7 +12,7 @@ product's dtype (the input's, or autocast's where autocast is on) and the CPU:
 
 - **float32 on an x86 CPU with AVX2**, up to :data:`INT8_ROWS` rows (decoding steps; eager
   or compiled): :func:`~scratchformer.nn.int8_matmul.int8_matmul`, which quantizes each row
-  of ``x`` to int8 too and multiplies int8 by int8. The tests hold it to the exact product
+  of ``x`` to 7 bits and multiplies bytes by bytes. The tests hold it to the exact product
   of the quantized rows, and to ``F.linear`` with the :meth:`~QuantizedLinear.dequantized`
   weight within the rounding of ``x``. More rows (a prompt, an encoder's batch) take the
   written-out form below, at float32's speed.
