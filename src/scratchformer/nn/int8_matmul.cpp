@@ -42,6 +42,20 @@ constexpr int64_t kTileColumns = 4;  // weight rows of a tile
 constexpr int64_t kGrain = 16;       // the fewest weight rows a thread takes
 constexpr float kLevels = 63.0f;     // the input's largest magnitude, quantized
 constexpr int32_t kOffset = 128;     // added to the weights, as unsigned bytes
+constexpr int64_t kVector = 32;      // bytes of a vector: the products of one instruction
+
+// The columns multiplied in whole vectors; the offset's correction covers these alone.
+int64_t whole_columns(int64_t k) { return k / kVector * kVector; }
+
+// 32 weights from `weight`, offset by 128 to unsigned bytes (the top bit flipped).
+__m256i offset_weights(const int8_t* weight) {
+  return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(weight)), _mm256_set1_epi8(char(0x80)));
+}
+
+// `sum` plus the 32 products of offset weights and input bytes, in 8 int32 lanes.
+__m256i add_products(__m256i sum, __m256i weights, __m256i inputs) {
+  return _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(weights, inputs), _mm256_set1_epi16(1)));
+}
 
 int32_t horizontal_sum(__m256i v) {
   __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
@@ -64,7 +78,7 @@ float quantize_row(const float* x, int8_t* q, int32_t* offset, int64_t k) {
   const float scale = amax / kLevels;
   const float divisor = scale > 0.0f ? scale : 1.0f;
   const __m256 d = _mm256_set1_ps(divisor);
-  const int64_t whole = k / 32 * 32;  // the columns the kernel multiplies in whole vectors
+  const int64_t whole = whole_columns(k);
   __m256i sum = _mm256_setzero_si256();
   for (i = 0; i + 8 <= k; i += 8) {
     const __m256 rounded = _mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(x + i), d),
@@ -108,21 +122,19 @@ struct Operands {
 // Prefetch, the C weight rows after these are fetched into the cache meanwhile.
 template <int R, int C, bool Prefetch = false>
 void tile(const Operands& o, int64_t m, int64_t n) {
-  const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8(char(0x80));
-  const int64_t k = o.k, whole = k / 32 * 32;
+  const int64_t k = o.k, whole = whole_columns(k);
   const int8_t* q = o.q + m * k;
   const int8_t* weight = o.weight + n * k;
   __m256i sums[R][C];
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < C; ++c) sums[r][c] = _mm256_setzero_si256();
-  for (int64_t i = 0; i < whole; i += 32) {
+  for (int64_t i = 0; i < whole; i += kVector) {
     __m256i inputs[R];
     for (int r = 0; r < R; ++r) inputs[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + r * k + i));
     for (int c = 0; c < C; ++c) {
-      const __m256i w = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(weight + c * k + i)), flip);
+      const __m256i w = offset_weights(weight + c * k + i);
       if constexpr (Prefetch) _mm_prefetch(reinterpret_cast<const char*>(weight + (C + c) * k + i), _MM_HINT_T0);
-      for (int r = 0; r < R; ++r)
-        sums[r][c] = _mm256_add_epi32(sums[r][c], _mm256_madd_epi16(_mm256_maddubs_epi16(w, inputs[r]), ones));
+      for (int r = 0; r < R; ++r) sums[r][c] = add_products(sums[r][c], w, inputs[r]);
     }
   }
   for (int r = 0; r < R; ++r) {
@@ -146,16 +158,14 @@ void tile(const Operands& o, int64_t m, int64_t n) {
 // out[0, n] for a single input row: 64 bytes a step into two sums, so that two chains of
 // products are in flight (13% faster than one over a small GPT's maps).
 void single_row(const Operands& o, int64_t n) {
-  const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8(char(0x80));
-  const int64_t k = o.k, whole = k / 32 * 32;
+  const int64_t k = o.k, whole = whole_columns(k);
   const int8_t* weight = o.weight + n * k;
   __m256i sums[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-  for (int64_t i = 0; i < whole; i += 64) {
-    for (int half = 0; half < 2 && i + 32 * half < whole; ++half) {
-      const int64_t at = i + 32 * half;
-      const __m256i w = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(weight + at)), flip);
+  for (int64_t i = 0; i < whole; i += 2 * kVector) {
+    for (int half = 0; half < 2 && i + kVector * half < whole; ++half) {
+      const int64_t at = i + kVector * half;
       const __m256i input = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o.q + at));
-      sums[half] = _mm256_add_epi32(sums[half], _mm256_madd_epi16(_mm256_maddubs_epi16(w, input), ones));
+      sums[half] = add_products(sums[half], offset_weights(weight + at), input);
     }
   }
   const int32_t total = horizontal_sum(_mm256_add_epi32(sums[0], sums[1])) + remainders<1>(o.q, weight, whole, k)[0];
