@@ -1,7 +1,10 @@
-# Each target creates .venv (torch pinned by constraints.txt) if it is missing.
+# Each target creates .venv (torch pinned by constraints.txt) if it is missing. The demo needs
+# only the package (`pip install -e .`, a minute or two); the other targets add the dev extra
+# (test tools, Hugging Face, llama.cpp for the GGUF tests).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+RUNTIME := $(VENV)/.runtime
 STAMP := $(VENV)/.installed
 export SCRATCHFORMER_DATA ?= $(abspath ../shared/data)
 
@@ -9,15 +12,19 @@ export SCRATCHFORMER_DATA ?= $(abspath ../shared/data)
 
 install: $(STAMP)
 
-# llama-cpp-python (the tests' llama.cpp) compiles from source: on every core, without the
-# multimodal library that nothing here uses.
-$(STAMP): pyproject.toml constraints.txt
+$(RUNTIME): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet -c constraints.txt -e .
+	touch $(RUNTIME)
+
+# llama-cpp-python (the tests' llama.cpp) compiles from source, about ten minutes on two
+# cores: on every core, without the multimodal library that nothing here uses.
+$(STAMP): $(RUNTIME)
 	CMAKE_ARGS="-DLLAVA_BUILD=OFF" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) \
 		$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+demo: $(RUNTIME)
 	$(BIN)/scratchformer demo --out runs/demo --overwrite
 
 # One worker a core (pytest-xdist). worksteal hands each worker a contiguous half of the
