@@ -16,8 +16,10 @@ A generated region of README.md or docs/*.md lies between two markers:
 
 ``quote PATH:NAME`` quotes a function, class or method (``Class.method``) of
 ``src/scratchformer/PATH``; ``recipe-keys CLASS`` tables the keys of a config dataclass;
-``cli`` is the reference of every command and option. Everything between the markers is
-replaced; everything around them is written by hand.
+``cli`` is the reference of every command and option; ``speed-table readme`` and
+``speed-table page`` table the speed figures of ``docs/speed.toml``, which the README and
+docs/performance.md share. Everything between the markers is replaced; everything around
+them is written by hand.
 
 A picture is saved by a Python snippet of a document of ``PICTURED`` into the directory
 that ``$SCRATCHFORMER_PICTURES`` names (the current one if unset), or drawn by a function
@@ -261,10 +263,53 @@ def cli(_: str, document: Path) -> str:
     return "\n".join(parts).rstrip() + "\n"
 
 
+# -- the speed figures -------------------------------------------------------------------
+
+SPEED = ROOT / "docs" / "speed.toml"
+"""The speed figures that the README and docs/performance.md share, one source for both."""
+
+
+def speed_table(form: str, document: Path) -> str:
+    """The rows of ``docs/speed.toml`` as a table: ``readme``, the rows it marks for the
+    README, under their README words; ``page``, every row, with the machine's limit, each
+    workload linked to the section of docs/performance.md that tells how it was measured."""
+    from scratchformer.config import tomllib  # the standard one, or tomli before Python 3.11
+
+    data = tomllib.loads(SPEED.read_text(encoding="utf-8"))
+    rows, cpus = data["row"], data["cpus"]
+    unknown = sorted({row["cpu"] for row in rows} - set(cpus))
+    if unknown:
+        raise ValueError(f"docs/speed.toml: no [cpus] entry for {', '.join(unknown)}")
+    if form == "readme":
+        lines = ["| workload | CPU | ours | against |", "|---|---|---|---|"]
+        lines += [
+            f"| {row['readme']} | {row['cpu']} | {row['ours']} | {row['against']} |"
+            for row in rows
+            if "readme" in row
+        ]
+        return "\n".join(lines) + "\n"
+    if form != "page":
+        raise ValueError(f"speed-table {form!r}: give readme or page")
+    page = "" if document.name == "performance.md" else "performance.md"
+    lines = [
+        "| model | workload | CPU | ours | against | limit |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        workload = f"[{row['workload']}]({page}#{row['section']})"
+        lines.append(
+            f"| {row['model']} | {workload} | {row['cpu']} | {row['ours']} | "
+            f"{row['against']} | {row['limit']} |"
+        )
+    legend = [f"- {name}: {meaning}." for name, meaning in cpus.items()]
+    return "\n".join(lines) + "\n\nThe CPUs:\n\n" + "\n".join(legend) + "\n"
+
+
 GENERATORS: dict[str, Callable[[str, Path], str]] = {
     "quote": quote,
     "recipe-keys": recipe_keys,
     "cli": cli,
+    "speed-table": speed_table,
 }
 
 

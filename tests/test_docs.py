@@ -28,6 +28,10 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 README_LIMIT = 12_000
 """Bytes: the README says what the project is and how to start; the rest is in docs/."""
+PERFORMANCE_LIMIT = 40_000
+"""Bytes: docs/performance.md tells what to pick and how fast; its history is lab-notes.md."""
+ISSUE = re.compile(r"\bissue'?s?\b", re.IGNORECASE)
+"""The documents speak of the project, not of a tracker's issues."""
 
 
 def load_build() -> ModuleType:
@@ -165,6 +169,21 @@ def test_links_lead_to_files_and_headings() -> None:
 def test_readme_is_short() -> None:
     size = len((ROOT / "README.md").read_bytes())
     assert size <= README_LIMIT, f"README.md has {size} bytes; move detail to docs/"
+
+
+def test_performance_page_is_short() -> None:
+    size = len((ROOT / "docs" / "performance.md").read_bytes())
+    assert size <= PERFORMANCE_LIMIT, (
+        f"docs/performance.md has {size} bytes; move history to docs/lab-notes.md"
+    )
+
+
+def test_no_document_cites_an_issue() -> None:
+    for path in DOCUMENTS:
+        for number, line in enumerate(path.read_text("utf-8").splitlines(), 1):
+            assert not ISSUE.search(line), (
+                f"{path.name}:{number}: say what the target was, not which issue asked: {line}"
+            )
 
 
 def test_generated_docs_are_current() -> None:

@@ -2,7 +2,7 @@
 
 Decoding a few sequences multiplies every weight matrix by a handful of rows a step, so a
 step costs a pass over all the weights plus the Python of every layer. Eager PyTorch runs
-such products on one thread, below the memory speed of the CPU (see docs/performance.md).
+such products on one thread, below the memory speed of the CPU (see docs/lab-notes.md).
 Compiled with the weights frozen in as constants (``torch._inductor.config.freezing``) and
 GEMM kernels chosen by benchmarking (``max-autotune``), the products run on every core at
 memory speed, and the Python of every layer gives way to one call of generated code:
@@ -30,7 +30,7 @@ the code in Inductor's cache (``$TORCHINDUCTOR_CACHE_DIR``, which the command li
 weights are then the graph's inputs, not frozen in, and the kernels Inductor's defaults,
 not autotuned. Its steps are slower where few rows are multiplied
 (greedy decoding at batch 1 of ``benchmarks/generate.py``'s model on a 2-core AVX2 EPYC:
-120 tokens/s against 224 frozen and 88 eager; docs/performance.md, "Compiling a user's
+120 tokens/s against 224 frozen and 88 eager; docs/lab-notes.md, "Compiling a user's
 job"); the command line compiles so, since a user's job is short next to a frozen
 compilation (minutes), except with int8 weights, whose fused kernels need them frozen, and
 except ``generate`` on the CPU, whose decoding step is compiled ahead of time, frozen, and
@@ -47,7 +47,7 @@ Before every call Dynamo checks its guards, the conditions under which the compi
 holds. Most of them watch the model's modules: their hooks, attributes and parameters.
 Since the model is read once anyway (its weights are frozen in), those are dropped
 (``torch.compiler.skip_guard_on_all_nn_modules_unsafe``), which makes a batch-1 decoding
-step on the CPU noticeably shorter (see docs/performance.md); the guards on the inputs
+step on the CPU noticeably shorter (see docs/lab-notes.md); the guards on the inputs
 (shapes, the cache) and on the global state stay. Each ``CompiledModel`` keeps its compiled
 code to itself (``isolate_recompiles``), so that another model of the same class never
 runs it.

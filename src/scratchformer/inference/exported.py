@@ -2,8 +2,8 @@
 
 A :class:`~.compiled.CompiledModel` step still passes through Dynamo (its guards, its
 wrappers) and the Python that calls each generated kernel: about 0.4 ms a token on a
-2-core CPU, a third of an int8 step there (docs/performance.md, "Against the issue's
-targets and llama.cpp"). :class:`ExportedLM` exports the one-token step with
+2-core CPU, a third of an int8 step there (docs/lab-notes.md, "Against the targets and
+llama.cpp"). :class:`ExportedLM` exports the one-token step with
 ``torch.export`` (the cache's buffers, the mask and the positions as inputs; the number
 of positions already cached dynamic) and compiles it with AOTInductor, whose C++ calls the
 kernels one after another; the buffers are updated in place, as the eager step updates

@@ -42,7 +42,7 @@ FEW_QUERIES = 8
 """Up to this many queries a row (a decoding step: one token, or the beams of a sentence in
 cross-attention), a compiled model's attention on the CPU is :func:`few_query_attention`:
 PyTorch's CPU flash kernel splits its work by blocks of queries, and one query a row is its
-worst case (docs/performance.md, "Beam search")."""
+worst case (docs/lab-notes.md, "Beam search")."""
 
 Kernel = tuple[nn.Module, str, Callable[..., object]]
 """``(module, name, kernel)``: ``kernel`` installed as the module's attribute ``name``."""

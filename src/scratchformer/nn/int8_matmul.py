@@ -2,7 +2,7 @@
 
 Without native bfloat16, int8 weights multiplied in float32 cost about as much as float32
 weights: every int8 value is converted before its product, and the conversions, not the
-bytes, bound the speed (docs/performance.md, "Int8 weights"). :func:`int8_matmul` instead
+bytes, bound the speed (docs/lab-notes.md, "Int8 weights"). :func:`int8_matmul` instead
 quantizes each row of the input as it comes (symmetric, its own scale, 7 bits), as
 llama.cpp's q8_0 does (8 bits, a scale for every 32 values), and multiplies bytes by bytes
 with AVX2's byte products, 32 an instruction, summing exactly in int32: a product reads the
@@ -12,7 +12,7 @@ an AOTInductor package alike (it is a PyTorch operator,
 serves here on AVX2: ``torch._int_mm`` falls to a slow path,
 oneDNN's uint8 x int8 products saturate, FBGEMM's dynamic linear cannot be traced, and
 ``torch._weight_int8pack_mm`` takes float inputs and is slower than float32
-(docs/performance.md, "Int8 weights").
+(docs/lab-notes.md, "Int8 weights").
 
 The kernel is C++ (``int8_matmul.cpp`` beside this file), one of the project's CPU
 kernels (:mod:`.cpu_kernels`, built the first time a process needs them).

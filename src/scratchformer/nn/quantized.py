@@ -45,12 +45,12 @@ INT8_ROWS = 32
 or more faster than the written-out form at 1 to 32 rows (AVX2 kernels, two threads). Its
 lead shrinks with more rows (1.32x at 512) and float32's GEMM is twice as fast with AVX-512
 kernels, where the larger row counts are not yet measured; so more rows stay written out
-(python benchmarks/int8.py; docs/performance.md, "On every thread, and attention in
+(python benchmarks/int8.py; docs/lab-notes.md, "On every thread, and attention in
 C++")."""
 FEW_ROWS = 1
 """Up to this many rows, a compiled float32 product is :func:`packed_product`: from 2 rows
 on, its unpacking, done again for every row, costs about as much as reading float32
-weights, or more (``python benchmarks/int8.py``; docs/performance.md, "Int8 weights")."""
+weights, or more (``python benchmarks/int8.py``; docs/lab-notes.md, "Int8 weights")."""
 BYTE_SHIFTS = (24, 16, 8)
 """Left shifts that bring byte ``j`` (0, 1, 2) of a word to its top, whence an arithmetic
 right shift by 24 brings it back sign-extended (byte 3 is there already)."""

@@ -11,7 +11,7 @@ threads for every thread that ever ran a parallel region, for as long as it live
 once the pools' threads outnumber the cores it spins less before sleeping: each parallel
 region of a worker then waits on the kernel to wake its threads. A linear map of one row by
 384 x 1,536 took 120-132 us in a second thread against 25-37 us in the first, on 2 cores
-(docs/performance.md, "Serving")."""
+(docs/lab-notes.md, "One OpenMP pool")."""
 
 from __future__ import annotations
 
