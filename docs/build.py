@@ -65,6 +65,9 @@ pixels differ by at most ``SHADES`` of 255 in every channel, but for ``OUTLIERS`
 OUTLIERS = 0.001
 FENCE = re.compile(r"^```(\w*)\s*$")
 NO_RUN = re.compile(r"^<!-- no-run: (.+) -->$")
+SHORTENED = re.compile(r"^<!-- shortened: (.+) -->$")
+"""Marks a bash block that trains for minutes: the tests run it with these options given
+to each of its ``scratchformer train`` commands (``--set train.max_steps=20``, say)."""
 GENERATED = re.compile(r"^<!-- (/?)generated")
 """Code quoted between these markers is the source, not an example."""
 sys.path.insert(0, str(SOURCE.parent))  # document this checkout's code, installed or not
@@ -324,6 +327,8 @@ class Block:
     """1-based line of the first line of code in its file."""
     runs: bool
     """False when the block is preceded by ``<!-- no-run: why -->``."""
+    shortened: str = ""
+    """The options of ``<!-- shortened: OPTIONS -->`` before the block, for its trainings."""
 
 
 def blocks(path: Path) -> list[Block]:
@@ -342,7 +347,9 @@ def blocks(path: Path) -> list[Block]:
             continue
         before = lines[start - 2] if start >= 2 else ""
         code = "\n".join(lines[start : number - 1]) + "\n"
-        found.append(Block(language, code, start + 1, NO_RUN.match(before) is None))
+        short = SHORTENED.match(before)
+        options = short.group(1) if short else ""
+        found.append(Block(language, code, start + 1, NO_RUN.match(before) is None, options))
         start = None
     assert start is None, f"{path}:{start}: unclosed code block"
     return found

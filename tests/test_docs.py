@@ -5,9 +5,10 @@ Every fenced ``python`` and ``bash`` block of README.md and docs/*.md runs, in t
 its file, in a temporary directory of that file (``recipes/`` reachable there): the Python
 blocks of a file share one namespace; a bash block runs as one script (``set -euo
 pipefail``) with ``scratchformer`` and ``python`` being this interpreter's, and
-``$SCRATCHFORMER_DATA`` as the tests have it. A block that
-cannot run here is preceded by ``<!-- no-run: why -->``. The pictures that the Python
-blocks save into ``$SCRATCHFORMER_PICTURES`` are those of ``docs/pictures/``.
+``$SCRATCHFORMER_DATA`` as the tests have it. A block that cannot run here is preceded by
+``<!-- no-run: why -->``; one that trains for minutes, by ``<!-- shortened: OPTIONS -->``,
+and runs with OPTIONS given to its ``scratchformer train`` commands. The pictures that the
+Python blocks save into ``$SCRATCHFORMER_PICTURES`` are those of ``docs/pictures/``.
 """
 
 from __future__ import annotations
@@ -105,8 +106,10 @@ def test_examples_run(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         if block.language == "python":
             build.run_python(block, path, namespace)
         elif block.language == "bash":
+            train = f"scratchformer train {block.shortened} ".replace("  ", " ")
+            code = block.code.replace("scratchformer train ", train)
             done = subprocess.run(
-                ["bash", "-euo", "pipefail", "-c", block.code],
+                ["bash", "-euo", "pipefail", "-c", code],
                 cwd=work,
                 env=env,
                 capture_output=True,
