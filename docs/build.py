@@ -18,8 +18,9 @@ A generated region of README.md or docs/*.md lies between two markers:
 ``src/scratchformer/PATH``; ``recipe-keys CLASS`` tables the keys of a config dataclass;
 ``cli`` is the reference of every command and option; ``speed-table readme`` and
 ``speed-table page`` table the speed figures of ``docs/speed.toml``, which the README and
-docs/performance.md share. Everything between the markers is replaced; everything around
-them is written by hand.
+docs/performance.md share; ``defaults-table`` tables the defaults that differ from the
+paper, from ``docs/paper_defaults.toml``, which docs/guide.md and docs/recipes.md share.
+Everything between the markers is replaced; everything around them is written by hand.
 
 A picture is saved by a Python snippet of a document of ``PICTURED`` into the directory
 that ``$SCRATCHFORMER_PICTURES`` names (the current one if unset), or drawn by a function
@@ -308,8 +309,32 @@ def speed_table(form: str, document: Path) -> str:
     return "\n".join(lines) + "\n\nThe CPUs:\n\n" + "\n".join(legend) + "\n"
 
 
+# -- the defaults that differ from the paper ---------------------------------------------
+
+PAPER_DEFAULTS = ROOT / "docs" / "paper_defaults.toml"
+"""The rows of the table that docs/guide.md and docs/recipes.md share, one source for both."""
+
+
+def defaults_table(_: str, document: Path) -> str:
+    """The rows of ``docs/paper_defaults.toml``: each setting, the paper's, our default, and
+    the recipe keys that restore the paper's."""
+    from scratchformer.config import tomllib  # the standard one, or tomli before Python 3.11
+
+    rows = tomllib.loads(PAPER_DEFAULTS.read_text(encoding="utf-8"))["row"]
+    lines = [
+        "| setting | the paper | scratchformer's default | recipe key(s) that restore the paper |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {row['setting']} | {row['paper']} | {row['default']} | {row['restore']} |"
+        for row in rows
+    ]
+    return "\n".join(lines) + "\n"
+
+
 GENERATORS: dict[str, Callable[[str, Path], str]] = {
     "quote": quote,
+    "defaults-table": defaults_table,
     "recipe-keys": recipe_keys,
     "cli": cli,
     "speed-table": speed_table,

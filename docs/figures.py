@@ -27,18 +27,29 @@ COLOURS = {
     "stack": "#efefef",
 }
 INK = "#333333"
-BOX_WIDTH, BOX_HEIGHT = 2.6, 0.55
-"""Of a block, in the units of Figure 1's axes (10 wide)."""
-ENCODER_X, DECODER_X = 3.0, 7.0
+SHAPE_INK = "#555555"
+BOX_WIDTH, BOX_HEIGHT = 3.2, 0.95
+"""Of a block, in the units of Figure 1's axes (12 wide)."""
+STEP = 1.35
+"""From the centre of a block to the centre of the next one up."""
+ENCODER_X, DECODER_X = 3.2, 8.8
 """The centres of the two columns."""
+FIRST = 4.0
+"""The height of the first sub-layer of each stack."""
+SOURCE = "(batch, src_len, d_model)"
+TARGET = "(batch, tgt_len, d_model)"
 
 
-def _box(axes: Axes, x: float, y: float, text: str, kind: str) -> None:
-    """A block of ``kind`` centred at ``(x, y)``."""
+def _box(axes: Axes, x: float, y: float, lines: tuple[str, str, str], kind: str) -> None:
+    """A block of ``kind`` centred at ``(x, y)``: the paper's name of it, our module (in
+    code type) and the shape of the tensor that flows out of it."""
     corner = (x - BOX_WIDTH / 2, y - BOX_HEIGHT / 2)
     style = "round,pad=0.02,rounding_size=0.12"
     axes.add_patch(FancyBboxPatch(corner, BOX_WIDTH, BOX_HEIGHT, style, fc=COLOURS[kind], ec=INK))
-    axes.text(x, y, text, ha="center", va="center", fontsize=9)
+    name, module, shape = lines
+    axes.text(x, y + 0.26, name, ha="center", va="center", fontsize=9.5)
+    axes.text(x, y, module, ha="center", va="center", fontsize=8.5, family="monospace")
+    axes.text(x, y - 0.26, shape, ha="center", va="center", fontsize=8, color=SHAPE_INK)
 
 
 def _arrow(axes: Axes, *points: tuple[float, float]) -> None:
@@ -49,66 +60,125 @@ def _arrow(axes: Axes, *points: tuple[float, float]) -> None:
     axes.add_patch(head)
 
 
-def _sublayer(axes: Axes, x: float, y: float, text: str, kind: str, side: int) -> float:
+def _up(axes: Axes, x: float, bottom: float, top: float) -> None:
+    """An arrow from the top of the block centred at ``bottom`` to the block at ``top``."""
+    _arrow(axes, (x, bottom + BOX_HEIGHT / 2), (x, top - BOX_HEIGHT / 2))
+
+
+def _sublayer(
+    axes: Axes, x: float, y: float, lines: tuple[str, str, str], kind: str, side: int
+) -> float:
     """A sub-layer at height ``y``, its Add & Norm above it and the residual connection
-    around both on ``side`` (-1 left, 1 right); returns the top of the Add & Norm."""
-    _box(axes, x, y, text, kind)
-    _box(axes, x, y + 1, "Add & Norm", "norm")
-    _arrow(axes, (x, y + BOX_HEIGHT / 2), (x, y + 1 - BOX_HEIGHT / 2))
-    edge = x + side * (BOX_WIDTH / 2 + 0.35)
-    _arrow(axes, (x, y - 0.6), (edge, y - 0.6), (edge, y + 1), (x + side * BOX_WIDTH / 2, y + 1))
-    return y + 1 + BOX_HEIGHT / 2
+    around both on ``side`` (-1 left, 1 right); returns the height of the Add & Norm."""
+    shape = lines[2]
+    _box(axes, x, y, lines, kind)
+    _box(axes, x, y + STEP, ("Add & Norm", "Residual, LayerNorm", shape), "norm")
+    _up(axes, x, y, y + STEP)
+    edge, below = x + side * (BOX_WIDTH / 2 + 0.35), y - BOX_HEIGHT / 2 - 0.2
+    _arrow(axes, (x, below), (edge, below), (edge, y + STEP), (x + side * BOX_WIDTH / 2, y + STEP))
+    return y + STEP
 
 
-def _stack(axes: Axes, x: float, top: float, side: int) -> None:
-    """The grey frame of the ``N x`` repeated layers, from the bottom of the stacks to
-    ``top``, with "N×" on ``side``."""
+def _stack(axes: Axes, x: float, top: float, side: int, layer: str) -> float:
+    """The grey frame of the ``N x`` repeated layers ``layer``, from below the first
+    sub-layer to above the block at height ``top``, with "N×" on ``side``; returns the
+    height of the frame's top."""
+    bottom, ceiling = FIRST - BOX_HEIGHT / 2 - 0.4, top + BOX_HEIGHT / 2 + 0.55
+    width = BOX_WIDTH + 1.2
     style = "round,pad=0,rounding_size=0.25"
-    frame = FancyBboxPatch((x - 1.9, 2.85), 3.8, top - 2.85, style, fc=COLOURS["stack"], ec="#555")
+    frame = FancyBboxPatch(
+        (x - width / 2, bottom),
+        width,
+        ceiling - bottom,
+        style,
+        fc=COLOURS["stack"],
+        ec="#555",
+        zorder=0.5,  # under the blocks, drawn before it
+    )
     axes.add_patch(frame)
-    axes.text(x + side * 2.1, (top + 2.85) / 2, "N×", ha="center", va="center", fontsize=12)
+    corner = (x - width / 2 + 0.2, ceiling - 0.25)  # clear of the arrow up the middle
+    axes.text(*corner, layer, ha="left", va="center", fontsize=9, family="monospace")
+    axes.text(x + side * (width / 2 + 0.35), (bottom + ceiling) / 2, "N×", ha="center", fontsize=12)
+    return ceiling
+
+
+def _inputs(axes: Axes, x: float, side: int, words: str, ids: str, shape: str) -> None:
+    """The ids at the bottom of a column, their embedding, and the positions added."""
+    axes.text(x, -0.05, f"{words}\n{ids} {shape}", ha="center", va="center", fontsize=9)
+    name = "Input Embedding" if side < 0 else "Output Embedding"
+    width = shape.replace("_len)", "_len, d_model)")
+    _box(axes, x, 1.3, (name, "TokenEmbedding", width), "embedding")
+    _arrow(axes, (x, 0.45), (x, 1.3 - BOX_HEIGHT / 2))
+    plus = 2.65
+    axes.add_patch(Circle((x, plus), 0.2, fc="white", ec=INK))
+    axes.text(x, plus, "+", ha="center", va="center", fontsize=12)
+    _arrow(axes, (x, 1.3 + BOX_HEIGHT / 2), (x, plus - 0.2))
+    align = "right" if side < 0 else "left"
+    axes.text(x + side * 0.35, plus + 0.2, "Positional Encoding", ha=align, va="center", fontsize=9)
+    axes.text(
+        x + side * 0.35,
+        plus - 0.1,
+        "SinusoidalPositionalEncoding",
+        ha=align,
+        va="center",
+        fontsize=8,
+        family="monospace",
+    )
+    _arrow(axes, (x, plus + 0.2), (x, FIRST - BOX_HEIGHT / 2))
 
 
 def figure1() -> Figure:
     """The Transformer as Figure 1 of "Attention Is All You Need" draws it: the encoder's
     stack on the left, the decoder's on the right, the encoder's output feeding the keys and
-    values of every decoder layer's cross-attention."""
-    figure = Figure(figsize=(7, 8))
+    values of every decoder layer's cross-attention. Each block is labelled with our module
+    and the shape of the tensor that flows out of it."""
+    figure = Figure(figsize=(10, 12.5))
     axes = figure.add_axes((0, 0, 1, 1))
-    axes.set_xlim(0, 10)
-    axes.set_ylim(-0.4, 12.9)
+    axes.set_xlim(0, 12)
+    axes.set_ylim(-0.6, 16.9)
     axes.axis("off")
-    _stack(axes, ENCODER_X, 7.4, side=-1)
-    _stack(axes, DECODER_X, 9.4, side=1)
-    for x, side, name in ((ENCODER_X, -1, "Input"), (DECODER_X, 1, "Output")):
-        below = "Inputs" if side < 0 else "Outputs\n(shifted right)"
-        axes.text(x, 0.0, below, ha="center", va="center", fontsize=9)
-        _box(axes, x, 1.0, f"{name} Embedding", "embedding")
-        _arrow(axes, (x, 0.35), (x, 1.0 - BOX_HEIGHT / 2))
-        axes.add_patch(Circle((x, 2.1), 0.18, fc="white", ec=INK))
-        axes.text(x, 2.1, "+", ha="center", va="center", fontsize=12)
-        _arrow(axes, (x, 1.0 + BOX_HEIGHT / 2), (x, 2.1 - 0.18))
-        align = "right" if side < 0 else "left"
-        axes.text(x + side * 0.35, 2.1, "Positional\nEncoding", ha=align, va="center", fontsize=8)
-        _arrow(axes, (x, 2.1 + 0.18), (x, 3.5 - BOX_HEIGHT / 2))
-    top = _sublayer(axes, ENCODER_X, 3.5, "Multi-Head\nAttention", "attention", side=-1)
-    _arrow(axes, (ENCODER_X, top), (ENCODER_X, 5.5 - BOX_HEIGHT / 2))
-    encoded = _sublayer(axes, ENCODER_X, 5.5, "Feed Forward", "feed_forward", side=-1)
-    top = _sublayer(axes, DECODER_X, 3.5, "Masked Multi-Head\nAttention", "attention", side=1)
-    _arrow(axes, (DECODER_X, top), (DECODER_X, 5.5 - BOX_HEIGHT / 2))
-    axes.text(DECODER_X + 0.1, 5.05, "Q", ha="left", va="center", fontsize=8)
-    top = _sublayer(axes, DECODER_X, 5.5, "Multi-Head\nAttention", "attention", side=1)
-    cross = (DECODER_X - BOX_WIDTH / 2, 5.5)
-    _arrow(axes, (ENCODER_X, encoded), (ENCODER_X, 7.9), (5.0, 7.9), (5.0, 5.5), cross)
-    axes.text(5.1, 5.62, "K, V", ha="left", va="bottom", fontsize=8)
-    _arrow(axes, (DECODER_X, top), (DECODER_X, 7.5 - BOX_HEIGHT / 2))
-    top = _sublayer(axes, DECODER_X, 7.5, "Feed Forward", "feed_forward", side=1)
-    _arrow(axes, (DECODER_X, top), (DECODER_X, 10.4 - BOX_HEIGHT / 2))
-    _box(axes, DECODER_X, 10.4, "Linear", "linear")
-    _arrow(axes, (DECODER_X, 10.4 + BOX_HEIGHT / 2), (DECODER_X, 11.4 - BOX_HEIGHT / 2))
-    _box(axes, DECODER_X, 11.4, "Softmax", "softmax")
-    _arrow(axes, (DECODER_X, 11.4 + BOX_HEIGHT / 2), (DECODER_X, 12.2))
-    axes.text(DECODER_X, 12.5, "Output\nProbabilities", ha="center", va="center", fontsize=9)
+    _inputs(axes, ENCODER_X, -1, "Inputs", "src_ids", "(batch, src_len)")
+    _inputs(axes, DECODER_X, 1, "Outputs (shifted right)", "tgt_ids", "(batch, tgt_len)")
+    attention = ("Multi-Head Attention", "MultiHeadAttention", SOURCE)
+    y = _sublayer(axes, ENCODER_X, FIRST, attention, "attention", side=-1)
+    _up(axes, ENCODER_X, y, y + STEP)
+    feed_forward = ("Feed Forward", "FeedForward", SOURCE)
+    encoded = _sublayer(axes, ENCODER_X, y + STEP, feed_forward, "feed_forward", side=-1)
+    encoder_top = _stack(axes, ENCODER_X, encoded, side=-1, layer="EncoderLayer")
+    masked = ("Masked Multi-Head Attention", "MultiHeadAttention", TARGET)
+    y = _sublayer(axes, DECODER_X, FIRST, masked, "attention", side=1)
+    cross_y = y + STEP
+    _up(axes, DECODER_X, y, cross_y)
+    q_y = cross_y - BOX_HEIGHT / 2 - 0.2
+    axes.text(DECODER_X - 0.12, q_y, "Q", ha="right", va="center", fontsize=9)
+    cross = ("Multi-Head Attention", "MultiHeadAttention(cross=True)", TARGET)
+    y = _sublayer(axes, DECODER_X, cross_y, cross, "attention", side=1)
+    _up(axes, DECODER_X, y, y + STEP)
+    feed_forward = ("Feed Forward", "FeedForward", TARGET)
+    decoded = _sublayer(axes, DECODER_X, y + STEP, feed_forward, "feed_forward", side=1)
+    _stack(axes, DECODER_X, decoded, side=1, layer="DecoderLayer")
+    middle, over = (ENCODER_X + DECODER_X) / 2, encoder_top + 0.4
+    left = (DECODER_X - BOX_WIDTH / 2, cross_y)
+    _arrow(
+        axes,
+        (ENCODER_X, encoded + BOX_HEIGHT / 2),
+        (ENCODER_X, over),
+        (middle, over),
+        (middle, cross_y),
+        left,
+    )
+    memory = f"the memory\n{SOURCE}"
+    axes.text(ENCODER_X + 0.12, over + 0.1, memory, ha="left", va="bottom", fontsize=8.5)
+    axes.text(middle + 0.1, cross_y + 0.12, "K, V", ha="left", va="bottom", fontsize=9)
+    linear = decoded + 2 * STEP
+    _arrow(axes, (DECODER_X, decoded + BOX_HEIGHT / 2), (DECODER_X, linear - BOX_HEIGHT / 2))
+    _box(axes, DECODER_X, linear, ("Linear", "LMHead", "logits (batch, tgt_len, vocab)"), "linear")
+    softmax = linear + STEP
+    _up(axes, DECODER_X, linear, softmax)
+    lines = ("Softmax", "in the loss, or in decoding", "(batch, tgt_len, vocab)")
+    _box(axes, DECODER_X, softmax, lines, "softmax")
+    _arrow(axes, (DECODER_X, softmax + BOX_HEIGHT / 2), (DECODER_X, softmax + 0.9))
+    axes.text(DECODER_X, softmax + 1.2, "Output Probabilities", ha="center", fontsize=9.5)
     return figure
 
 
