@@ -1,7 +1,8 @@
 """Regenerate the parts of the documentation that the code defines, so that they cannot go
 stale: the recipe keys (from the config dataclasses' attribute docstrings), the command
-line (from its argparse parser), the code quoted by the guide (from the source) and the
-pictures of ``docs/pictures/`` (drawn by the guide's snippets and by ``docs/figures.py``).
+line (from its argparse parser), the code quoted by the guide (from the source), the
+pictures of ``docs/pictures/`` (drawn by the guide's snippets and by ``docs/figures.py``)
+and ``docs/guide.ipynb``, the guide as a notebook (``docs/notebook.py``).
 
     python docs/build.py            # rewrite every generated region, redraw the pictures
                                     # (or: make docs)
@@ -59,6 +60,8 @@ PICTURED = [ROOT / "docs" / "guide.md"]
 """The documents whose snippets draw pictures."""
 FIGURES = {"figure1.png": "figure1"}
 """Pictures drawn by a function of ``docs/figures.py``, not by a snippet."""
+NOTEBOOKS = {ROOT / "docs" / "guide.md": ROOT / "docs" / "guide.ipynb"}
+"""The pages written as a Jupyter notebook too (``docs/notebook.py``), which the tests run."""
 SHADES = 2
 """Pictures drawn on two machines differ in the last bits of float math (AVX2 or AVX-512),
 so a few pixels may differ by a shade or two: a picture is the same as another if its
@@ -457,9 +460,21 @@ def rendered(document: Path) -> str:
     return REGION.sub(fill, document.read_text(encoding="utf-8"))
 
 
+def notebook(page: Path) -> str:
+    """The text of the notebook of ``page`` (one of ``NOTEBOOKS``), made from the page."""
+    from docs.notebook import notebook as make
+
+    return make(page, blocks(page))
+
+
 def stale() -> list[Path]:
-    """The documents whose generated regions differ from what the code gives now."""
-    return [path for path in documents() if rendered(path) != path.read_text(encoding="utf-8")]
+    """The documents whose generated regions differ from what the code gives now, and the
+    notebooks that differ from their pages."""
+    outdated = [path for path in documents() if rendered(path) != path.read_text("utf-8")]
+    for page, written in NOTEBOOKS.items():
+        if not written.exists() or notebook(page) != written.read_text(encoding="utf-8"):
+            outdated.append(written)
+    return outdated
 
 
 def main() -> None:
@@ -477,6 +492,11 @@ def main() -> None:
         if text != path.read_text(encoding="utf-8"):
             path.write_text(text, encoding="utf-8")
             print(f"wrote {path.relative_to(ROOT)}")
+    for page, written in NOTEBOOKS.items():
+        text = notebook(page)
+        if not written.exists() or text != written.read_text(encoding="utf-8"):
+            written.write_text(text, encoding="utf-8")
+            print(f"wrote {written.relative_to(ROOT)}")
     update_pictures()
 
 

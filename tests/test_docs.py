@@ -7,8 +7,10 @@ blocks of a file share one namespace; a bash block runs as one script (``set -eu
 pipefail``) with ``scratchformer`` and ``python`` being this interpreter's, and
 ``$SCRATCHFORMER_DATA`` as the tests have it. A block that cannot run here is preceded by
 ``<!-- no-run: why -->``; one that trains for minutes, by ``<!-- shortened: OPTIONS -->``,
-and runs with OPTIONS given to its ``scratchformer train`` commands. The pictures that the
-Python blocks save into ``$SCRATCHFORMER_PICTURES`` are those of ``docs/pictures/``.
+and runs with OPTIONS given to its ``scratchformer train`` commands. The Python blocks of
+a page that has a notebook (docs/guide.md's docs/guide.ipynb, made from it by docs/build.py)
+run as that notebook, in a Jupyter kernel. The pictures that the Python blocks save into
+``$SCRATCHFORMER_PICTURES`` are those of ``docs/pictures/``.
 """
 
 from __future__ import annotations
@@ -70,6 +72,38 @@ def assert_pictures_current(drawn: Path, source: str) -> None:
         )
 
 
+def run_notebook(notebook: Path, work: Path, env: dict[str, str]) -> None:
+    """Execute ``notebook``'s cells in a Jupyter kernel started in ``work`` with ``env``; a
+    failing cell is named by its line of the page it was made from."""
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    book = nbformat.read(notebook, as_version=4)
+    client = NotebookClient(
+        book,
+        timeout=300,  # seconds a cell may take
+        shutdown_kernel="immediate",  # at the end: a graceful shutdown waits seconds for nothing
+        resources={"metadata": {"path": str(work)}},
+    )
+    try:
+        client.execute(env=env)
+    except CellExecutionError as error:
+        failed = next(
+            cell
+            for cell in book.cells
+            if any(output.output_type == "error" for output in cell.get("outputs", []))
+        )
+        text = re.sub(r"\x1b\[[\d;]*m", "", str(error))  # the traceback without its colours
+        line = failed.metadata.get("scratchformer", {}).get("line")
+        if line is None:  # a cell that the page has not
+            pytest.fail(f"{notebook.name}, cell {failed.id}: {text}")
+        within = re.search(r"Cell In\[\d+\], line (\d+)", text)  # the failing cell's frame
+        line += int(within.group(1)) - 1 if within else 0
+        page = next(page for page, made in build.NOTEBOOKS.items() if made == notebook)
+        pytest.fail(f"{page.name}:{line} (cell {failed.id} of {notebook.name}): {text}")
+
+
 def command_directory(tmp_path: Path) -> Path:
     """A directory for PATH whose ``scratchformer`` and ``python`` are this interpreter's,
     so that the examples run the code under test."""
@@ -99,11 +133,15 @@ def test_examples_run(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         "OMP_NUM_THREADS": "1",  # tiny models: one thread is fastest (see conftest.py)
         "MPLBACKEND": "Agg",
     }
+    notebook = build.NOTEBOOKS.get(path)
+    if notebook is not None:  # its Python blocks, current by test_generated_docs_are_current
+        kernel_path = os.pathsep.join([str(ROOT), env["PYTHONPATH"]])  # docs.figures too
+        run_notebook(notebook, work, {**env, "PYTHONPATH": kernel_path})
     namespace: dict[str, object] = {"__name__": "__docs__"}
     for block in blocks(path):
         if not block.runs:
             continue
-        if block.language == "python":
+        if block.language == "python" and notebook is None:
             build.run_python(block, path, namespace)
         elif block.language == "bash":
             train = f"scratchformer train {block.shortened} ".replace("  ", " ")
@@ -120,6 +158,20 @@ def test_examples_run(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
                 f"{path.name}:{block.line}: exit {done.returncode}\n{done.stdout}\n{done.stderr}"
             )
     assert_pictures_drawn(path, pictures)
+
+
+def test_notebook_finds_the_repository_from_docs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Jupyter runs a notebook in its directory, docs/: its first cell, which the page has
+    not, makes ``docs.figures`` importable from there."""
+    import nbformat
+
+    for notebook in build.NOTEBOOKS.values():
+        setup = nbformat.read(notebook, as_version=4).cells[1]
+        assert setup.cell_type == "code" and "scratchformer" not in setup.metadata
+        monkeypatch.chdir(ROOT / "docs")
+        monkeypatch.setattr(sys, "path", [p for p in sys.path if Path(p or ".") != ROOT])
+        exec(setup.source, {})
+        assert sys.path[0] == str(ROOT), f"{notebook.name}: its first cell did not find {ROOT}"
 
 
 def test_figures_are_current(tmp_path: Path) -> None:
