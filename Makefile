@@ -45,7 +45,7 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 
 # The generated parts of docs/ (recipe keys, command line, quoted code, the guide's
-# pictures), from the code.
+# pictures and notebook, the speed and paper-defaults tables), from the code and data.
 docs: $(STAMP)
 	$(BIN)/python docs/build.py
 
