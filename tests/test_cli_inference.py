@@ -7,7 +7,6 @@ import json
 import shutil
 
 from helpers import compile_without_inductor, compiled_graphs, run, train
-from scratchformer import demo as demo_module
 from scratchformer.cli import main
 
 
@@ -160,20 +159,6 @@ def test_generate_is_reproducible_with_a_seed(tmp_path, capsys, monkeypatch) -> 
     kept = run(capsys, monkeypatch, "", *greedy, "--compile", "--verbose")
     assert kept[:2] == eager[:2] and "(1 from the cache)" in kept[2]
     assert run(capsys, monkeypatch, "", *int8, "--compile")[:2] == quantized[:2]
-
-
-def test_demo_trains_decodes_and_draws(tmp_path, capsys, monkeypatch) -> None:
-    recipe = {
-        **demo_module.DEMO_RECIPE,
-        "train": {**demo_module.DEMO_RECIPE["train"], "max_steps": 20, "eval_every": 10},
-    }
-    monkeypatch.setattr(demo_module, "DEMO_RECIPE", recipe)
-    status = main(["demo", "--out", str(tmp_path / "demo")])
-    out = capsys.readouterr().out
-    assert status == 0
-    assert "Exact match on" in out and "greedy" in out and "beam 4" in out
-    picture = tmp_path / "demo" / "attention.png"
-    assert picture.stat().st_size > 1000
 
 
 def test_standard_input_that_is_not_utf8_names_its_line(copy_run, capsys, monkeypatch) -> None:

@@ -1,6 +1,6 @@
 """`make demo` installs the package alone, and the demo runs on it: neither the `dev` extra
 (test tools, Hugging Face, llama.cpp, which compiles for minutes) nor the `export` extra is
-needed before a newcomer sees a model learn."""
+needed before a newcomer sees a model learn. The demo's one test is here."""
 
 from __future__ import annotations
 
@@ -48,8 +48,8 @@ def test_no_runtime_dependency_is_an_extra() -> None:
     assert not runtime & optional_distributions()
 
 
-def test_the_demo_imports_nothing_of_the_extras(tmp_path: Path) -> None:
-    """The demo, made tiny, runs with every module of the extras' distributions refused."""
+def test_the_demo_trains_decodes_and_draws_with_no_extra(tmp_path: Path) -> None:
+    """The demo, made short, runs with every module of the extras' distributions refused."""
     optional = optional_distributions()
     refused = sorted(
         module
@@ -57,6 +57,7 @@ def test_the_demo_imports_nothing_of_the_extras(tmp_path: Path) -> None:
         if all(distribution(owner) in optional for owner in owners)
     )
     assert "llama_cpp" in refused and "transformers" in refused  # the extras are installed
+    out = tmp_path / "demo"
     script = f"""
 import sys
 
@@ -66,11 +67,12 @@ from scratchformer import cli, demo
 
 demo.DEMO_RECIPE = {{
     **demo.DEMO_RECIPE,
-    "model": {{**demo.DEMO_RECIPE["model"], "d_model": 16, "d_ff": 32, "n_layers": 1}},
-    "data": {{**demo.DEMO_RECIPE["data"], "synthetic_train_size": 64, "synthetic_val_size": 8}},
-    "train": {{**demo.DEMO_RECIPE["train"], "max_steps": 2, "eval_every": 2}},
+    "data": {{**demo.DEMO_RECIPE["data"], "synthetic_train_size": 640, "synthetic_val_size": 32}},
+    "train": {{**demo.DEMO_RECIPE["train"], "max_steps": 20, "eval_every": 10}},
 }}
-sys.exit(cli.main(["demo", "--out", {str(tmp_path / "demo")!r}, "--quiet"]))
+sys.exit(cli.main(["demo", "--out", {str(out)!r}]))
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert "Exact match on" in done.stdout and "greedy" in done.stdout and "beam 4" in done.stdout
+    assert (out / "attention.png").stat().st_size > 1000
