@@ -128,6 +128,20 @@ def markdown(text: str) -> str:
     return "`".join(parts).replace("|", "\\|")
 
 
+def table(header: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table of ``rows`` under ``header``."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """A data file of docs/ (the standard tomllib, or tomli before Python 3.11)."""
+    from scratchformer.config import tomllib
+
+    return tomllib.loads(path.read_text(encoding="utf-8"))
+
+
 def toml_value(value: Any) -> str:
     """A default as a recipe would write it."""
     if value is None:
@@ -165,15 +179,19 @@ def recipe_keys(class_name: str, document: Path) -> str:
             f"{class_name} in src/scratchformer/config.py has no docstring for "
             f"{', '.join(undocumented)}: add a string literal after each field"
         )
-    lines = ["| key | type | default | meaning |", "|---|---|---|---|"]
+    rows = []
     for field in dataclasses.fields(cls):
         missing = field.default is dataclasses.MISSING  # a list's default comes from a factory
         default = field.default_factory() if missing else field.default  # type: ignore[misc]
-        lines.append(
-            f"| `{section}.{field.name}` | {type_name(hints[field.name])} | "
-            f"{toml_value(default)} | {markdown(docs[field.name])} |"
+        rows.append(
+            [
+                f"`{section}.{field.name}`",
+                type_name(hints[field.name]),
+                toml_value(default),
+                markdown(docs[field.name]),
+            ]
         )
-    return "\n".join(lines) + "\n"
+    return table(["key", "type", "default", "meaning"], rows)
 
 
 # -- the command line --------------------------------------------------------------------
@@ -221,17 +239,15 @@ def synopsis(name: str, parser: argparse.ArgumentParser, inherited: set[str]) ->
 
 
 def argument_table(actions: list[argparse.Action], exclusive: dict[str, list[str]]) -> str:
-    lines = ["| argument | value | default | meaning |", "|---|---|---|---|"]
+    rows = []
     for action in actions:
         name = ", ".join(action.option_strings) or (action.metavar or action.dest.upper())
         meaning = markdown(action.help or "")
         others = [o for o in exclusive.get(action.dest, []) if o not in action.option_strings]
         if others:
             meaning += f" (not with {', '.join(f'`{o}`' for o in others)})"
-        lines.append(
-            f"| `{name}` | {value_of(action)} | {default_of(action)} | {meaning.strip()} |"
-        )
-    return "\n".join(lines) + "\n"
+        rows.append([f"`{name}`", value_of(action), default_of(action), meaning.strip()])
+    return table(["argument", "value", "default", "meaning"], rows)
 
 
 def cli(_: str, document: Path) -> str:
@@ -280,36 +296,30 @@ def speed_table(form: str, document: Path) -> str:
     """The rows of ``docs/speed.toml`` as a table: ``readme``, the rows it marks for the
     README, under their README words; ``page``, every row, with the machine's limit, each
     workload linked to the section of docs/performance.md that tells how it was measured."""
-    from scratchformer.config import tomllib  # the standard one, or tomli before Python 3.11
-
-    data = tomllib.loads(SPEED.read_text(encoding="utf-8"))
+    data = read_toml(SPEED)
     rows, cpus = data["row"], data["cpus"]
     unknown = sorted({row["cpu"] for row in rows} - set(cpus))
     if unknown:
         raise ValueError(f"docs/speed.toml: no [cpus] entry for {', '.join(unknown)}")
     if form == "readme":
-        lines = ["| workload | CPU | ours | against |", "|---|---|---|---|"]
-        lines += [
-            f"| {row['readme']} | {row['cpu']} | {row['ours']} | {row['against']} |"
-            for row in rows
-            if "readme" in row
-        ]
-        return "\n".join(lines) + "\n"
+        shown = [r for r in rows if "readme" in r]
+        return table(
+            ["workload", "CPU", "ours", "against"],
+            [[r["readme"], r["cpu"], r["ours"], r["against"]] for r in shown],
+        )
     if form != "page":
         raise ValueError(f"speed-table {form!r}: give readme or page")
     page = "" if document.name == "performance.md" else "performance.md"
-    lines = [
-        "| model | workload | CPU | ours | against | limit |",
-        "|---|---|---|---|---|---|",
-    ]
-    for row in rows:
-        workload = f"[{row['workload']}]({page}#{row['section']})"
-        lines.append(
-            f"| {row['model']} | {workload} | {row['cpu']} | {row['ours']} | "
-            f"{row['against']} | {row['limit']} |"
-        )
+    figures = table(
+        ["model", "workload", "CPU", "ours", "against", "limit"],
+        [
+            [r["model"], f"[{r['workload']}]({page}#{r['section']})"]
+            + [r[key] for key in ("cpu", "ours", "against", "limit")]
+            for r in rows
+        ],
+    )
     legend = [f"- {name}: {meaning}." for name, meaning in cpus.items()]
-    return "\n".join(lines) + "\n\nThe CPUs:\n\n" + "\n".join(legend) + "\n"
+    return figures + "\nThe CPUs:\n\n" + "\n".join(legend) + "\n"
 
 
 # -- the defaults that differ from the paper ---------------------------------------------
@@ -321,18 +331,13 @@ PAPER_DEFAULTS = ROOT / "docs" / "paper_defaults.toml"
 def defaults_table(_: str, document: Path) -> str:
     """The rows of ``docs/paper_defaults.toml``: each setting, the paper's, our default, and
     the recipe keys that restore the paper's."""
-    from scratchformer.config import tomllib  # the standard one, or tomli before Python 3.11
-
-    rows = tomllib.loads(PAPER_DEFAULTS.read_text(encoding="utf-8"))["row"]
-    lines = [
-        "| setting | the paper | scratchformer's default | recipe key(s) that restore the paper |",
-        "|---|---|---|---|",
-    ]
-    lines += [
-        f"| {row['setting']} | {row['paper']} | {row['default']} | {row['restore']} |"
-        for row in rows
-    ]
-    return "\n".join(lines) + "\n"
+    return table(
+        ["setting", "the paper", "scratchformer's default", "recipe key(s) that restore the paper"],
+        [
+            [r["setting"], r["paper"], r["default"], r["restore"]]
+            for r in read_toml(PAPER_DEFAULTS)["row"]
+        ],
+    )
 
 
 GENERATORS: dict[str, Callable[[str, Path], str]] = {
@@ -357,6 +362,14 @@ class Block:
     """False when the block is preceded by ``<!-- no-run: why -->``."""
     shortened: str = ""
     """The options of ``<!-- shortened: OPTIONS -->`` before the block, for its trainings."""
+
+    @property
+    def tested(self) -> str:
+        """The code as the tests run it: its trainings shortened, if the block says so."""
+        if not self.shortened:
+            return self.code
+        train = "scratchformer train "
+        return self.code.replace(train, f"{train}{self.shortened} ")
 
 
 def blocks(path: Path) -> list[Block]:
@@ -467,14 +480,22 @@ def notebook(page: Path) -> str:
     return make(page, blocks(page))
 
 
+def generated() -> list[tuple[Path, str]]:
+    """Every generated file and the text it should hold: the documents with their regions
+    regenerated, and the notebooks made from their pages."""
+    return [(path, rendered(path)) for path in documents()] + [
+        (written, notebook(page)) for page, written in NOTEBOOKS.items()
+    ]
+
+
+def is_current(path: Path, text: str) -> bool:
+    return path.exists() and path.read_text(encoding="utf-8") == text
+
+
 def stale() -> list[Path]:
     """The documents whose generated regions differ from what the code gives now, and the
     notebooks that differ from their pages."""
-    outdated = [path for path in documents() if rendered(path) != path.read_text("utf-8")]
-    for page, written in NOTEBOOKS.items():
-        if not written.exists() or notebook(page) != written.read_text(encoding="utf-8"):
-            outdated.append(written)
-    return outdated
+    return [path for path, text in generated() if not is_current(path, text)]
 
 
 def main() -> None:
@@ -487,16 +508,10 @@ def main() -> None:
             names = ", ".join(str(path.relative_to(ROOT)) for path in outdated)
             sys.exit(f"{names}: generated documentation is stale; run {COMMAND} (or make docs)")
         return
-    for path in documents():
-        text = rendered(path)
-        if text != path.read_text(encoding="utf-8"):
+    for path, text in generated():
+        if not is_current(path, text):
             path.write_text(text, encoding="utf-8")
             print(f"wrote {path.relative_to(ROOT)}")
-    for page, written in NOTEBOOKS.items():
-        text = notebook(page)
-        if not written.exists() or text != written.read_text(encoding="utf-8"):
-            written.write_text(text, encoding="utf-8")
-            print(f"wrote {written.relative_to(ROOT)}")
     update_pictures()
 
 

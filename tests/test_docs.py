@@ -144,10 +144,8 @@ def test_examples_run(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         if block.language == "python" and notebook is None:
             build.run_python(block, path, namespace)
         elif block.language == "bash":
-            train = f"scratchformer train {block.shortened} ".replace("  ", " ")
-            code = block.code.replace("scratchformer train ", train)
             done = subprocess.run(
-                ["bash", "-euo", "pipefail", "-c", code],
+                ["bash", "-euo", "pipefail", "-c", block.tested],
                 cwd=work,
                 env=env,
                 capture_output=True,
