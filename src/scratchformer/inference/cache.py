@@ -7,6 +7,7 @@ cross-attention keys and values of the encoder output are computed once per sequ
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -43,10 +44,12 @@ class KVCache:
     @staticmethod
     def buffers(shape: tuple[int, ...], **options: Any) -> tuple[Tensor, Tensor]:
         """Zeroed key and value buffers, their length dynamic for ``torch.compile`` (one
-        graph for any length)."""
+        graph for any length) in a process that compiles: one that has not loaded the
+        compiler (decoding compiles after loading it) does not load it for a hint."""
         pair = torch.zeros(shape, **options), torch.zeros(shape, **options)
-        for buffer in pair:
-            torch._dynamo.maybe_mark_dynamic(buffer, 2)
+        if "torch._dynamo" in sys.modules:
+            for buffer in pair:
+                torch._dynamo.maybe_mark_dynamic(buffer, 2)
         return pair
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:

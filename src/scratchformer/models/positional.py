@@ -13,6 +13,7 @@ from torch import nn
 from ..config import ModelConfig
 from ..nn import LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding
 from ..nn.alibi import ALiBi
+from ..nn.init import normal_
 from ..nn.positional import PositionalAttention
 from ..nn.relative_bias import RelativePositionBias
 from ..nn.rotary import RopeScaling
@@ -49,7 +50,7 @@ def relative_bias(config: ModelConfig, causal: bool) -> RelativePositionBias:
     bias = RelativePositionBias(
         config.n_heads, config.relative_buckets, config.relative_max_distance, not causal
     )
-    nn.init.normal_(bias.weight, std=config.d_model**-0.5)
+    normal_(bias.weight, config.d_model**-0.5)
     return bias
 
 
