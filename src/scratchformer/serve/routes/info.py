@@ -1,0 +1,41 @@
+"""What a server says of itself: health, Prometheus metrics, the page, the model list."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.responses import HTMLResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from ...training.rundir import CONFIG_FILE
+from ..page import page
+from ..served import Served
+
+
+def add_routes(app: FastAPI, served: Served) -> None:
+    """``GET /health``, ``/metrics``, ``/`` and ``/v1/models``."""
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        """Up, and for a language model the requests decoding and waiting."""
+        state: dict[str, Any] = {"status": "ok", "model": served.name, "task": served.task.name}
+        if served.decoding is not None:
+            batcher = served.decoding.worker.batcher
+            state |= {"running": len(batcher.live), "waiting": len(batcher.waiting)}
+        return state
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(served.metrics.text(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/", response_class=HTMLResponse)
+    async def home() -> str:
+        endpoint = served.endpoint
+        return page(served.name, served.task, endpoint.path if endpoint else None)
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        created = int((served.run_dir / CONFIG_FILE).stat().st_mtime)
+        card = {"id": served.name, "object": "model", "created": created}
+        return {"object": "list", "data": [{**card, "owned_by": "scratchformer"}]}
