@@ -372,9 +372,10 @@ class Block:
         return self.code.replace(train, f"{train}{self.shortened} ")
 
 
-def blocks(path: Path) -> list[Block]:
-    """The fenced code blocks of a Markdown file, but those of generated regions."""
-    lines = path.read_text(encoding="utf-8").splitlines()
+def blocks(path: Path, text: str | None = None) -> list[Block]:
+    """The fenced code blocks of a Markdown file (of ``text`` if given, else the file's),
+    but those of generated regions."""
+    lines = (path.read_text(encoding="utf-8") if text is None else text).splitlines()
     found, start, language, quoted = [], None, "", False
     for number, line in enumerate(lines, 1):
         generated = GENERATED.match(line)
@@ -473,19 +474,20 @@ def rendered(document: Path) -> str:
     return REGION.sub(fill, document.read_text(encoding="utf-8"))
 
 
-def notebook(page: Path) -> str:
-    """The text of the notebook of ``page`` (one of ``NOTEBOOKS``), made from the page."""
+def notebook(page: Path, text: str) -> str:
+    """The text of the notebook of ``page`` (one of ``NOTEBOOKS``), made from the page's
+    ``text`` as it is written (its regions regenerated)."""
     from docs.notebook import notebook as make
 
-    return make(page, blocks(page))
+    return make(page, text, blocks(page, text))
 
 
 def generated() -> list[tuple[Path, str]]:
     """Every generated file and the text it should hold: the documents with their regions
     regenerated, and the notebooks made from their pages."""
-    return [(path, rendered(path)) for path in documents()] + [
-        (written, notebook(page)) for page, written in NOTEBOOKS.items()
-    ]
+    pages = {path: rendered(path) for path in documents()}
+    notebooks = {written: notebook(page, pages[page]) for page, written in NOTEBOOKS.items()}
+    return [*pages.items(), *notebooks.items()]
 
 
 def is_current(path: Path, text: str) -> bool:

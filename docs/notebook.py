@@ -76,10 +76,10 @@ def markdown_cell(lines: Sequence[str], taken: set[str]) -> NotebookNode | None:
     return new_markdown_cell(text, id=cell_id("markdown", text, taken))
 
 
-def notebook(path: Path, blocks: Sequence[CodeBlock]) -> str:
-    """The notebook of the page at ``path``, whose fenced blocks are ``blocks``, as the text
-    of an ``.ipynb`` file (nbformat 4.5, no outputs)."""
-    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+def notebook(path: Path, text: str, blocks: Sequence[CodeBlock]) -> str:
+    """The notebook of the page at ``path`` whose text is ``text`` and fenced blocks are
+    ``blocks``, as the text of an ``.ipynb`` file (nbformat 4.5, no outputs)."""
+    lines = text.splitlines(keepends=True)
     taken: set[str] = set()
     cells = [
         new_markdown_cell(preface(path.name), id="preface"),

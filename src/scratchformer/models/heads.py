@@ -13,9 +13,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import ModelConfig
-from ..nn import Dropout, Linear, linear_cross_entropy
+from ..nn import Dropout, Linear, init, linear_cross_entropy
 from ..nn.feedforward import ACTIVATIONS
-from ..nn.init import normal_
 from ..nn.loss import IGNORE_INDEX
 from ..nn.norm import NORMS
 from ..registry import Registry
@@ -156,7 +155,7 @@ class MaskedLMHead(PretrainingHead):
         self.norm = NORMS[config.norm](config.d_model, config.layer_norm_eps, config.bias)
         self.weight = nn.Parameter(torch.empty(config.vocab_size, config.d_model))
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
-        normal_(self.weight, config.d_model**-0.5)
+        init.normal_(self.weight, std=config.d_model**-0.5)
 
     def transform(self, hidden: Tensor) -> Tensor:
         return self.norm(self.activation(self.dense(hidden)))
@@ -226,7 +225,7 @@ class LMHead(nn.Module):
     def __init__(self, d_model: int, vocab_size: int) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.empty(vocab_size, d_model))
-        normal_(self.weight, d_model**-0.5)
+        init.normal_(self.weight, std=d_model**-0.5)
 
     def forward(self, hidden: Tensor) -> Tensor:
         return F.linear(hidden, self.weight)

@@ -11,9 +11,8 @@ from typing import NamedTuple
 from torch import nn
 
 from ..config import ModelConfig
-from ..nn import LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding
+from ..nn import LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding, init
 from ..nn.alibi import ALiBi
-from ..nn.init import normal_
 from ..nn.positional import PositionalAttention
 from ..nn.relative_bias import RelativePositionBias
 from ..nn.rotary import RopeScaling
@@ -50,7 +49,7 @@ def relative_bias(config: ModelConfig, causal: bool) -> RelativePositionBias:
     bias = RelativePositionBias(
         config.n_heads, config.relative_buckets, config.relative_max_distance, not causal
     )
-    normal_(bias.weight, config.d_model**-0.5)
+    init.normal_(bias.weight, std=config.d_model**-0.5)
     return bias
 
 

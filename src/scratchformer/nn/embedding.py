@@ -7,8 +7,8 @@ import math
 import torch
 from torch import Tensor, nn
 
+from . import init
 from .dropout import Dropout
-from .init import normal_
 
 
 class TokenEmbedding(nn.Module):
@@ -22,7 +22,7 @@ class TokenEmbedding(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(vocab_size, d_model))
         self.scale = math.sqrt(d_model) if scale else 1.0
-        normal_(self.weight, d_model**-0.5)
+        init.normal_(self.weight, std=d_model**-0.5)
 
     def forward(self, ids: Tensor) -> Tensor:
         return nn.functional.embedding(ids, self.weight) * self.scale
@@ -92,7 +92,7 @@ class LearnedPositionalEmbedding(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(max_len, d_model))
         self.dropout = Dropout(dropout)
-        normal_(self.weight, 0.02)
+        init.normal_(self.weight, std=0.02)
 
     def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
         self.check_within_table(x, positions)
