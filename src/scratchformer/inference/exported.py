@@ -45,7 +45,7 @@ from ..nn.quantized import product_dtype
 from .cache import SPARE, DecoderCache
 from .compile_choice import Compilation
 from .compiled import QUIET_FROZEN, Compiled
-from .continuous import LEAST_ROWS
+from .dynamic_rows import LEAST_ROWS
 from .generate import decoding_device
 from .kernels import FEW_QUERIES, attention_kernels, installed
 
