@@ -91,7 +91,7 @@ SOURCE_LENGTH = 1
 for shift in (torch.ops.aten.__lshift__.Scalar, torch.ops.aten.__rshift__.Scalar):
     add_dont_constant_fold(shift)
 # Freezing computes ahead whatever depends on constants alone: the unpacking of int8 weights
-# (nn.quantized.packed_product) would become a float32 copy of them. Our models shift nothing
+# (kernels.packed.packed_product) would become a float32 copy of them. Our models shift nothing
 # else.
 
 
