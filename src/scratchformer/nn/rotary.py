@@ -81,7 +81,7 @@ class RotaryEmbedding(nn.Module):
         if d_head % 2:
             raise ValueError(f"rotary embeddings need an even head width, got d_head={d_head}")
         # a table of d_head / 2 numbers, made on the CPU even when the model is built on the
-        # meta device to check shapes: PyTorch's meta arange imports its compiler (seconds)
+        # meta device to check shapes: PyTorch's meta arange imports its compiler (a slow import)
         inv_freq = inverse_frequencies(d_head, base, device=torch.device("cpu"))
         inv_freq = (inv_freq if scaling is None else scaling.apply(inv_freq)).float()
         self.register_buffer("inv_freq", inv_freq, persistent=False)
