@@ -4,8 +4,8 @@ in flight on each, every client asking again as soon as it is answered.
 It speaks just the HTTP/1.1 a benchmark needs (requests prepared once, each response framed
 by its Content-Length) on asyncio's protocols rather than through a client library, because
 the clients of ``benchmarks/serve.py`` share the machine with the server they load, and
-what they take of it the server does not get: against a classifier's server under 32
-connections, aiohttp's client took 126 us of CPU a request and this one 31 (2-core Xeon).
+what they take of it the server does not get (docs/lab-notes.md, "A load generator that
+leaves the server the machine").
 """
 
 from __future__ import annotations

@@ -6,16 +6,16 @@ in decoding), by six candidates. Eager: ``F.linear`` with the fp32 weight; PyTor
 weight-only int8 kernel ``torch._weight_int8pack_mm``; the written-out form, int8
 converted to fp32 then ``F.linear``, times the scales; PyTorch's int4 kernel
 ``torch._weight_int4pack_mm_for_cpu`` (groups of 32 columns, a scale and zero each); ours,
-``scratchformer.nn.int8_matmul`` (each input row quantized to int8, int8 x int8 products;
+``scratchformer.kernels.int8_matmul`` (each input row quantized to int8, int8 x int8 products;
 x86 CPUs with AVX2).
 Compiled with the weights frozen in
 (``torch.compile``, Inductor's freezing, as ``CompiledModel`` compiles): ``F.linear`` with
-the fp32 weights; ``scratchformer.nn.quantized.packed_product`` of the int8 values packed
+the fp32 weights; ``scratchformer.kernels.packed.packed_product`` of the int8 values packed
 four to a word, which Inductor fuses into one pass over the int8 bytes.
 
 Why: decoding reads every weight once a token, so int8 weights (a quarter of the bytes)
 may make it up to 4x faster; this shows which int8 form comes closer, and up to how many
-rows the packed form is the faster (``nn.quantized.FEW_ROWS``).
+rows the packed form is the faster (``kernels.quantized.FEW_ROWS``).
 
 How: the candidates in one process, interleaved after a warm-up (``timing.interleaved``)
 that compiles; the median of each is reported, with the speed-up over eager fp32 and the
@@ -38,9 +38,10 @@ from torch._inductor import config as inductor_config
 
 from generate import D_FF, D_MODEL, N_LAYERS, VOCAB
 from scratchformer.inference.compiled import QUIET_FROZEN
-from scratchformer.nn.cpu_kernels import kernels_available
-from scratchformer.nn.int8_matmul import int8_matmul
-from scratchformer.nn.quantized import pack_columns, packed_product, quantize_rows
+from scratchformer.kernels import kernels_available
+from scratchformer.kernels.int8_matmul import int8_matmul
+from scratchformer.kernels.packed import pack_columns, packed_product
+from scratchformer.nn.quantized import quantize_rows
 from timing import interleaved, load_warning, repeats_and_threads
 
 ROWS = (1, 2, 8, 64)

@@ -1,7 +1,7 @@
 """The server under load: ``scratchformer serve`` with continuous batching against the same
 server answering one request at a time (``--max-batch 1``), side by side in one run.
 
-    python benchmarks/serve.py            # config B's decoder and a classifier, ~8 minutes
+    python benchmarks/serve.py            # config B's decoder and a classifier: minutes
     python benchmarks/serve.py --quick    # tiny models, a few requests: that it all runs
     python benchmarks/serve.py --no-compile   # without the compiled server's rows
 

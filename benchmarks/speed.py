@@ -77,8 +77,8 @@ matmul peak (bf16's for the bf16 variant, timed on CPUs with native bfloat16).
 How: each workload runs in a fresh interpreter of its own, as a user's program would, so
 that what one leaves behind in a process (a heap grown by its tensors, compiled code) cannot
 make the next faster or slower. (In one process, ``torch.nn`` and Marian ran the encoder-
-decoder step 8-15% faster after the LM workloads than in a fresh process; glibc's mmap
-threshold pinned high does much the same for Marian.) A workload's candidates share its
+decoder step faster after the LM workloads than in a fresh process; glibc's mmap threshold
+pinned high does much the same for Marian: docs/lab-notes.md.) A workload's candidates share its
 process (``--threads`` intra-op threads, 2 by default). After a warm-up, repetitions
 alternate the candidates (A, B, C, A, B, C, ...) so that drift in machine speed hits them
 alike; the median of each is reported, with its spread (interquartile range / median from 4

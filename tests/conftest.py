@@ -20,14 +20,14 @@ import shutil
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import pytest
 import torch
 
-from helpers import CONLL, FAULTS_PROPERTY, FILLER, pretrain_t5, squad_file, train
+from helpers import CONLL, FAULTS_PROPERTY, FILLER, pretrain_t5, squad_file, train, unavailable
 from scratchformer.inference import compile_choice, exported
-from scratchformer.nn import quantized
+from scratchformer.kernels import kernels_available, quantized
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -41,6 +41,21 @@ def written_out(monkeypatch: pytest.MonkeyPatch) -> None:
     """Int8 maps made hereafter multiply as on a CPU without the int8 kernel (an Arm CPU, a
     GPU): written out in float32, packed when compiled."""
     monkeypatch.setattr(quantized, "kernels_available", lambda: False)
+
+
+REQUIRE_KERNELS = "SCRATCHFORMER_REQUIRE_KERNELS"
+"""Set to 1 (as the CI does), a test of the C++ kernels cannot skip where they do not run."""
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test marked ``cpu_kernels`` (``helpers.with_cpu_kernels``) runs where the C++
+    kernels do: elsewhere it is skipped, or failed with :data:`REQUIRE_KERNELS` set to 1.
+    Asked here, not when the tests are collected, so that a run without such tests never
+    builds the kernels."""
+    if item.get_closest_marker("cpu_kernels") and not kernels_available():
+        unavailable(
+            "the CPU kernels run on x86 CPUs with AVX2 and a C++ compiler only", REQUIRE_KERNELS
+        )
 
 
 @pytest.fixture(autouse=True)
@@ -329,12 +344,8 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 """Chromium offline: nothing it starts reaches out to the network."""
-
-
-def browser_unavailable(reason: str) -> NoReturn:
-    if os.environ.get("SCRATCHFORMER_REQUIRE_BROWSER") == "1":
-        pytest.fail(f"{reason}, and SCRATCHFORMER_REQUIRE_BROWSER=1 requires the browser tests")
-    pytest.skip(reason)
+REQUIRE_BROWSER = "SCRATCHFORMER_REQUIRE_BROWSER"
+"""Set to 1 (as the CI does), a browser test cannot skip for want of a browser."""
 
 
 @pytest.fixture(scope="session")
@@ -343,10 +354,10 @@ def browser():
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        browser_unavailable("playwright is not installed (pip install playwright)")
+        unavailable("playwright is not installed (pip install playwright)", REQUIRE_BROWSER)
     chromium = shutil.which("chromium") or "/usr/bin/chromium"
     if not Path(chromium).is_file():
-        browser_unavailable("Chromium is not installed (apt-get install chromium)")
+        unavailable("Chromium is not installed (apt-get install chromium)", REQUIRE_BROWSER)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
         yield browser

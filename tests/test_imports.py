@@ -1,14 +1,24 @@
 """The package's layering, read from the source with ``ast`` (nothing is imported).
 
 A unit is a subpackage (``nn``, ``models``, ...) or a top-level module (``config``,
-``cli``, ...); ``__init__`` stands for the package itself. Imports under
-``if TYPE_CHECKING:`` are ignored, imports inside functions count.
+``cli``, ...); ``__init__`` stands for the package itself. Units import only from the
+layers below their own, so no two units import each other. Imports under
+``if TYPE_CHECKING:`` are ignored there, imports inside functions count.
+
+Nor do two modules (files), in one unit or not, import each other, directly or through
+others: the modules' runtime imports (inside functions too) form no cycle. An import under
+``if TYPE_CHECKING:`` (names for annotations only) closes no cycle at run time, but it
+still ties its module to the one it imports: ``A`` importing ``B`` so is a cycle all the
+same if ``B`` imports ``A`` at run time, directly or through other modules. The one loop
+allowed is of such imports only (``A`` and ``B`` naming each other's types under
+``if TYPE_CHECKING:``), since neither module then needs the other to run.
 """
 
 from __future__ import annotations
 
 import ast
 import sys
+from collections.abc import Collection, Mapping
 from functools import cache
 from pathlib import Path
 
@@ -22,7 +32,7 @@ LEAVES = ("version", "errors", "caches", "config", "io", "metrics", "nn")
 LAYERS = (
     (ROOT_UNIT,),
     LEAVES,
-    ("models", "data", "device"),
+    ("models", "data", "device", "kernels"),
     ("inference", "interop"),
     ("tasks",),
     ("training", "viz"),
@@ -49,7 +59,7 @@ def _is_module(name: str) -> bool:
 
 def _runtime_imports(node: ast.AST) -> list[ast.Import | ast.ImportFrom]:
     """The import statements in ``node`` outside ``if TYPE_CHECKING:`` blocks."""
-    if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+    if _is_type_checking(node):
         return [found for child in node.orelse for found in _runtime_imports(child)]
     found = [node] if isinstance(node, (ast.Import, ast.ImportFrom)) else []
     for child in ast.iter_child_nodes(node):
@@ -57,12 +67,32 @@ def _runtime_imports(node: ast.AST) -> list[ast.Import | ast.ImportFrom]:
     return found
 
 
-def _imported_modules(path: Path) -> set[str]:
-    """The package's modules that ``path`` imports, relative imports resolved."""
+def _type_checking_imports(node: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    """The import statements in ``node``'s ``if TYPE_CHECKING:`` blocks."""
+    if _is_type_checking(node):
+        return [
+            found
+            for child in node.body
+            for found in ast.walk(child)
+            if isinstance(found, (ast.Import, ast.ImportFrom))
+        ]
+    return [
+        found for child in ast.iter_child_nodes(node) for found in _type_checking_imports(child)
+    ]
+
+
+def _is_type_checking(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+
+
+def _imported_modules(path: Path, type_checking: bool = False) -> set[str]:
+    """The package's modules that ``path`` imports at run time (or, with ``type_checking``,
+    under ``if TYPE_CHECKING:``), relative imports resolved."""
     module = _module_name(path)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    tree = ast.parse(path.read_text(encoding="utf-8"))
     targets = set()
-    for node in _runtime_imports(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in _type_checking_imports(tree) if type_checking else _runtime_imports(tree):
         if isinstance(node, ast.Import):
             targets.update(alias.name for alias in node.names)
             continue
@@ -86,45 +116,67 @@ def _unit(module: str) -> str:
 
 
 @cache
+def _module_graph(type_checking: bool = False) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports at run time (or, with ``type_checking``,
+    under ``if TYPE_CHECKING:``)."""
+    return {
+        _module_name(path): _imported_modules(path, type_checking) - {_module_name(path)}
+        for path in sorted(ROOT.rglob("*.py"))
+    }
+
+
+@cache
 def _graph() -> dict[str, dict[str, set[str]]]:
     """Unit -> imported unit -> the importing modules, with what they import."""
     graph: dict[str, dict[str, set[str]]] = {}
-    for path in sorted(ROOT.rglob("*.py")):
-        unit = _unit(_module_name(path))
-        edges = graph.setdefault(unit, {})
-        for target in _imported_modules(path):
-            if _unit(target) != unit:
-                edges.setdefault(_unit(target), set()).add(f"{_module_name(path)} -> {target}")
+    for module, targets in _module_graph().items():
+        edges = graph.setdefault(_unit(module), {})
+        for target in targets:
+            if _unit(target) != _unit(module):
+                edges.setdefault(_unit(target), set()).add(f"{module} -> {target}")
     return graph
 
 
-def _cycles() -> list[list[str]]:
-    """Every strongly connected set of more than one unit (Tarjan's algorithm)."""
-    graph = _graph()
+def _reaches(graph: Mapping[str, Collection[str]], start: str, goal: str) -> bool:
+    """Whether ``goal`` is ``start`` or one of the nodes that ``start``'s edges lead to."""
+    seen, todo = set(), [start]
+    while todo:
+        node = todo.pop()
+        if node == goal:
+            return True
+        if node not in seen:
+            seen.add(node)
+            todo.extend(graph.get(node, ()))
+    return False
+
+
+def _cycles(graph: Mapping[str, Collection[str]]) -> list[list[str]]:
+    """Every strongly connected set of more than one node of ``graph`` (Tarjan's
+    algorithm)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
     found = []
 
-    def visit(unit: str) -> None:
-        index[unit] = low[unit] = len(index)
-        stack.append(unit)
-        for target in graph.get(unit, {}):
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in graph.get(node, ()):
             if target not in index:
                 visit(target)
-                low[unit] = min(low[unit], low[target])
+                low[node] = min(low[node], low[target])
             elif target in stack:
-                low[unit] = min(low[unit], index[target])
-        if low[unit] == index[unit]:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
             component = []
-            while not component or component[-1] != unit:
+            while not component or component[-1] != node:
                 component.append(stack.pop())
             if len(component) > 1:
                 found.append(sorted(component))
 
-    for unit in sorted(graph):
-        if unit not in index:
-            visit(unit)
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
     return found
 
 
@@ -132,6 +184,7 @@ def test_the_graph_sees_the_package() -> None:
     graph = _graph()
     assert {"nn", "models", "config", "tasks", "training", "cli"} <= set(graph)
     assert "nn" in graph["models"] and "config" in graph["models"]
+    assert f"{PACKAGE}.models.encoder" in _module_graph()[f"{PACKAGE}.models.electra"]
 
 
 @pytest.mark.parametrize("leaf", LEAVES)
@@ -166,10 +219,52 @@ def test_units_import_only_from_lower_layers(unit: str) -> None:
 def test_no_import_cycle_between_units() -> None:
     cycles = {
         " <-> ".join(cycle): sorted(why for unit in cycle for why in _edges_within(unit, cycle))
-        for cycle in _cycles()
+        for cycle in _cycles(_graph())
     }
     assert cycles == {}
 
 
 def _edges_within(unit: str, cycle: list[str]) -> list[str]:
     return [why for target, whys in _graph()[unit].items() if target in cycle for why in whys]
+
+
+def test_imports_for_annotations_are_read_apart_from_those_that_run() -> None:
+    tree = ast.parse(
+        "import a\nif TYPE_CHECKING:\n    import b\nelse:\n    import c\n"
+        "def f():\n    import d\n    if typing.TYPE_CHECKING:\n        from e import E\n"
+    )
+
+    runtime = sorted(ast.unparse(node) for node in _runtime_imports(tree))
+    annotations = sorted(ast.unparse(node) for node in _type_checking_imports(tree))
+    assert runtime == ["import a", "import c", "import d"]
+    assert annotations == ["from e import E", "import b"]
+
+
+def test_the_cycle_checks_find_cycles() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert _cycles(graph) == [["a", "b", "c"]]
+    assert _reaches(graph, "d", "c") and not _reaches(graph, "a", "d")
+
+
+def test_no_import_cycle_between_modules() -> None:
+    runtime = _module_graph()
+    cycles = {
+        " <-> ".join(cycle): sorted(
+            f"{module} -> {target}" for module in cycle for target in runtime[module] & set(cycle)
+        )
+        for cycle in _cycles(runtime)
+    }
+    assert cycles == {}
+
+
+def test_no_import_for_annotations_hides_a_cycle() -> None:
+    """An import under ``if TYPE_CHECKING:`` whose module the imported one reaches through
+    runtime imports."""
+    runtime = _module_graph()
+    hidden = sorted(
+        f"{module} -> {target} (TYPE_CHECKING), back at run time"
+        for module, targets in _module_graph(type_checking=True).items()
+        for target in targets
+        if _reaches(runtime, target, module)
+    )
+    assert hidden == []

@@ -116,8 +116,8 @@ def job_row(job: Job, scratch: Path, settings: Settings) -> Row:
         seconds[candidate], outputs[candidate], err = cli([*command, flag], job.stdin, env)
         notes[candidate] = graphs(err)
     # auto, last, with what the others measured; it and eager again for medians, in the
-    # order A B B A ... (the first of two like runs was up to a second slower); the first
-    # eager run, before any compilation, is left out (20.6 s against 26-29 s after them)
+    # order A B B A ... (the first of two like runs is the slower); the first eager run,
+    # before any compilation, is left out (it ran faster than those after them)
     runs: dict[str, list[float]] = {EAGER: [], AUTO: []}
     pair: list[tuple[str, list[str]]] = [(AUTO, []), (EAGER, ["--no-compile"])]
     for repeat in range(settings.repeats_or(3, 1)):

@@ -31,7 +31,7 @@ INT8_EXPORTED = "ours, int8 exported"
 (as ``INT8_COMPILED``)."""
 INT8_EXPORTED_FP32 = "ours, int8 exported fp32"
 """Ours with int8 weights through ``ExportedLM`` in fp32 (on x86: int8 x int8 products,
-``scratchformer.nn.int8_matmul``), run on a CPU with native bfloat16 only, beside
+``scratchformer.kernels.int8_matmul``), run on a CPU with native bfloat16 only, beside
 ``INT8_EXPORTED``'s bf16: the form of every CPU without it, on the same machine."""
 INT8 = "ours, int8"
 """Ours with int8 weights, eager, as the CLI's ``--quantize int8 --precision auto`` runs it:

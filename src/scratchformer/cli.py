@@ -111,7 +111,7 @@ QUANTIZE = arg(
     choices=QUANTIZATIONS,
     help="quantize the model's linear maps once loaded: int8 weights with a scale per output "
     "channel (a quarter of the weights' bytes). In fp32 on an x86 CPU, each input row is "
-    "quantized too and multiplied in int8 (a kernel built the first time, about ten seconds)",
+    "quantized too and multiplied in int8 (by a kernel built once, the first time)",
 )
 PRECISION = arg(
     "--precision",

@@ -22,7 +22,7 @@ def perplexity(mean_loss: float) -> float:
 
 def correlations(predictions: Sequence[float], targets: Sequence[float]) -> dict[str, float]:
     """Pearson and Spearman correlation of predicted and gold values (0 when undefined)."""
-    from scipy import stats  # (with seqeval's, most of a second to import: when needed)
+    from scipy import stats  # (with seqeval's, slow to import: when needed)
 
     if len(predictions) < 2 or len(set(predictions)) < 2 or len(set(targets)) < 2:
         return {"pearson": 0.0, "spearman": 0.0}
@@ -105,7 +105,7 @@ def squad_scores(
     whitespace removed; each question scores its best reference. Computed by torchmetrics'
     SQuAD metric (the official script's normalisation); it differs from v1.1 only where a
     reference normalises to nothing, which an empty prediction then matches (v2.0's rule)."""
-    from torchmetrics.functional.text.squad import squad  # seconds to import: when needed
+    from torchmetrics.functional.text.squad import squad  # slow to import: when needed
 
     _check_pairs(predictions, references, "predictions and references")
     ids = [str(i) for i in range(len(predictions))]

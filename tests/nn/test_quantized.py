@@ -1,6 +1,6 @@
 """QuantizedLinear: int8 weights with a scale per output row, whose product (written out:
 the int8 values as floats, a matmul, the scales) equals ``F.linear`` with the dequantized
-weight; on a CPU that runs the int8 kernel, float32 products are int8_matmul's."""
+weight. Its products in the project's kernels are tests/kernels/test_quantized.py's."""
 
 from __future__ import annotations
 
@@ -8,10 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers import with_cpu_kernels
 from scratchformer.nn import QuantizedLinear
-from scratchformer.nn.int8_matmul import int8_matmul
-from scratchformer.nn.quantized import INT8_ROWS, pack_columns, packed_product, quantize_rows
+from scratchformer.nn.quantized import quantize_rows
 
 
 def quantized(out_features: int, in_features: int, bias: bool) -> QuantizedLinear:
@@ -26,7 +24,6 @@ def reference(layer: QuantizedLinear, x: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("rows", [1, 8, 300])
-@pytest.mark.usefixtures("written_out")
 def test_the_product_is_that_of_the_dequantized_weight(rows: int, bias: bool) -> None:
     layer = quantized(96, 64, bias)
     x = torch.randn(rows, 64)
@@ -34,26 +31,6 @@ def test_the_product_is_that_of_the_dequantized_weight(rows: int, bias: bool) ->
     batched = x.view(1, rows, 64).expand(2, rows, 64)  # leading dimensions, not contiguous
     assert layer(batched).shape == (2, rows, 96)
     torch.testing.assert_close(layer(batched)[1], reference(layer, x), rtol=1e-5, atol=1e-5)
-
-
-@with_cpu_kernels
-@pytest.mark.parametrize("bias", [True, False])
-@pytest.mark.parametrize("rows", [1, 8, INT8_ROWS])
-def test_float32_products_of_a_few_rows_are_the_int8_kernel_s(rows: int, bias: bool) -> None:
-    layer = quantized(96, 64, bias)
-    assert layer.int8_products and layer.words is None  # (no words: nothing would read them)
-    x = torch.randn(rows, 64)
-    expected = int8_matmul(x, layer.weight, layer.scales)
-    assert torch.equal(layer(x), expected if layer.bias is None else expected + layer.bias)
-    error = (layer(x) - reference(layer, x)).norm() / reference(layer, x).norm()
-    assert error < 0.015
-
-
-@with_cpu_kernels
-def test_more_rows_multiply_the_dequantized_weight() -> None:
-    layer = quantized(96, 64, bias=True)
-    x = torch.randn(2, INT8_ROWS, 64)  # (leading dimensions count)
-    torch.testing.assert_close(layer(x), reference(layer, x), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("rows", [1, 8, 300])
@@ -126,37 +103,3 @@ def test_weights_that_are_not_int8_rows_are_refused() -> None:
         QuantizedLinear(torch.zeros(3, 4), torch.ones(3))
     with pytest.raises(ValueError, match="scales"):
         QuantizedLinear(torch.zeros(3, 4, dtype=torch.int8), torch.ones(4))
-
-
-def test_packed_words_hold_four_columns_a_quarter_apart() -> None:
-    q = torch.tensor([[1, -1, 127, -127, 0, 2, -128, 5]], dtype=torch.int8)
-    (words,) = pack_columns(q).tolist()
-    # word i: columns i, i + 2, i + 4, i + 6 from its lowest byte up, each as two's complement
-    assert [w & 0xFFFFFFFF for w in words] == [0x80007F01, 0x0502_81FF]
-    with pytest.raises(ValueError, match="four to a word"):
-        pack_columns(torch.zeros(2, 6, dtype=torch.int8))
-
-
-@pytest.mark.parametrize("rows", [(1,), (3,), (2, 2)])
-@pytest.mark.usefixtures("written_out")
-def test_the_packed_product_is_that_of_the_int8_values(rows: tuple[int, ...]) -> None:
-    layer = quantized(48, 64, bias=False)
-    x = torch.randn(*rows, 64)
-    product = packed_product(x, layer.words) * layer.scales  # (sums of up to 127 * |x| each)
-    torch.testing.assert_close(product, reference(layer, x), rtol=1e-5, atol=1e-5)
-
-
-@pytest.mark.usefixtures("written_out")
-def test_only_maps_whose_columns_pack_keep_words() -> None:
-    assert quantized(8, 64, bias=True).words.dtype == torch.int32
-    assert quantized(8, 6, bias=True).words is None
-    assert "words" not in quantized(8, 64, bias=True).state_dict()
-
-
-@pytest.mark.usefixtures("written_out")
-def test_loaded_int8_values_are_packed_afresh() -> None:
-    """A quantized run is loaded into a model quantized from random weights: the words,
-    which are not saved, must be those of the loaded values."""
-    trained, fresh = quantized(8, 64, bias=True), quantized(8, 64, bias=True)
-    fresh.load_state_dict(trained.state_dict())
-    assert torch.equal(fresh.words, pack_columns(trained.weight))

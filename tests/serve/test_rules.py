@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -75,22 +76,46 @@ def test_a_full_queue_answers_429_with_retry_after(lm_run) -> None:
         assert all(retry == "1" for status, retry in answers if status == 429)
 
 
+TOKENS = 60
+"""The new tokens asked for by the requests that leave early: a request not cut short takes
+``TOKENS - 1`` decoding steps (the first step draws two tokens, one from the prompt)."""
+
+
 @pytest.fixture
-def slow_steps(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every decoding step takes 50 ms more, so that a request of 60 tokens lasts seconds."""
+def slow_steps(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Every decoding step takes 50 ms more, so that a request of :data:`TOKENS` tokens
+    lasts seconds, and is counted: the list gets the number of live requests after each."""
+    taken: list[int] = []
     step = ContinuousBatcher.step
 
     def slow_step(self: ContinuousBatcher) -> list:
         time.sleep(0.05)
-        return step(self)
+        moved = step(self)
+        taken.append(len(self.live))
+        return moved
 
     monkeypatch.setattr(ContinuousBatcher, "step", slow_step)
+    return taken
+
+
+def until(condition: Callable[[], object]) -> None:
+    """Poll ``condition`` until it holds; a minute without it fails (a server that hangs)."""
+    deadline = time.monotonic() + 60
+    while not condition():
+        assert time.monotonic() < deadline, "a minute passed"
+        time.sleep(0.02)
+
+
+def steps_until_idle(url: str, steps: list[int]) -> int:
+    """The decoding steps taken by the time the server at ``url`` runs no request."""
+    until(lambda: http(f"{url}/health")[1]["running"] == 0)
+    return len(steps)
 
 
 def test_a_client_that_leaves_mid_stream_frees_its_row(lm_run, slow_steps) -> None:
     with live(lm_run, max_batch=2) as url:
         assert http(f"{url}/health")[1]["running"] == 0
-        body = {"prompt": "to", "max_tokens": 60, "temperature": 0, "stream": True}
+        body = {"prompt": "to", "max_tokens": TOKENS, "temperature": 0, "stream": True}
         request = urllib.request.Request(
             f"{url}/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
         )
@@ -98,37 +123,28 @@ def test_a_client_that_leaves_mid_stream_frees_its_row(lm_run, slow_steps) -> No
         assert response.readline().startswith(b"data: ")
         assert http(f"{url}/health")[1]["running"] == 1
         response.close()
-        deadline = time.monotonic() + 2  # well before the 60 tokens' 3 s
-        while http(f"{url}/health")[1]["running"] and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert http(f"{url}/health")[1]["running"] == 0
+        assert steps_until_idle(url, slow_steps) < TOKENS - 1  # (cut short)
 
 
 def test_a_client_that_leaves_before_a_whole_answer_frees_its_row(lm_run, slow_steps) -> None:
     with live(lm_run, max_batch=2) as url:
-        body = json.dumps({"prompt": "to", "max_tokens": 60, "temperature": 0}).encode()
+        body = json.dumps({"prompt": "to", "max_tokens": TOKENS, "temperature": 0}).encode()
         head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
         port = int(url.rsplit(":", 1)[1])
         with socket.create_connection(("127.0.0.1", port)) as client:
             client.sendall(f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body)
-            deadline = time.monotonic() + 2
-            while not http(f"{url}/health")[1]["running"] and time.monotonic() < deadline:
-                time.sleep(0.02)
-            assert http(f"{url}/health")[1]["running"] == 1
-        deadline = time.monotonic() + 1  # well before the 60 tokens' 3 s
-        while http(f"{url}/health")[1]["running"] and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert http(f"{url}/health")[1]["running"] == 0
+            until(lambda: slow_steps)  # (the request has joined the batch)
+            assert slow_steps[0] == 1
+        assert steps_until_idle(url, slow_steps) < TOKENS - 1  # (cut short)
         assert 'status="499"' in urllib.request.urlopen(f"{url}/metrics").read().decode()
 
 
 def test_a_request_past_its_timeout_is_a_504_and_frees_its_row(lm_run, slow_steps) -> None:
     with live(lm_run, timeout_s=0.5) as url:
-        body = {"prompt": "to", "max_tokens": 60, "temperature": 0}  # greedy: no early eos
+        body = {"prompt": "to", "max_tokens": TOKENS, "temperature": 0}  # greedy: no early eos
         status, answer = http(f"{url}/v1/completions", body)
         assert status == 504 and "no answer within 0.5 s" in answer["error"]["message"]
-        time.sleep(0.2)
-        assert http(f"{url}/health")[1]["running"] == 0
+        assert steps_until_idle(url, slow_steps) < TOKENS - 1  # (cut short)
 
 
 def test_metrics_count_requests_tokens_and_batches(lm_url) -> None:

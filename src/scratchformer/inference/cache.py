@@ -67,7 +67,7 @@ class KVCache:
         """Row ``i`` becomes a copy of row ``index[i]`` (beam search: the surviving
         hypotheses). Only the filled positions are gathered, into a spare pair of buffers
         that then change places with the first: one pass over the filled positions, where
-        gathering in place needs a copy back (1.7-1.9x the time, see docs/lab-notes.md)."""
+        gathering in place needs a copy back, which takes longer (docs/lab-notes.md)."""
         if self.spare is None:  # allocated on the first reorder only (beam search)
             self.spare = self.buffers(
                 self.keys.shape, dtype=self.keys.dtype, device=self.keys.device

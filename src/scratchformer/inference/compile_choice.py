@@ -40,8 +40,8 @@ from ..io import atomic_write_json
 CHOICES = ("auto", "always", "never")
 """``--compile`` gives "always", ``--no-compile`` "never"; "auto" is the default."""
 UNMEASURED_COMPILE_SECONDS = 300.0
-"""A compilation not yet measured here: cold ones took 60-290 s on a 2-core AVX2 EPYC
-(docs/performance.md, "Compiling a user's job")."""
+"""The seconds a compilation not yet measured here is taken to cost: at least a cold one's
+(docs/lab-notes.md, "Compiling a user's job")."""
 UNMEASURED_SPEEDUP = 1.5
 """Compiled steps over eager ones, until measured: about what translation and generation
 gain on a 2-core CPU (docs/performance.md)."""

@@ -20,7 +20,7 @@ batch fixed from step to step (and a position to spare in the KV cache, ``cache.
 so a search of any length compiles three graphs: the encoder, the decoder's first step
 (which fills the cross-attention cache) and its later steps. The batch size is not
 dynamic: a batch of another size compiles again (after which Dynamo makes it dynamic,
-whose symbolic shapes trace several times slower, tens of seconds a graph), so callers
+whose symbolic shapes trace slower, tens of seconds a graph), so callers
 decode every batch at one size (:attr:`CompiledModel.is_compiled`).
 
 Frozen weights cost a compilation in every process: Inductor cannot cache a graph whose
@@ -28,9 +28,8 @@ weights it has packed for oneDNN. ``cached=True`` compiles so that the next proc
 the code in Inductor's cache (``$TORCHINDUCTOR_CACHE_DIR``, which the command line sets,
 :func:`~scratchformer.caches.compiled_code_dir`) and only traces again (seconds): the
 weights are then the graph's inputs, not frozen in, and the kernels Inductor's defaults,
-not autotuned. Its steps are slower where few rows are multiplied
-(greedy decoding at batch 1 of ``benchmarks/generate.py``'s model on a 2-core AVX2 EPYC:
-120 tokens/s against 224 frozen and 88 eager; docs/lab-notes.md, "Compiling a user's
+not autotuned. Its steps are slower where few rows are multiplied, faster than eager
+ones but well behind frozen ones at batch 1 (docs/lab-notes.md, "Compiling a user's
 job"); the command line compiles so, since a user's job is short next to a frozen
 compilation (minutes), except with int8 weights, whose fused kernels need them frozen, and
 except ``generate`` on the CPU, whose decoding step is compiled ahead of time, frozen, and
@@ -91,7 +90,7 @@ SOURCE_LENGTH = 1
 for shift in (torch.ops.aten.__lshift__.Scalar, torch.ops.aten.__rshift__.Scalar):
     add_dont_constant_fold(shift)
 # Freezing computes ahead whatever depends on constants alone: the unpacking of int8 weights
-# (nn.quantized.packed_product) would become a float32 copy of them. Our models shift nothing
+# (kernels.packed.packed_product) would become a float32 copy of them. Our models shift nothing
 # else.
 
 

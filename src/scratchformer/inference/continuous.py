@@ -37,12 +37,11 @@ import torch
 from torch import Tensor, nn
 
 from .cache import SPARE, DecoderCache, KVCache
+from .dynamic_rows import LEAST_ROWS
 from .generate import NO_TOKEN, Sampling, decoding_device, ended_without_a_token
 from .kernels import attention_kernels, installed
 
 GREEDY = Sampling(greedy=True)
-LEAST_ROWS = 2
-"""The fewest rows a compiled step feeds (a dimension of size one is specialized)."""
 
 
 @dataclass(eq=False)

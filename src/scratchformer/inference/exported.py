@@ -1,9 +1,9 @@
 """A language model's decoding step compiled ahead of time: no Python between its kernels.
 
 A :class:`~.compiled.CompiledModel` step still passes through Dynamo (its guards, its
-wrappers) and the Python that calls each generated kernel: about 0.4 ms a token on a
-2-core CPU, a third of an int8 step there (docs/lab-notes.md, "Against the targets and
-llama.cpp"). :class:`ExportedLM` exports the one-token step with
+wrappers) and the Python that calls each generated kernel, a large share of a small
+model's int8 step (docs/lab-notes.md, "Against the targets and llama.cpp").
+:class:`ExportedLM` exports the one-token step with
 ``torch.export`` (the cache's buffers, the mask and the positions as inputs; the number
 of positions already cached dynamic) and compiles it with AOTInductor, whose C++ calls the
 kernels one after another; the buffers are updated in place, as the eager step updates
@@ -45,7 +45,7 @@ from ..nn.quantized import product_dtype
 from .cache import SPARE, DecoderCache
 from .compile_choice import Compilation
 from .compiled import QUIET_FROZEN, Compiled
-from .continuous import LEAST_ROWS
+from .dynamic_rows import LEAST_ROWS
 from .generate import decoding_device
 from .kernels import FEW_QUERIES, attention_kernels, installed
 
@@ -129,8 +129,7 @@ class ExportedLM(Compiled):
         (and kept): the package's runner, which takes :class:`CachedStep`'s inputs flattened
         (the keys and values listed after the rest) and gives its logits and hidden states.
         (The package's own call flattens them with pytree and parses its call spec on every
-        call: about 0.1 ms a step, a sixth of an int8 step at batch 1.) What it took is
-        :attr:`compilation`."""
+        call, a share of a small model's step.) What it took is :attr:`compilation`."""
         start = time.perf_counter()
         program = self.exported(device)
         path = packages_dir() / f"{package_key(program, self.settings)}.pt2"

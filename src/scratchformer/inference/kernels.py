@@ -33,10 +33,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..kernels import kernels_available
 from ..models import LMHead
 from ..nn import MultiHeadAttention, causal_mask, combine_masks
 from ..nn.attention import masked_softmax
-from ..nn.cpu_kernels import kernels_available
 
 FEW_QUERIES = 8
 """Up to this many queries a row (a decoding step: one token, or the beams of a sentence in
@@ -57,7 +57,7 @@ def few_query_attention(
     kernel: bool = False,
 ) -> Tensor:
     """:func:`~scratchformer.nn.scaled_dot_product_attention`'s output for a few queries a
-    row. With ``kernel`` (the caller's :func:`~scratchformer.nn.cpu_kernels.kernels_available`,
+    row. With ``kernel`` (the caller's :func:`~scratchformer.kernels.kernels_available`,
     asked before tracing), in float32, the project's kernel
     (``torch.ops.scratchformer.few_query_attention``): every row and head a task, the keys
     and values read once per query. Otherwise :func:`attention_sums`, which

@@ -23,8 +23,8 @@ from ..config import ModelConfig
 from ..nn import Linear
 from ..nn.feedforward import ACTIVATIONS
 from ..nn.loss import IGNORE_INDEX
-from .encoder import Encoder, EncoderModel
-from .heads import HEADS, Masked, MaskedLMHead, PretrainingHead
+from .encoder import Encoder
+from .heads import HEADS, Masked, MaskedLMHead, PretrainedEncoder, PretrainingHead
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,7 @@ class ReplacedTokenHead(PretrainingHead):
         """The logit that each token is a replacement, ``(batch, seq)``."""
         return self.proj(self.activation(self.dense(hidden))).squeeze(-1)
 
-    def detect(self, model: EncoderModel, masked: Masked) -> Detection:
+    def detect(self, model: PretrainedEncoder, masked: Masked) -> Detection:
         """The generator fills ``masked``'s masked positions with its samples (picked by
         ``masked.replacement_draws``); the model reads the result and detects them."""
         if masked.replacement_draws is None:
@@ -126,7 +126,7 @@ class ReplacedTokenHead(PretrainingHead):
         )
 
     def objective(
-        self, model: EncoderModel, masked: Masked, label_smoothing: float = 0.0
+        self, model: PretrainedEncoder, masked: Masked, label_smoothing: float = 0.0
     ) -> tuple[Tensor, Tensor]:
         """ELECTRA's loss (:meth:`Detection.loss`)."""
         detection = self.detect(model, masked)

@@ -6,21 +6,18 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import ModelConfig
-from ..nn import Dropout, Linear, init, linear_cross_entropy
+from ..nn import Dropout, Embedding, Linear, init, linear_cross_entropy
 from ..nn.feedforward import ACTIVATIONS
 from ..nn.loss import IGNORE_INDEX
 from ..nn.norm import NORMS
 from ..registry import Registry
-
-if TYPE_CHECKING:
-    from .encoder import EncoderModel
 
 
 def pool(hidden: Tensor, attention_mask: Tensor | None, how: str = "mean") -> Tensor:
@@ -127,6 +124,22 @@ class Masked:
     replacement_draws: Tensor | None = None
 
 
+class PretrainedEncoder(Protocol):
+    """What a pretraining head's objective reads of the model it heads (an
+    :class:`~.encoder.EncoderModel`, which imports this module): its embedding, and the
+    encoder's pass."""
+
+    embedding: Embedding
+
+    def encode(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        need_weights: bool = False,
+        token_type_ids: Tensor | None = None,
+    ) -> tuple[Tensor, list[Tensor]]: ...
+
+
 class PretrainingHead(nn.Module, ABC):
     """A head with an objective of its own on masked inputs (``mlm``, ``rtd``), whose
     vocabulary projection is tied to the token embedding (set by the model)."""
@@ -137,7 +150,7 @@ class PretrainingHead(nn.Module, ABC):
 
     @abstractmethod
     def objective(
-        self, model: EncoderModel, masked: Masked, label_smoothing: float = 0.0
+        self, model: PretrainedEncoder, masked: Masked, label_smoothing: float = 0.0
     ) -> tuple[Tensor, Tensor]:
         """The pretraining loss of ``model`` (whose head this is) on ``masked``, and the
         last hidden states of the encoder's pass."""
@@ -168,7 +181,7 @@ class MaskedLMHead(PretrainingHead):
         self.weight = weight
 
     def objective(
-        self, model: EncoderModel, masked: Masked, label_smoothing: float = 0.0
+        self, model: PretrainedEncoder, masked: Masked, label_smoothing: float = 0.0
     ) -> tuple[Tensor, Tensor]:
         """The masked tokens' mean cross-entropy (:meth:`loss`)."""
         hidden, _ = model.encode(

@@ -16,9 +16,9 @@ from .lora import LoRALinear
 from .loss import linear_cross_entropy
 from .masks import causal_mask, combine_masks, padding_mask
 from .norm import LayerNorm, RMSNorm, layer_norm, rms_norm
-from .positional import PositionalAttention, Positioning
+from .positional import PositionalAttention, Positioning, Rotation
 from .quantized import QuantizedLinear
-from .rotary import RotaryEmbedding, Rotation
+from .rotary import RotaryEmbedding
 
 __all__ = [
     "DecoderLayer",

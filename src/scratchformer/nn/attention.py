@@ -15,7 +15,7 @@ from .dropout import dropout
 from .linear import Linear
 from .masks import causal_mask, combine_masks
 from .packing import Packing
-from .rotary import Rotation
+from .positional import Rotation
 
 
 class SelfAttentionCache(Protocol):

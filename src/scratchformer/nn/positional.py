@@ -2,19 +2,33 @@
 
 A scheme either adds vectors to the token embeddings (sinusoidal, learned: a module the
 :class:`~.embedding.Embedding` applies) or tells attention where queries and keys are: it
-rotates them (rotary) or adds a bias to their scores (ALiBi). The second kind is a
-:class:`PositionalAttention`, which a stack asks once per forward for the
-:class:`Positioning` that every layer's self-attention then uses.
+rotates them (rotary: a :class:`Rotation`, whose angles :mod:`.rotary` computes) or adds a
+bias to their scores (ALiBi). The second kind is a :class:`PositionalAttention`, which a
+stack asks once per forward for the :class:`Positioning` that every layer's self-attention
+then uses.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
+import torch
 from torch import Tensor
 
-if TYPE_CHECKING:
-    from .rotary import Rotation
+
+class Rotation(NamedTuple):
+    """Cosines and sines of the angles of some positions: ``(batch or 1, 1, seq, d_head / 2)``
+    each, broadcasting over the heads of ``(batch, heads, seq, d_head)`` queries and keys."""
+
+    cos: Tensor
+    sin: Tensor
+
+    def apply(self, x: Tensor) -> Tensor:
+        """``x`` (queries or keys, ``(batch, heads, seq, d_head)``) rotated: dimension ``i``
+        paired with ``i + d_head / 2``, each pair turned by its angle."""
+        x1, x2 = x.chunk(2, dim=-1)
+        cos, sin = self.cos.to(x.dtype), self.sin.to(x.dtype)
+        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
 
 
 class Positioning(NamedTuple):

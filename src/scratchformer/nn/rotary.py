@@ -18,28 +18,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
 
 from ..registry import Registry
 from .embedding import inverse_frequencies
-from .positional import Positioning
-
-
-class Rotation(NamedTuple):
-    """Cosines and sines of the angles of some positions: ``(batch or 1, 1, seq, d_head / 2)``
-    each, broadcasting over the heads of ``(batch, heads, seq, d_head)`` queries and keys."""
-
-    cos: Tensor
-    sin: Tensor
-
-    def apply(self, x: Tensor) -> Tensor:
-        """``x`` (queries or keys, ``(batch, heads, seq, d_head)``) rotated."""
-        x1, x2 = x.chunk(2, dim=-1)
-        cos, sin = self.cos.to(x.dtype), self.sin.to(x.dtype)
-        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+from .positional import Positioning, Rotation
 
 
 @dataclass(frozen=True)

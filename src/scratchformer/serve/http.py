@@ -20,7 +20,8 @@ def post(app: FastAPI, path: str, body: type[BaseModel]) -> Callable[[Handler], 
     """Register ``handler(body, request)`` at ``POST path``, the body read from the
     request's JSON by pydantic in one call; a body that does not validate is a 400 naming
     the first field at fault. (A plain route: FastAPI's own reading of bodies and writing
-    of answers costs a small model's server a tenth of its requests a second.)"""
+    of answers costs a small model's server requests a second; docs/lab-notes.md, "Bodies
+    read on plain routes".)"""
 
     def register(handler: Handler) -> Handler:
         async def endpoint(request: Request) -> Response:

@@ -9,9 +9,8 @@ loading and compiling run in a thread of their own that ends with them
 (:func:`in_a_passing_thread`). OpenMP (GNU's, as torch's CPU builds link) keeps a pool of
 threads for every thread that ever ran a parallel region, for as long as it lives, and
 once the pools' threads outnumber the cores it spins less before sleeping: each parallel
-region of a worker then waits on the kernel to wake its threads. A linear map of one row by
-384 x 1,536 took 120-132 us in a second thread against 25-37 us in the first, on 2 cores
-(docs/lab-notes.md, "One OpenMP pool")."""
+region of a worker then waits on the kernel to wake its threads, which costs a small
+linear map more than its arithmetic (docs/lab-notes.md, "One OpenMP pool")."""
 
 from __future__ import annotations
 

@@ -10,19 +10,17 @@
 // nothing saturates, for any int8 weight. Seven bits rather than eight are what allow the
 // offset: with eight, two products could exceed int16, and each product would need the
 // sign of one operand moved to the other first (vpsignb), an instruction more per product
-// in the loop that bounds the speed (that form took 1.17-1.29x as long over a small GPT's
-// maps at 1 to 16 rows).
+// in the loop that bounds the speed (docs/lab-notes.md, "Seven-bit inputs").
 //
 // One input row (a decoding step) reads one weight row at a time: a single stream from
 // memory, which is what bounds it, with two sums in flight. More rows are multiplied in
 // tiles of 2 rows by 4 weight rows, 8 sums in registers, so that each loaded vector serves
 // several products; the first tile of each 4 weight rows asks for the next 4 (prefetch),
-// so that they come from memory while these are multiplied by every input row (1.04-1.33x
-// at 2 to 32 rows over a small GPT's maps; a single row's stream the CPU prefetches well
-// on its own).
+// so that they come from memory while these are multiplied by every input row (a single
+// row's stream the CPU prefetches well on its own; docs/lab-notes.md, "Prefetched weights").
 // python benchmarks/int8.py times both.
 //
-// The operator's schema is defined in int8_matmul.py; this file gives its CPU kernel.
+// The operator's schema is defined in library.py; this file gives its CPU kernel.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
@@ -156,7 +154,7 @@ void tile(const Operands& o, int64_t m, int64_t n) {
 }
 
 // out[0, n] for a single input row: 64 bytes a step into two sums, so that two chains of
-// products are in flight (13% faster than one over a small GPT's maps).
+// products are in flight rather than one waiting on each addition.
 void single_row(const Operands& o, int64_t n) {
   const int64_t k = o.k, whole = whole_columns(k);
   const int8_t* weight = o.weight + n * k;

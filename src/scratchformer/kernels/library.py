@@ -1,9 +1,9 @@
-"""The project's C++ kernels for x86 CPUs: one library, built the first time a process
-needs it.
+"""The operators of the project's C++ kernels, and the library that runs them: defined and
+built the first time a process asks for them (:func:`kernels_available`), not at import.
 
-Two operators that PyTorch has no fast form of on these CPUs, each a PyTorch operator
-(schema and shape function here, the CPU kernel in C++ beside this file), so that eager
-code, ``torch.compile`` and AOTInductor packages all call the same kernel:
+Each kernel is a PyTorch operator (schema and shape function here, the CPU kernel in the
+``.cpp`` file beside this one), so that eager code, ``torch.compile`` and AOTInductor
+packages all call the same kernel:
 
 - ``torch.ops.scratchformer.int8_matmul`` (``int8_matmul.cpp``; :mod:`.int8_matmul`):
   float32 rows times int8 weights in int8 x int8 products.
@@ -11,10 +11,10 @@ code, ``torch.compile`` and AOTInductor packages all call the same kernel:
   of a few queries a row over a key/value cache, a decoding step's, in float32
   (:func:`~scratchformer.inference.kernels.few_query_attention`).
 
-``torch.utils.cpp_extension`` compiles them (about fifteen seconds, then kept in torch's
-extensions cache) with OpenMP, so that ATen's ``parallel_for`` in them runs on torch's
+``torch.utils.cpp_extension`` compiles them once, then keeps the build in torch's
+extensions cache, with OpenMP, so that ATen's ``parallel_for`` in them runs on torch's
 threads, and AVX2 alone, so that the build runs on every x86 CPU that torch runs AVX2
-kernels on. :func:`kernels_available` says whether they run here.
+kernels on.
 """
 
 from __future__ import annotations
@@ -43,39 +43,48 @@ FLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp", "-DCPU_CAPABILITY=AVX2", "-DCPU_C
 ``parallel_for`` is a header template whose ``#pragma omp parallel`` a build without it
 ignores, running on one thread."""
 BUILT_SECONDS = 2.0
-"""A load that took longer compiled the kernels, which is said on stderr: loading a kept
-build takes a fraction of a second."""
-
-OPERATORS = torch.library.Library("scratchformer", "DEF")
-OPERATORS.define("int8_matmul(Tensor input, Tensor weight, Tensor scales) -> Tensor")
-OPERATORS.define(
-    "few_query_attention(Tensor q, Tensor k, Tensor v, Tensor mask, float scale) -> Tensor"
-)
+"""A load that took longer compiled the kernels, which is said on stderr (loading a kept
+build takes less)."""
 
 
-@torch.library.register_fake("scratchformer::int8_matmul")
 def _int8_matmul_shape(x: Tensor, weight: Tensor, scales: Tensor) -> Tensor:
     """The output's shape and dtype, for tracing (``torch.compile``, ``torch.export``)."""
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
-@torch.library.register_fake("scratchformer::few_query_attention")
 def _attention_shape(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: float) -> Tensor:
     """The output's shape and dtype: ``q``'s, with ``v``'s features."""
     return q.new_empty((*q.shape[:-1], v.shape[-1]))
 
 
 @cache
+def operators() -> torch.library.Library:
+    """The operators' library, defined once a process: their schemas and shape functions
+    (the C++ gives their CPU kernels). Kept alive here: a library that is freed takes its
+    operators with it."""
+    library = torch.library.Library("scratchformer", "DEF")
+    library.define("int8_matmul(Tensor input, Tensor weight, Tensor scales) -> Tensor")
+    library.define(
+        "few_query_attention(Tensor q, Tensor k, Tensor v, Tensor mask, float scale) -> Tensor"
+    )
+    torch.library.register_fake("scratchformer::int8_matmul", _int8_matmul_shape, lib=library)
+    torch.library.register_fake("scratchformer::few_query_attention", _attention_shape, lib=library)
+    return library
+
+
+@cache
 def kernels_available() -> bool:
     """Whether the kernels run here: an x86 CPU with AVX2 kernels (not held below them by
-    ``$ATEN_CPU_CAPABILITY``), and the library built and loaded (once a process; a failed
-    build warns once, and the callers fall back to PyTorch's forms)."""
+    ``$ATEN_CPU_CAPABILITY``), and the operators defined and the library built and loaded
+    (once a process; a failed build warns once, and the callers fall back to PyTorch's
+    forms)."""
     if platform.machine().lower() not in X86:
         return False
     if torch.backends.cpu.get_cpu_capability() not in AVX2_CAPABILITIES:
         return False
     from torch.utils import cpp_extension
 
+    operators()
     _find_ninja()
     start = time.perf_counter()
     try:

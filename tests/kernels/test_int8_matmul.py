@@ -1,6 +1,7 @@
 """int8_matmul: each input row quantized to 7 bits, multiplied by int8 weights in int8, the
 sums exact; held to the same computed in float64, to the dequantized weight's product
-within the rounding of the input, and through torch.compile and torch.export."""
+within the rounding of the input, and through torch.compile and torch.export. Where the
+kernel cannot be built these tests skip, unless SCRATCHFORMER_REQUIRE_KERNELS=1."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from helpers import with_cpu_kernels
-from scratchformer.nn.int8_matmul import int8_matmul
+from scratchformer.kernels.int8_matmul import int8_matmul
 from scratchformer.nn.quantized import quantize_rows
 
 pytestmark = with_cpu_kernels

@@ -15,9 +15,9 @@ oneDNN's uint8 x int8 products saturate, FBGEMM's dynamic linear cannot be trace
 (docs/lab-notes.md, "Int8 weights").
 
 The kernel is C++ (``int8_matmul.cpp`` beside this file), one of the project's CPU
-kernels (:mod:`.cpu_kernels`, built the first time a process needs them).
-:func:`~.cpu_kernels.kernels_available` says whether it runs here: an x86 CPU with AVX2 and
-a C++ compiler. Where it does not, int8 weights are multiplied in float32
+kernels (:mod:`.library`, built the first time a process needs them).
+:func:`~.library.kernels_available` says whether it runs here: an x86 CPU with AVX2 and a
+C++ compiler. Where it does not, int8 weights are multiplied in float32
 (:class:`~scratchformer.nn.QuantizedLinear`).
 """
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .cpu_kernels import kernels_available
+from .library import kernels_available
 
 
 def int8_matmul(x: Tensor, weight: Tensor, scales: Tensor) -> Tensor:
@@ -37,7 +37,7 @@ def int8_matmul(x: Tensor, weight: Tensor, scales: Tensor) -> Tensor:
     multiplying by the dequantized weight (about 2% of the output's norm for normal rows).
     Seven bits, not eight, let the kernel offset the weights to unsigned bytes instead of
     moving signs between operands, an instruction fewer per product (``int8_matmul.cpp``).
-    Where the kernel does not run (:func:`~.cpu_kernels.kernels_available`), a ``RuntimeError``."""
+    Where the kernel does not run (:func:`~.library.kernels_available`), a ``RuntimeError``."""
     if not torch.compiler.is_compiling() and not kernels_available():
         raise RuntimeError("the int8 x int8 kernel runs on x86 CPUs with AVX2 only")
     return torch.ops.scratchformer.int8_matmul(x, weight, scales)
