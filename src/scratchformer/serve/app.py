@@ -33,10 +33,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..device import bf16_autocast, default_device, uses_bf16
 from ..run import load_run
 from ..tasks.base import Task
+from ..training.rundir import CONFIG_FILE, read_chat_template
 from ..viz import attention_page, capture_attention
 from . import schema
 from .compiling import ready
-from .completions import Choice, Decoding, identity, read_chat_template, sse
+from .completions import Choice, Decoding, identity, sse
 from .errors import ApiError
 from .metrics import Metrics
 from .page import page
@@ -201,7 +202,7 @@ def create_app(run_dir: Path, options: ServeOptions = ServeOptions()) -> FastAPI
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        created = int((run_dir / "config.json").stat().st_mtime)
+        created = int((run_dir / CONFIG_FILE).stat().st_mtime)
         card = {"id": name, "object": "model", "created": created, "owned_by": "scratchformer"}
         return {"object": "list", "data": [card]}
 
