@@ -36,6 +36,7 @@ LAYERS = (
     ("inference", "interop"),
     ("tasks",),
     ("training", "viz"),
+    ("opening",),
     ("run",),
     ("demo", "serve"),
     ("commands",),
@@ -45,6 +46,15 @@ LAYERS = (
 )
 """The package from the bottom up: a unit imports only from layers below its own."""
 LAYER = {unit: level for level, units in enumerate(LAYERS) for unit in units}
+TRAINER = f"{PACKAGE}.training.trainer"
+LAYOUT = f"{PACKAGE}.training.rundir"
+LAYOUT_IMPORTS = {f"{PACKAGE}.{name}" for name in ("io", "config", "version", "errors")}
+LAYOUT_IMPORTS.add(f"{PACKAGE}.data.tokenizer")
+"""What the run directory's layout imports from the package: leaves, and the tokenizer whose
+files it reads and writes."""
+OPENING_RUNS = ("inference", "interop")
+"""The units that opening a run needs (quantization, Hugging Face checkpoints) and that the
+training loop, which writes a run through its layout alone, does without."""
 
 
 def _module_name(path: Path) -> str:
@@ -55,6 +65,11 @@ def _module_name(path: Path) -> str:
 def _is_module(name: str) -> bool:
     path = ROOT.parent.joinpath(*name.split("."))
     return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def _path(module: str) -> Path:
+    path = ROOT.parent.joinpath(*module.split("."))
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
 
 
 def _runtime_imports(node: ast.AST) -> list[ast.Import | ast.ImportFrom]:
@@ -113,6 +128,22 @@ def _imported_modules(path: Path, type_checking: bool = False) -> set[str]:
 def _unit(module: str) -> str:
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _closure(module: str) -> set[str]:
+    """The package's modules that importing ``module`` runs: it, what it imports and so on,
+    and the packages of each (whose ``__init__`` runs first)."""
+    found: set[str] = set()
+    waiting = [module]
+    while waiting:
+        name = waiting.pop()
+        if name in found:
+            continue
+        found.add(name)
+        parts = name.split(".")
+        waiting += [".".join(parts[:end]) for end in range(1, len(parts))]
+        waiting += _imported_modules(_path(name))
+    return found
 
 
 @cache
@@ -268,3 +299,12 @@ def test_no_import_for_annotations_hides_a_cycle() -> None:
         if _reaches(runtime, target, module)
     )
     assert hidden == []
+
+
+def test_the_training_loop_imports_nothing_that_opens_runs() -> None:
+    assert {_unit(module) for module in _closure(f"{PACKAGE}.opening")} >= set(OPENING_RUNS)
+    assert sorted(m for m in _closure(TRAINER) if _unit(m) in OPENING_RUNS) == []
+
+
+def test_the_run_directory_layout_imports_only_leaves_and_the_tokenizer() -> None:
+    assert _imported_modules(_path(LAYOUT)) <= LAYOUT_IMPORTS

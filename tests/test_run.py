@@ -3,6 +3,7 @@ Python pattern (``start_run`` + ``Trainer``) train the same model from the same 
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import signal
@@ -183,6 +184,15 @@ def test_overwrite_replaces_a_run_and_nothing_else(tmp_path: Path) -> None:
         train(copy_recipe(), run_dir, overwrite=True, resume=True, quiet=True)
     assert snapshot(tmp_path) == before
     train(copy_recipe(), tmp_path / "new", overwrite=True, quiet=True)  # nothing to replace
+
+
+def test_the_callers_recipe_is_left_as_it_was(tmp_path: Path) -> None:
+    recipe = copy_recipe("train.max_steps=1")
+    given = copy.deepcopy(recipe)
+    task, _ = start_run(recipe, tmp_path / "started")
+    assert task.recipe.model != recipe.model  # completed by the data, in the task's copy
+    train(recipe, tmp_path / "trained", quiet=True)
+    assert recipe == given
 
 
 def test_a_run_is_resumed_with_its_own_task_only(tmp_path: Path) -> None:

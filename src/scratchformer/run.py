@@ -1,10 +1,13 @@
 """What is done with run directories: training one from a recipe (:func:`train`, the one
 entry point of the command line, the demo and Python programs), starting one from a Hugging
 Face checkpoint, merging or quantizing one into another, and exporting one. The directory
-itself -- its files, its writer, :func:`load_run` -- is :mod:`scratchformer.training.rundir`'s."""
+itself -- its files, its writer -- is :mod:`scratchformer.training.rundir`'s; opening one
+(:func:`load_run`) is :mod:`scratchformer.opening`'s."""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import warnings
 from collections.abc import Sequence
 from contextlib import ExitStack
@@ -17,17 +20,12 @@ from torch import nn
 from .config import DataConfig, Recipe, TrainConfig
 from .data.tokenizer import recognise_roles
 from .errors import Interrupted, require_extra
-from .interop.hf import (
-    CHAT_TEMPLATE_FILE,
-    TOKENIZER_FILE,
-    chat_template,
-    from_pretrained,
-    save_pretrained,
-)
+from .interop.hf import TOKENIZER_FILE, chat_template, from_pretrained, save_pretrained
 from .interop.onnx import check_destination
 from .interop.onnx import export_onnx as write_onnx
 from .interop.peft import save_adapter
-from .io import atomic_write_dir, atomic_write_text
+from .io import atomic_write_dir
+from .opening import load_run, open_task, pretrained, run_model
 from .tasks import Task, build_task
 from .training.checkpoint import latest_checkpoint
 from .training.distributed import setup
@@ -43,10 +41,7 @@ from .training.rundir import (
     claim,
     is_run,
     is_run_file,
-    load_run,
-    open_task,
-    pretrained,
-    run_model,
+    read_chat_template,
     saved_quantization,
     write_run,
     write_run_info,
@@ -75,7 +70,9 @@ def start_run(recipe: Recipe, run_dir: Path) -> tuple[Task, nn.Module]:
     pretrained model's for a fine-tune -- complete the recipe's model section, and write
     both to ``run_dir``. Returns the task and the model to train: initialised from
     ``train.seed``, with the pretrained weights of ``model.init_from`` when there is one,
-    adapted as ``train.lora_*`` say."""
+    adapted as ``train.lora_*`` say. ``recipe`` itself is left as it was: the task holds
+    the completed copy (``task.recipe``)."""
+    recipe = copy.deepcopy(recipe)
     task = build_task(recipe)
     start = None
     if recipe.model.init_from is not None:
@@ -187,35 +184,41 @@ def _recipe_of(recipe: Recipe | str | Path, overrides: Sequence[str]) -> Recipe:
 
 def merge(run_dir: Path, out_dir: Path) -> None:
     """A run directory ``out_dir`` of a LoRA run's model with its adapters folded into its
-    weights: the recipe with ``train.lora_rank`` unset, the tokenizers, and the merged
-    weights in full, for every command that opens a run. ``out_dir`` must be new or empty."""
+    weights: the recipe with ``train.lora_rank`` unset, the tokenizers (and chat template),
+    and the merged weights in full, for every command that opens a run. ``out_dir`` must be
+    new or empty."""
     check_empty(out_dir)
     task, model = load_run(run_dir, need_head=False)
     if not is_adapted(model):
         raise ValueError(f"{run_dir} is not a LoRA run (train.lora_rank is unset): no adapters")
-    _save_run(task, merge_lora(model), out_dir)
+    _save_run(task, merge_lora(model), run_dir, out_dir)
 
 
 def quantize_run(run_dir: Path, out_dir: Path, quantization: str = "int8") -> None:
     """A run directory ``out_dir`` of a run's model quantized (:func:`~.inference.quantize`;
     a LoRA run's with its adapters merged first): the recipe (``train.lora_rank`` unset),
-    the tokenizers, and ``model.safetensors`` with the quantized weights (for int8, each
-    ``....weight`` in int8 beside its float32 ``....scales``), its header naming the
-    quantization, so that :func:`load_run` and every command open it quantized. ``out_dir``
-    must be new or empty."""
+    the tokenizers (and chat template), and ``model.safetensors`` with the quantized weights
+    (for int8, each ``....weight`` in int8 beside its float32 ``....scales``), its header
+    naming the quantization, so that :func:`load_run` and every command open it quantized.
+    ``out_dir`` must be new or empty."""
     check_empty(out_dir)
     task, model = load_run(run_dir, need_head=False, quantization=quantization)
-    _save_run(task, model, out_dir, {QUANTIZATION_KEY: quantization})
+    _save_run(task, model, run_dir, out_dir, {QUANTIZATION_KEY: quantization})
 
 
 def _save_run(
-    task: Task, model: nn.Module, out_dir: Path, metadata: dict[str, str] | None = None
+    task: Task,
+    model: nn.Module,
+    run_dir: Path,
+    out_dir: Path,
+    metadata: dict[str, str] | None = None,
 ) -> None:
-    """Write a run directory of ``task`` (its recipe with ``train.lora_rank`` unset, its
-    tokenizers) and of the whole of ``model``, with ``metadata`` in the weights' header."""
+    """Write a run directory ``out_dir`` of ``task`` (its recipe with ``train.lora_rank``
+    unset, its tokenizers), of the whole of ``model``, with ``metadata`` in the weights'
+    header, and of the chat template of ``run_dir``, the run they come from."""
     recipe = task.recipe
-    recipe.train.lora_rank = None
-    write_run(out_dir, recipe, task.tokenizers, model, metadata)
+    recipe = dataclasses.replace(recipe, train=dataclasses.replace(recipe.train, lora_rank=None))
+    write_run(out_dir, recipe, task.tokenizers, model, metadata, read_chat_template(run_dir))
 
 
 def import_hf(hf_dir: Path, run_dir: Path, overrides: Sequence[str] = ()) -> Recipe:
@@ -251,10 +254,7 @@ def import_hf(hf_dir: Path, run_dir: Path, overrides: Sequence[str] = ()) -> Rec
     )
     recipe = Recipe(IMPORTED_TASKS[config.head or config.arch], config, data, TrainConfig())
     recipe = Recipe.from_dict(recipe.to_dict(), overrides)
-    write_run(run_dir, recipe, {"tokenizer": tokenizer}, model)
-    template = chat_template(hf_dir)
-    if template is not None:  # for the server's chat completions
-        atomic_write_text(run_dir / CHAT_TEMPLATE_FILE, template)
+    write_run(run_dir, recipe, {"tokenizer": tokenizer}, model, chat_template=chat_template(hf_dir))
     return recipe
 
 

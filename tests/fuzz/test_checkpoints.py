@@ -19,7 +19,7 @@ from safetensors.torch import load_file, save_file
 from faults.harness import RECIPE, SETTINGS, STOPPED_AT, train_until_stopped
 from fuzz.strategies import assert_sound_or_refused, cli, damaged_tensors, examples, mutated
 from helpers import set_options
-from scratchformer.training.rundir import load_run
+from scratchformer.run import load_run
 
 LATEST = f"checkpoints/step-{STOPPED_AT:08d}"
 PICKLED = ["optimizer.pt", "scheduler.pt", "rng.pt"]

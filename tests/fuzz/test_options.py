@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from fuzz.strategies import assert_sound_or_refused, cli, examples
 from scratchformer.cli import build_parser, one_line
-from scratchformer.training.rundir import load_run
+from scratchformer.run import load_run
 
 SUBCOMMANDS: dict[str, argparse.ArgumentParser] = next(
     action.choices

@@ -154,3 +154,18 @@ def test_import_keeps_the_checkpoints_chat_template(
         (checkpoint / kept_as).write_text(json.dumps({"chat_template": entries}))
     assert main(["--quiet", "import-hf", str(checkpoint), "--out", str(run_dir)]) == 0
     assert (run_dir / "chat_template.jinja").read_text() == template
+
+
+def test_a_runs_chat_template_is_quantized_with_it_and_overwritten_with_it(
+    tiny_gpt2: Path, tmp_path: Path
+) -> None:
+    checkpoint, run_dir, int8 = tmp_path / "hf", tmp_path / "run", tmp_path / "int8"
+    shutil.copytree(tiny_gpt2, checkpoint)
+    (checkpoint / "chat_template.jinja").write_text("{{ messages[0]['content'] }}")
+    assert main(["--quiet", "import-hf", str(checkpoint), "--out", str(run_dir)]) == 0
+    assert main(["--quiet", "quantize", str(run_dir), "--out", str(int8)]) == 0
+    assert (int8 / "chat_template.jinja").read_text() == "{{ messages[0]['content'] }}"
+    settings = [*TINY_MODEL, "train.max_steps=1", "data.synthetic_train_size=50"]
+    args = ["--quiet", "train", str(RECIPES / "copy.toml"), "--out", str(run_dir), "--overwrite"]
+    assert main([*args, *set_options(settings)]) == 0
+    assert not (run_dir / "chat_template.jinja").exists()

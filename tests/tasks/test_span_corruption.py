@@ -16,9 +16,9 @@ from scratchformer.cli import main
 from scratchformer.config import Recipe
 from scratchformer.data.noise import corrupted_lengths
 from scratchformer.inference import greedy_decode
+from scratchformer.run import load_run
 from scratchformer.tasks import build_task
 from scratchformer.tasks.span_corruption import SpanCorruptionTask, split_spans
-from scratchformer.training.rundir import load_run
 
 
 @pytest.fixture(scope="module")

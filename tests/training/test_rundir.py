@@ -1,7 +1,9 @@
-"""One writer per run directory: the lock, held for a whole training run."""
+"""The run directory's layout: one writer (the lock, held for a whole training run), and
+no other module that spells the names of its files."""
 
 from __future__ import annotations
 
+import ast
 import itertools
 import os
 from pathlib import Path
@@ -11,9 +13,21 @@ import pytest
 from helpers import RECIPES, TINY_MODEL, snapshot
 from scratchformer.config import Recipe
 from scratchformer.run import train
-from scratchformer.training.rundir import locked
+from scratchformer.training import rundir
+from scratchformer.training.rundir import (
+    AVERAGE_FILE,
+    CHECKPOINT_FILES,
+    LOCK_FILE,
+    is_run_file,
+    locked,
+)
 
 pytest.importorskip("fcntl")
+
+SOURCE = Path(rundir.__file__).parents[1]
+OTHER_LAYOUTS = ("interop/hf.py", "interop/onnx.py")
+"""The modules that name the files of other directories (a Hugging Face checkpoint, an ONNX
+export), some of which a run directory's share."""
 
 RECIPE = Recipe.load(
     RECIPES / "copy.toml",
@@ -60,3 +74,29 @@ def test_a_lock_file_left_by_a_killed_writer_is_taken_over(tmp_path: Path) -> No
     with locked(tmp_path):
         assert (tmp_path / ".lock").read_text() == f"{os.getpid()}\n"
     assert not (tmp_path / ".lock").exists()
+
+
+def spelt_run_files(path: Path) -> set[str]:
+    """The names of a run's files that ``path`` spells as string literals (its docstrings,
+    prose, aside)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    prose = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Expr)}
+    names = {*CHECKPOINT_FILES, AVERAGE_FILE, LOCK_FILE}
+    return {
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in prose
+        and (is_run_file(node.value) or node.value in names)
+    }
+
+
+def test_only_the_layout_spells_the_names_of_a_runs_files() -> None:
+    spelt = {
+        path.relative_to(SOURCE).as_posix(): names
+        for path in sorted(SOURCE.rglob("*.py"))
+        if (names := spelt_run_files(path))
+    }
+    assert {"config.json", "chat_template.jinja", ".lock"} <= spelt.pop("training/rundir.py")
+    assert {name: spelt[name] for name in spelt if name not in OTHER_LAYOUTS} == {}

@@ -9,8 +9,9 @@ from ..config import Recipe
 from ..device import default_device
 from ..errors import UsageError
 from ..io import atomic_write_text
+from ..opening import load_run
 from ..tasks import TASKS
-from ..training.rundir import CONFIG_FILE, METRICS_FILE, load_run
+from ..training.rundir import CONFIG_FILE, METRICS_FILE
 from ..viz import (
     attention_grid,
     attention_page,

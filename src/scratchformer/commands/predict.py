@@ -21,6 +21,7 @@ from ..inference.compile_choice import choose, job_key, measured, say
 from ..inference.generate import stream
 from ..run import load_run
 from ..tasks import Task
+from ..training.rundir import CONFIG_FILE
 from .common import answer_lines, in_precision, input_lines, progress_wanted, run_of
 
 
@@ -30,7 +31,7 @@ def evaluate(args: argparse.Namespace) -> int:
     scores of real decoding (not teacher forcing) for the tasks that decode."""
     task, model = load_run(Path(args.run), quantization=args.quantize)
     device = default_device(args.device)
-    with naming_the_source(Path(args.run) / "config.json"):
+    with naming_the_source(Path(args.run) / CONFIG_FILE):
         metrics = task.evaluate(model.to(device), args.split, args.data, device=device)
         metrics.update(
             task.decoding_metrics(model, args.split, args.data, args.beam, progress_wanted(args))

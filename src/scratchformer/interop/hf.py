@@ -42,7 +42,7 @@ TOKENIZER_FILE = "tokenizer.json"
 SPECIAL_TOKENS_FILE = "special_tokens_map.json"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
-"""A chat template on its own, as ``transformers`` saves it and as a run directory keeps it."""
+"""A chat template on its own, as ``transformers`` saves it."""
 
 Model = EncoderModel | DecoderModel | Seq2SeqModel
 

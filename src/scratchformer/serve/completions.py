@@ -16,7 +16,6 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from jinja2 import TemplateError
@@ -25,7 +24,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from ..data.tokenizer import Tokenizer
 from ..inference.continuous import Request
 from ..inference.generate import Sampling
-from ..interop.hf import CHAT_TEMPLATE_FILE
+from ..training.rundir import CHAT_TEMPLATE_FILE
 from .errors import ApiError
 from .schema import ChatRequest, CompletionRequest, Sampled
 from .workers import Busy, DecodingWorker, Progress
@@ -266,11 +265,6 @@ def render_chat(template: str, messages: list[dict[str, Any]], specials: dict[st
 
 def raise_template_error(message: str) -> None:
     raise TemplateError(message)
-
-
-def read_chat_template(run_dir: Path) -> str | None:
-    path = run_dir / CHAT_TEMPLATE_FILE
-    return path.read_text(encoding="utf-8") if path.is_file() else None
 
 
 def identity(kind: str) -> dict[str, Any]:

@@ -16,11 +16,12 @@ import torch
 from torch import nn
 
 from ..device import bf16_autocast, default_device, uses_bf16
-from ..run import load_run
+from ..opening import load_run
 from ..tasks.base import Task
+from ..training.rundir import read_chat_template
 from ..viz import attention_page, capture_attention
 from .compiling import Serving, ready
-from .completions import Decoding, read_chat_template
+from .completions import Decoding
 from .errors import ApiError
 from .metrics import Metrics
 from .options import ServeOptions

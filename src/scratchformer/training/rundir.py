@@ -1,5 +1,5 @@
-"""The run directory: the name of every file in it, its one writer, its metrics log, its
-lock, and opening a trained one (:func:`load_run`).
+"""The run directory's layout: the name of every file in it, its one writer, its metrics
+log, its lock, and the checks of whether it may be written or read.
 
 What a run directory holds::
 
@@ -7,6 +7,7 @@ What a run directory holds::
     config.json                 the recipe, its model section completed by the data
     tokenizer*.json             the task's tokenizers (``tokenizer-src``, ``tokenizer-tgt``)
     model.safetensors           the best weights by the task's metric
+    chat_template.jinja         an imported language model's chat template, when it has one
     metrics.jsonl               the training log, one JSON record a line
     tensorboard/                the same log for TensorBoard, when asked for
     trainer_state.json          the latest checkpoint's path, its step and trainer state
@@ -25,9 +26,10 @@ What a run directory holds::
 - ``run.json`` records the directory's format and the scratchformer version that last wrote
   it; a run of a newer format is refused, not misread.
 
-This module sits in ``training`` because opening a run needs every layer below (tasks,
-models, quantization, LoRA, Hugging Face checkpoints); the modules below it never name a
-run's files: a task's tokenizers are written and read here.
+No other module names a run's files: a task's tokenizers are written and read here. This
+module imports nothing above the tokenizer, so that the training loop, which writes the
+run, stands below what opens one (:mod:`scratchformer.opening`: tasks, models,
+quantization, Hugging Face checkpoints).
 """
 
 from __future__ import annotations
@@ -46,8 +48,6 @@ from torch import nn
 
 from ..config import QUANTIZATIONS, Recipe
 from ..data.tokenizer import Tokenizer
-from ..inference import quantize
-from ..interop.hf import from_pretrained
 from ..io import (
     LockHeld,
     append_text,
@@ -55,18 +55,12 @@ from ..io import (
     atomic_write_text,
     hold_lock,
     listing,
-    load_model,
-    load_weights,
     read_metadata,
     remove_temps,
     save_weights,
     temp_path,
 )
-from ..models import build_model
-from ..tasks import Task, build_task
 from ..version import __version__
-from .initialisation import checkpoint_dir, copy_pretrained, new_model
-from .lora import apply_lora, is_adapted, merge_lora
 
 CONFIG_FILE = "config.json"
 RUN_FILE = "run.json"
@@ -77,6 +71,9 @@ TOKENIZER_FILES = "tokenizer*.json"
 """The task's tokenizers, each named ``{its name}.json`` (its names begin ``tokenizer``)."""
 METRICS_FILE = "metrics.jsonl"
 """The run directory's log, one JSON record per line, appended as training goes."""
+CHAT_TEMPLATE_FILE = "chat_template.jinja"
+"""An imported language model's chat template (the name ``transformers`` gives it), which
+the server's chat completions render."""
 TENSORBOARD_DIR = "tensorboard"
 TRAINER_STATE = "trainer_state.json"
 CHECKPOINTS = "checkpoints"
@@ -99,6 +96,7 @@ RUN_FILES = (
     RUN_FILE,
     TOKENIZER_FILES,
     MODEL_FILE,
+    CHAT_TEMPLATE_FILE,
     TRAINER_STATE,
     CHECKPOINTS,
     METRICS_FILE,
@@ -298,16 +296,20 @@ def write_run(
     tokenizers: dict[str, Tokenizer],
     model: nn.Module | None = None,
     metadata: dict[str, str] | None = None,
+    chat_template: str | None = None,
 ) -> None:
     """Write a run directory (created if need be): its format, the ``tokenizers`` (by name),
     the weights of ``model`` when there is one (a run about to train has none yet), with
-    ``metadata`` in their header, and the recipe, last."""
+    ``metadata`` in their header, the ``chat_template`` when there is one, and the recipe,
+    last."""
     run_dir.mkdir(parents=True, exist_ok=True)
     write_run_info(run_dir)
     for name, tokenizer in tokenizers.items():
         tokenizer.save(run_dir / f"{name}.json")
     if model is not None:
         write_model(run_dir, model, metadata)
+    if chat_template is not None:
+        atomic_write_text(run_dir / CHAT_TEMPLATE_FILE, chat_template)
     atomic_write_text(run_dir / CONFIG_FILE, recipe.to_json())
 
 
@@ -344,7 +346,7 @@ def _logged_step(line: str) -> int | None:
         return None
 
 
-# Opening a run ---------------------------------------------------------------------------
+# Reading a run ---------------------------------------------------------------------------
 
 
 def read_tokenizers(run_dir: Path) -> dict[str, Tokenizer]:
@@ -355,88 +357,10 @@ def read_tokenizers(run_dir: Path) -> dict[str, Tokenizer]:
     return tokenizers
 
 
-PADDED_ARCHS = ("encoder", "seq2seq")
-"""The architectures whose tasks pad their batches with the tokenizer's pad token."""
-LABELLED_HEADS = ("classification", "token_classification")
-"""The heads whose outputs are the classes ``data.labels`` names."""
-
-
-def open_task(run_dir: Path, overrides: list[str] | None = None) -> tuple[Task, Recipe]:
-    """The task of a started run, with its tokenizers, and its recipe (plus overrides)."""
-    check_format(run_dir)
-    recipe = Recipe.load(run_dir / CONFIG_FILE, overrides or [])
-    task = build_task(recipe)
-    task.tokenizers = read_tokenizers(run_dir)
-    if recipe.model.arch in PADDED_ARCHS:
-        for name, tokenizer in task.tokenizers.items():
-            if tokenizer.pad_id is None:
-                raise ValueError(
-                    f"{run_dir / name}.json has no pad token among its special tokens, which "
-                    f"a {recipe.model.arch} model's batches are padded with"
-                )
-    return task, recipe
-
-
-def load_run(
-    run_dir: Path, need_head: bool = True, quantization: str | None = None
-) -> tuple[Task, nn.Module]:
-    """The task and the best trained model (in eval mode) of a run directory: a LoRA run's
-    base (``model.init_from``, or the initial weights of ``train.seed``) with its adapters;
-    a quantized run's (:func:`~scratchformer.run.quantize_run`) quantized. ``quantization``
-    (one of ``QUANTIZATIONS``) quantizes the model once loaded, a LoRA run's with its
-    adapters merged first. With ``need_head``, a model without the task's head (an
-    imported encoder) is an error."""
-    trained_model(run_dir)
-    task, recipe = open_task(run_dir)
-    if need_head and recipe.model.head != task.head:
-        raise ValueError(
-            f"{run_dir} holds a model without the {task.head} head of a {task.name} run "
-            "(an imported checkpoint?); fine-tune it first"
-        )
-    labelled = recipe.model.head in LABELLED_HEADS
-    if labelled and len(recipe.data.labels or []) != recipe.model.num_labels:
-        raise ValueError(
-            f"{run_dir / CONFIG_FILE}: data.labels={recipe.data.labels!r} does not name the "
-            f"model's {recipe.model.num_labels} classes (model.num_labels)"
-        )
-    saved = saved_quantization(run_dir)
-
-    def build() -> nn.Module:
-        model = build_model(recipe.model)
-        return model if saved is None else quantize(model, saved)
-
-    if recipe.train.lora_rank is None:
-        model = load_model(build, run_dir / MODEL_FILE)
-    else:
-        model = run_model(recipe, pretrained_weights=True)
-        load_weights(run_dir / MODEL_FILE, model)
-    if quantization is not None:
-        if is_adapted(model):
-            merge_lora(model)  # the adapters' update is part of the weights to quantize
-        quantize(model, quantization)
-    return task, model.eval()
-
-
-def pretrained(name: str) -> tuple[nn.Module, Tokenizer | None]:
-    """The model and tokenizer that ``model.init_from = name`` starts from: the best model
-    of a run directory of ours (a pretraining run, say), or a Hugging Face checkpoint
-    (a directory or an installed model package)."""
-    path = checkpoint_dir(name)
-    if is_run(path):
-        task, model = load_run(path, need_head=False)
-        return model, task.tokenizer()
-    return from_pretrained(path)
-
-
-def run_model(recipe: Recipe, pretrained_weights: bool) -> nn.Module:
-    """The model of a started run: initialised from ``train.seed``, with the weights of
-    ``model.init_from`` when ``pretrained_weights`` -- or when LoRA adapts it, since its
-    frozen base is in none of the run's files -- adapted as ``train.lora_*`` say."""
-    model = new_model(recipe)
-    init_from = recipe.model.init_from
-    if init_from is not None and (pretrained_weights or recipe.train.lora_rank is not None):
-        copy_pretrained(model, pretrained(init_from)[0], init_from)
-    return apply_lora(model, recipe.train)
+def read_chat_template(run_dir: Path) -> str | None:
+    """The chat template that :func:`write_run` wrote (``None``: the run has none)."""
+    path = run_dir / CHAT_TEMPLATE_FILE
+    return path.read_text(encoding="utf-8") if path.is_file() else None
 
 
 def trained_model(run_dir: Path) -> Path:

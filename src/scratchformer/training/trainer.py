@@ -13,7 +13,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -21,13 +21,15 @@ from tqdm import tqdm
 
 from ..device import bf16_autocast, uses_bf16
 from ..errors import Interrupted, TrainingError
-from ..tasks.base import Task
 from .averaging import exponential_average
 from .checkpoint import load_checkpoint, save_checkpoint
 from .distributed import Distributed
 from .interrupt import StopSignals
 from .rundir import TENSORBOARD_DIR, append_metrics, trim_metrics, write_model
 from .schedule import build_schedule
+
+if TYPE_CHECKING:
+    from ..tasks.base import Task
 
 FUSED_ADAMW_DEVICES = ("cpu", "cuda")
 """Where torch has a fused AdamW kernel that the trainer uses."""
