@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -16,6 +16,9 @@ from .linear import Linear
 from .masks import causal_mask, combine_masks
 from .packing import Packing
 from .rotary import Rotation
+
+if TYPE_CHECKING:
+    from ..config import ModelConfig
 
 
 class SelfAttentionCache(Protocol):
@@ -139,6 +142,20 @@ class MultiHeadAttention(nn.Module):
             self.qkv_proj = Linear(d_model, d_model + 2 * kv_width, bias=qkv_bias)
         self.out_proj = Linear(d_model, d_model, bias=bias)
 
+    @classmethod
+    def from_config(cls, config: ModelConfig, *, cross: bool = False) -> MultiHeadAttention:
+        """The self-attention (or, with ``cross``, the cross-attention) of a model."""
+        return cls(
+            config.d_model,
+            config.n_heads,
+            config.attention_dropout,
+            config.bias,
+            cross=cross,
+            n_kv_heads=config.n_kv_heads,
+            qkv_bias=config.qkv_bias,
+            scale=None if config.scale_attention else 1.0,
+        )
+
     def forward(
         self,
         x: Tensor,
@@ -255,6 +272,5 @@ class MultiHeadAttention(nn.Module):
 
 
 ATTENTIONS: Registry[Callable[..., MultiHeadAttention]] = Registry("attention")
-"""``ModelConfig.attention`` -> the attention of ``(d_model, n_heads, dropout, bias, cross,
-n_kv_heads, qkv_bias, scale)``."""
-ATTENTIONS.add("multi_head", MultiHeadAttention)
+"""``ModelConfig.attention`` -> the attention of a config: ``(config, cross=False)``."""
+ATTENTIONS.add("multi_head", MultiHeadAttention.from_config)
