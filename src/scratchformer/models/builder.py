@@ -18,11 +18,11 @@ from torch import nn
 
 from ..config import ModelConfig
 from ..nn import (
+    Attention,
     DecoderLayer,
     Dropout,
     Embedding,
     EncoderLayer,
-    MultiHeadAttention,
     TokenEmbedding,
 )
 from ..nn.attention import ATTENTIONS
@@ -48,7 +48,7 @@ def final_dropout(config: ModelConfig) -> Dropout | None:
     return Dropout(config.dropout) if config.final_dropout else None
 
 
-def attention(config: ModelConfig, cross: bool = False) -> MultiHeadAttention:
+def attention(config: ModelConfig, cross: bool = False) -> Attention:
     """Self-attention, or cross-attention to the encoder output."""
     return ATTENTIONS[config.attention](config, cross=cross)
 

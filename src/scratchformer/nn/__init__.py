@@ -1,6 +1,6 @@
 """Building blocks of the Transformer, each written out."""
 
-from .attention import MultiHeadAttention, scaled_dot_product_attention
+from .attention import Attention, MultiHeadAttention, scaled_dot_product_attention
 from .dropout import Dropout, dropout
 from .embedding import (
     Embedding,
@@ -21,6 +21,7 @@ from .quantized import QuantizedLinear
 from .rotary import RotaryEmbedding, Rotation
 
 __all__ = [
+    "Attention",
     "DecoderLayer",
     "Dropout",
     "Embedding",
