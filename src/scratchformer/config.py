@@ -372,7 +372,7 @@ class ModelConfig(ConfigBase):
             _require(self.arch == "decoder", "sliding_window needs arch='decoder'")
         if self.positional == "rotary":
             _require(
-                self.d_model // self.n_heads % 2 == 0,
+                self.rotary_dim % 2 == 0,
                 f"positional='rotary' needs an even head width, got d_model / n_heads = "
                 f"{self.d_model // self.n_heads}",
             )
@@ -425,6 +425,12 @@ class ModelConfig(ConfigBase):
     @property
     def kv_heads(self) -> int:
         return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
+
+    @property
+    def rotary_dim(self) -> int:
+        """The width of the part of every query and key head that rotary positions turn:
+        the whole head, ``d_model / n_heads``."""
+        return self.d_model // self.n_heads
 
     @property
     def use_qkv_bias(self) -> bool:

@@ -46,6 +46,7 @@ def test_llama_family_step_by_step_equals_full_recomputation(name: str) -> None:
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=TOL, rtol=0)
     kv_heads, d_head = model.config.kv_heads, 32 // 4
     assert all(c.keys.shape == (3, kv_heads, 9, d_head) for c in cache.self_attn)
+    assert model.decoder.layers[0].self_attn.cache_numbers == 2 * kv_heads * d_head
 
 
 def test_a_sliding_window_forgets_what_lies_before_it() -> None:

@@ -22,8 +22,14 @@ if TYPE_CHECKING:
     from ..config import ModelConfig
 
 
+CacheShapes = tuple[tuple[int, int], tuple[int, int]]
+"""``(heads, width)`` of the keys and of the values that a self-attention cache keeps for
+every position (or of what it keeps in their place)."""
+
+
 class SelfAttentionCache(Protocol):
-    """Where self-attention keeps the keys and values of earlier positions."""
+    """Where self-attention keeps the keys and values of earlier positions (or what an
+    attention keeps in their place: :attr:`Attention.cache_shapes`)."""
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Store the new positions' keys and values; return those of all positions."""
@@ -99,9 +105,11 @@ class Attention(nn.Module, ABC):
     what the cache keeps).
 
     A variant is a subclass, registered by its :meth:`from_config`: it makes its
-    projections (``out_proj`` among them) in ``__init__`` and writes :meth:`project`. It may
-    write an :meth:`attend` of its own too; decoding's kernels, which compute this class's
-    formula, then leave it alone, unless the class says they fit (:attr:`attend_is_core`).
+    projections (``out_proj`` among them) in ``__init__`` and writes :meth:`project`, which
+    decides what a decoding cache keeps (:attr:`cache_shapes`); LoRA adapts the parts of
+    its fused projections apart (:attr:`fused_parts`). It may write an :meth:`attend` of
+    its own too; decoding's kernels, which compute this class's formula, then leave it
+    alone, unless the class says they fit (:attr:`attend_is_core`).
 
     When weights are not requested, :meth:`attend` runs PyTorch's fused
     ``scaled_dot_product_attention``, which gives the same numbers as the written-out one;
@@ -124,6 +132,24 @@ class Attention(nn.Module, ABC):
     @abstractmethod
     def from_config(cls, config: ModelConfig, *, cross: bool = False) -> Attention:
         """The self-attention (or, with ``cross``, the cross-attention) of a model."""
+
+    @property
+    @abstractmethod
+    def cache_shapes(self) -> CacheShapes:
+        """``(heads, width)`` of each of the two tensors that self-attention keeps in a
+        cache for every position (:meth:`project` appends them): its keys and values, or
+        what it keeps in their place."""
+
+    @property
+    def cache_numbers(self) -> int:
+        """The numbers a position costs in a self-attention cache of this layer."""
+        return sum(heads * width for heads, width in self.cache_shapes)
+
+    @property
+    def fused_parts(self) -> dict[str, tuple[int, ...]]:
+        """The linear maps (by attribute name) whose outputs are several maps' side by
+        side, and the widths of those parts, which LoRA adapts apart; none by default."""
+        return {}
 
     def forward(
         self,
@@ -257,6 +283,19 @@ class MultiHeadAttention(Attention):
             qkv_bias=config.qkv_bias,
             scale=None if config.scale_attention else 1.0,
         )
+
+    @property
+    def cache_shapes(self) -> CacheShapes:
+        """Keys and values of the key/value heads."""
+        return (self.n_kv_heads, self.d_head), (self.n_kv_heads, self.d_head)
+
+    @property
+    def fused_parts(self) -> dict[str, tuple[int, ...]]:
+        """Query, key and value of ``qkv_proj``; key and value of ``kv_proj``."""
+        kv = self.n_kv_heads * self.d_head
+        if self.cross:
+            return {"kv_proj": (kv, kv)}
+        return {"qkv_proj": (self.n_heads * self.d_head, kv, kv)}
 
     def project(
         self,
