@@ -10,6 +10,7 @@ from .embedding import (
     sinusoidal_table,
 )
 from .feedforward import FeedForward
+from .latent_attention import MultiHeadLatentAttention
 from .layers import DecoderLayer, EncoderLayer
 from .linear import Linear
 from .lora import LoRALinear
@@ -32,6 +33,7 @@ __all__ = [
     "Linear",
     "LoRALinear",
     "MultiHeadAttention",
+    "MultiHeadLatentAttention",
     "PositionalAttention",
     "Positioning",
     "QuantizedLinear",
