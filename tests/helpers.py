@@ -88,6 +88,12 @@ LLAMA_STYLE = dict(
 )
 """The ModelConfig fields of a Llama-family decoder (RMSNorm, SwiGLU, rotary, no biases)."""
 
+LATENT = dict(
+    attention="latent", kv_lora_rank=12, qk_rope_head_dim=4, qk_nope_head_dim=6, v_head_dim=8
+)
+"""The ModelConfig fields of multi-head latent attention at the tiny sizes, every width its
+own (so that a part read in another's place cannot fit)."""
+
 T5_STYLE = dict(
     arch="seq2seq",
     norm_first=True,

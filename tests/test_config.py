@@ -55,6 +55,22 @@ def test_every_architecture_and_task_named_here_is_implemented() -> None:
         (dict(qkv_bias="yes"), "qkv_bias='yes' must be of type bool or None"),
         (dict(decoder_start="eos"), "decoder_start='eos' must be one of bos, pad"),
         (dict(arch="decoder", decoder_start="pad"), "decoder_start='pad' needs arch='seq2seq'"),
+        (dict(attention="latent"), "attention='latent' has no cross-attention, which arch='seq"),
+        (dict(arch="decoder", attention="latent", kv_lora_rank=0), "kv_lora_rank=0 must be"),
+        (dict(arch="decoder", attention="latent", q_lora_rank=0), "q_lora_rank=0 must be"),
+        (dict(q_lora_rank=8), "q_lora_rank=8 needs attention='latent'"),
+        (
+            dict(arch="decoder", attention="latent", n_kv_heads=2),
+            "n_kv_heads=2 needs attention='multi_head'",
+        ),
+        (
+            dict(arch="decoder", attention="latent", scale_attention=False),
+            "scale_attention=False needs attention='multi_head'",
+        ),
+        (
+            dict(arch="decoder", attention="latent", positional="rotary", qk_rope_head_dim=5),
+            "positional='rotary' needs an even head width, got qk_rope_head_dim = 5",
+        ),
     ],
 )
 def test_bad_values_name_the_field(overrides, message) -> None:
@@ -216,15 +232,21 @@ def test_a_recipe_with_a_byte_order_mark_loads_and_other_encodings_name_the_file
     st.booleans(),
     st.sampled_from(["sinusoidal", "learned", "rotary", "alibi", "relative"]),
     st.sampled_from([None, "classification", "token_classification", "mlm", "span"]),
+    st.sampled_from([None, (None, 8), (6, 40)]),
 )
 def test_the_parameter_bound_holds_for_every_kind_of_model(
-    arch, layers, width, gated, positional, head
+    arch, layers, width, gated, positional, head, latent
 ) -> None:
     """``parameter_bound`` (integer arithmetic, no tensor) is at least the parameters of
-    the model built on the meta device, whatever the architecture, positions and head."""
+    the model built on the meta device, whatever the architecture, positions, head and
+    attention (``latent``: multi-head latent attention's query rank and head width)."""
     fields = dict(arch=arch, vocab_size=50, d_model=width, n_heads=4, n_layers=layers)
     fields |= dict(d_ff=3 * width, gated=gated, positional=positional, num_labels=5)
     fields |= dict(head=head if arch == "encoder" else None, pooler=arch == "encoder")
+    if latent is not None:
+        q_lora_rank, head_width = latent
+        fields |= dict(attention="latent", q_lora_rank=q_lora_rank, kv_lora_rank=head_width)
+        fields |= dict(qk_rope_head_dim=4, qk_nope_head_dim=head_width, v_head_dim=head_width)
     try:
         model_config = ModelConfig(**fields)
     except ValueError:  # a combination that is refused by its own rule

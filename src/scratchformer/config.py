@@ -42,10 +42,23 @@ MAX_MASK_SPAN = 10
 """The longest span masked LM chooses, in words or pieces (SpanBERT's clip of its geometric
 lengths); ``data.mask_span_length`` must stay below it."""
 SCHEDULES = ("noam", "cosine", "constant", "inverse_sqrt")
-LORA_TARGETS = ("qkv_proj", "q_proj", "kv_proj", "out_proj", "w1", "w2", "w3")
+LORA_TARGETS = (
+    "qkv_proj",
+    "q_proj",
+    "kv_proj",
+    "out_proj",
+    "q_a_proj",
+    "q_b_proj",
+    "kv_a_proj",
+    "kv_b_proj",
+    "w1",
+    "w2",
+    "w3",
+)
 """The linear maps LoRA may adapt, by module name: self-attention's fused ``qkv_proj``,
-cross-attention's ``q_proj`` and fused ``kv_proj``, every attention's ``out_proj``, and the
-feed-forward's ``w1``, ``w2`` and (gated) ``w3``."""
+cross-attention's ``q_proj`` and fused ``kv_proj``, every attention's ``out_proj``, latent
+attention's ``q_proj`` (or ``q_a_proj`` and ``q_b_proj``), ``kv_a_proj`` and ``kv_b_proj``,
+and the feed-forward's ``w1``, ``w2`` and (gated) ``w3``."""
 
 C = TypeVar("C", bound="ConfigBase")
 
@@ -209,7 +222,25 @@ class ModelConfig(ConfigBase):
     cache keeps these heads only."""
     attention: str = "multi_head"
     """The attention of every layer: ``multi_head``, the paper's (grouped-query with
-    ``n_kv_heads``)."""
+    ``n_kv_heads``); or ``latent``, DeepSeek-V2's multi-head latent attention (decoders and
+    encoders), whose heads' keys and values are made from one latent vector a position
+    (``kv_lora_rank``), so that a decoding cache keeps that vector and one shared rotated
+    key (``qk_rope_head_dim``) a position and layer instead of every head's key and
+    value."""
+    kv_lora_rank: int = 128
+    """``attention='latent'``: the width of the latent that every head's keys and values are
+    made from (DeepSeek-V2: 512)."""
+    q_lora_rank: int | None = None
+    """``attention='latent'``: queries through a low-rank bottleneck of this width
+    (DeepSeek-V2: 1536); ``None``: one projection."""
+    qk_rope_head_dim: int = 32
+    """``attention='latent'``: the part of every query and key head that rotary positions
+    turn; the keys' part is one, shared by all heads (DeepSeek-V2: 64)."""
+    qk_nope_head_dim: int = 64
+    """``attention='latent'``: the part of every query and key head without positions
+    (DeepSeek-V2: 128)."""
+    v_head_dim: int = 64
+    """``attention='latent'``: the width of every head's value (DeepSeek-V2: 128)."""
     n_layers: int = 6
     """Layers of the encoder (``encoder``, ``seq2seq``) or of the decoder (``decoder``)."""
     n_decoder_layers: int | None = None
@@ -344,6 +375,24 @@ class ModelConfig(ConfigBase):
                 self.n_heads % self.n_kv_heads == 0,
                 f"n_heads={self.n_heads} is not divisible by n_kv_heads={self.n_kv_heads}",
             )
+        _positive(self, "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
+        if self.attention == "latent":
+            if self.q_lora_rank is not None:
+                _positive(self, "q_lora_rank")
+            _require(
+                self.arch != "seq2seq",
+                "attention='latent' has no cross-attention, which arch='seq2seq' needs",
+            )
+            for name, value in (("n_kv_heads", None), ("scale_attention", True)):
+                _require(
+                    getattr(self, name) == value,
+                    f"{name}={getattr(self, name)!r} needs attention='multi_head'",
+                )
+        else:
+            _require(
+                self.q_lora_rank is None,
+                f"q_lora_rank={self.q_lora_rank} needs attention='latent'",
+            )
         _one_of(self, "positional", POSITIONALS)
         _positive(self, "rope_theta", "rope_factor", "rope_original_max_len")
         if self.rope_scaling is not None:
@@ -371,10 +420,10 @@ class ModelConfig(ConfigBase):
             _positive(self, "sliding_window")
             _require(self.arch == "decoder", "sliding_window needs arch='decoder'")
         if self.positional == "rotary":
+            rotated = "qk_rope_head_dim" if self.attention == "latent" else "d_model / n_heads"
             _require(
-                self.d_model // self.n_heads % 2 == 0,
-                f"positional='rotary' needs an even head width, got d_model / n_heads = "
-                f"{self.d_model // self.n_heads}",
+                self.rotary_dim % 2 == 0,
+                f"positional='rotary' needs an even head width, got {rotated} = {self.rotary_dim}",
             )
         _one_of(self, "decoder_start", DECODER_STARTS)
         _require(
@@ -408,7 +457,7 @@ class ModelConfig(ConfigBase):
         """At least as many parameters as the model of this config has, in integer
         arithmetic: absurd sizes are refused before any tensor (or table) exists."""
         d, f = self.d_model, self.d_ff
-        layer = 4 * d * d + (3 if self.gated else 2) * d * f + f + 10 * d
+        layer = self._attention_bound() + (3 if self.gated else 2) * d * f + f + 10 * d
         layers = self.n_layers * layer
         if self.arch == "seq2seq":
             layers += self.decoder_layers * (layer + 4 * d * d + 6 * d)
@@ -418,6 +467,18 @@ class ModelConfig(ConfigBase):
         relative = self.relative_buckets * self.n_heads * stacks
         return layers + rows * d + 2 * d * d + self.target_vocab_size + relative
 
+    def _attention_bound(self) -> int:
+        """At least the parameters of one self-attention but its output bias."""
+        d, heads = self.d_model, self.n_heads
+        if self.attention != "latent":
+            return 4 * d * d
+        qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+        rank = self.q_lora_rank
+        queries = d * heads * qk if rank is None else (d + 2 + heads * qk) * rank
+        latent = (d + 2) * (self.kv_lora_rank + self.qk_rope_head_dim)
+        expanded = self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim)
+        return queries + latent + expanded + heads * self.v_head_dim * d
+
     @property
     def target_vocab_size(self) -> int:
         return self.vocab_size if self.tgt_vocab_size is None else self.tgt_vocab_size
@@ -425,6 +486,12 @@ class ModelConfig(ConfigBase):
     @property
     def kv_heads(self) -> int:
         return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
+
+    @property
+    def rotary_dim(self) -> int:
+        """The width of the part of every query and key head that rotary positions turn:
+        the whole head, ``d_model / n_heads``; ``qk_rope_head_dim`` with latent attention."""
+        return self.qk_rope_head_dim if self.attention == "latent" else self.d_model // self.n_heads
 
     @property
     def use_qkv_bias(self) -> bool:
@@ -718,7 +785,8 @@ class TrainConfig(ConfigBase):
     """LoRA: the linear maps to adapt in every layer, by name: ``qkv_proj`` (self-attention's
     query, key and value; one rank-``lora_rank`` adapter each, as PEFT's separate ones),
     ``q_proj`` and ``kv_proj`` (cross-attention), ``out_proj``, ``w1``, ``w2``, ``w3``
-    (feed-forward)."""
+    (feed-forward); with ``attention='latent'``, ``q_proj`` (or ``q_a_proj`` and
+    ``q_b_proj``), ``kv_a_proj`` and ``kv_b_proj``."""
 
     def __post_init__(self) -> None:
         self._check_types()

@@ -27,8 +27,8 @@ def declare(field: str, *names: str) -> tuple[str, ...]:
 
 ARCHITECTURES = declare("arch", "encoder", "decoder", "seq2seq")
 """``scratchformer.models.MODELS``."""
-ATTENTIONS = declare("attention", "multi_head")
-"""``scratchformer.nn.attention.ATTENTIONS``."""
+ATTENTIONS = declare("attention", "multi_head", "latent")
+"""``scratchformer.nn.attention.ATTENTIONS`` (``latent``: ``scratchformer.nn.latent_attention``)."""
 ACTIVATIONS = declare("activation", "relu", "gelu", "gelu_tanh", "silu")
 """``scratchformer.nn.feedforward.ACTIVATIONS``."""
 FEED_FORWARDS = declare("feed_forward", "plain", "gated")

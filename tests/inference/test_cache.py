@@ -5,11 +5,19 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers import LLAMA_STYLE, TINY_VOCAB, tiny_config
+from helpers import LATENT, LLAMA_STYLE, TINY_VOCAB, tiny_config
 from scratchformer import build_model
 from scratchformer.inference import DecoderCache
 
 TOL = 1e-5
+
+
+def step_by_step(model: torch.nn.Module, ids: torch.Tensor, cache: DecoderCache) -> torch.Tensor:
+    """The logits of ``ids`` fed into ``cache``: four positions in one go (a prompt), then
+    one by one."""
+    prompt = model(ids[:, :4], cache=cache).logits
+    steps = [model(ids[:, t : t + 1], cache=cache).logits for t in range(4, ids.shape[1])]
+    return torch.cat([prompt, *steps], dim=1)
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
@@ -19,11 +27,8 @@ def test_lm_step_by_step_equals_full_recomputation(norm_first, positional) -> No
         tiny_config(arch="decoder", norm_first=norm_first, positional=positional)
     ).eval()
     ids = torch.randint(0, TINY_VOCAB, (3, 9))
-    full = model(ids).logits
     cache = DecoderCache(model.decoder, batch=3, max_len=9)
-    prompt = model(ids[:, :4], cache=cache).logits  # the prompt in one go, then one by one
-    steps = [prompt] + [model(ids[:, t : t + 1], cache=cache).logits for t in range(4, 9)]
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=TOL, rtol=0)
+    torch.testing.assert_close(step_by_step(model, ids, cache), model(ids).logits, atol=TOL, rtol=0)
     assert cache.length == 9
 
 
@@ -39,13 +44,25 @@ GROUPED = {
 def test_llama_family_step_by_step_equals_full_recomputation(name: str) -> None:
     model = build_model(tiny_config(**GROUPED[name])).eval()
     ids = torch.randint(0, TINY_VOCAB, (3, 9))
-    full = model(ids).logits
     cache = DecoderCache(model.decoder, batch=3, max_len=9)
-    prompt = model(ids[:, :4], cache=cache).logits
-    steps = [prompt] + [model(ids[:, t : t + 1], cache=cache).logits for t in range(4, 9)]
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=TOL, rtol=0)
+    torch.testing.assert_close(step_by_step(model, ids, cache), model(ids).logits, atol=TOL, rtol=0)
     kv_heads, d_head = model.config.kv_heads, 32 // 4
     assert all(c.keys.shape == (3, kv_heads, 9, d_head) for c in cache.self_attn)
+    assert model.decoder.layers[0].self_attn.cache_numbers == 2 * kv_heads * d_head
+
+
+@pytest.mark.parametrize("q_lora_rank", [None, 8])
+def test_latent_attention_step_by_step_equals_full_recomputation(q_lora_rank) -> None:
+    """Multi-head latent attention's cache holds, per layer and position, the latent and
+    the shared rotated key, not the heads' keys and values: 12 + 4 numbers, where
+    multi-head attention's would hold 2 * 4 heads * 8."""
+    model = build_model(tiny_config(**LLAMA_STYLE, **LATENT, q_lora_rank=q_lora_rank)).eval()
+    ids = torch.randint(0, TINY_VOCAB, (3, 9))
+    cache = DecoderCache(model.decoder, batch=3, max_len=9)
+    torch.testing.assert_close(step_by_step(model, ids, cache), model(ids).logits, atol=TOL, rtol=0)
+    assert all(c.keys.shape == (3, 1, 9, 12) for c in cache.self_attn)
+    assert all(c.values.shape == (3, 1, 9, 4) for c in cache.self_attn)
+    assert model.decoder.layers[0].self_attn.cache_numbers == 12 + 4
 
 
 def test_a_sliding_window_forgets_what_lies_before_it() -> None:

@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 
-from helpers import COMPILED, TINY_VOCAB, tiny_lm
+from helpers import COMPILED, LATENT, TINY_VOCAB, tiny_lm
 from scratchformer.inference import ContinuousBatcher, Request, Sampling, generate
 from scratchformer.inference.exported import ExportedLM
 
@@ -28,10 +28,14 @@ def run(batcher: ContinuousBatcher, joins: dict[int, list[Request]]) -> int:
     return steps
 
 
-@pytest.mark.parametrize("positional", ["learned", "rotary", "alibi"])
-def test_requests_joining_and_leaving_get_their_tokens_alone(positional: str) -> None:
+@pytest.mark.parametrize(
+    ("positional", "fields"),
+    [("learned", {}), ("rotary", {}), ("alibi", {}), ("rotary", LATENT)],
+    ids=["learned", "rotary", "alibi", "latent"],  # latent: caches of a latent and a key
+)
+def test_requests_joining_and_leaving_get_their_tokens_alone(positional: str, fields) -> None:
     torch.manual_seed(0)
-    model = tiny_lm(positional)
+    model = tiny_lm(positional, **fields)
     alone = [
         generate(model, [prompt], max_new_tokens=n, greedy=True)[0]
         for prompt, n in zip(PROMPTS, LENGTHS, strict=True)

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from helpers import PROMPTS, TINY_VOCAB, tiny_lm
+from helpers import LATENT, PROMPTS, TINY_VOCAB, tiny_lm
 from scratchformer.inference import (
     ban_repeated_ngrams,
     filter_top_k,
@@ -102,6 +102,20 @@ def test_greedy_continues_the_argmax_of_full_forward_passes() -> None:
     for _ in range(5):
         ids.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
     assert generate(model, [PROMPTS[2]], max_new_tokens=5, temperature=0) == [ids[6:]]
+
+
+@pytest.mark.parametrize("q_lora_rank", [None, 8])
+def test_latent_attention_generates_the_argmax_of_full_forward_passes(q_lora_rank) -> None:
+    """Multi-head latent attention with rotary positions: greedy generation from its cache
+    of latents, the prompts left-padded in one batch, gives each prompt the tokens of full
+    forward passes without a cache."""
+    model = tiny_lm("rotary", **LATENT, q_lora_rank=q_lora_rank)
+    found = generate(model, PROMPTS, max_new_tokens=6, greedy=True)
+    for prompt, new in zip(PROMPTS, found, strict=True):
+        ids = list(prompt)
+        for _ in range(6):
+            ids.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
+        assert new == ids[len(prompt) :]
 
 
 def test_top_k_1_sampling_equals_greedy() -> None:

@@ -7,8 +7,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from helpers import PROMPTS, compile_without_inductor, compiled_graphs, tiny_lm, with_cpu_kernels
-from scratchformer.inference import generate
+from helpers import (
+    LATENT,
+    PROMPTS,
+    compile_without_inductor,
+    compiled_graphs,
+    tiny_lm,
+    with_cpu_kernels,
+)
+from scratchformer.inference import DecoderCache, generate
 from scratchformer.inference import kernels as kernels_module
 from scratchformer.inference.kernels import (
     FEW_QUERIES,
@@ -30,7 +37,7 @@ from scratchformer.nn import (
     padding_mask,
     scaled_dot_product_attention,
 )
-from scratchformer.nn.attention import expand_kv_heads
+from scratchformer.nn.attention import ATTENTIONS, expand_kv_heads
 from torch_reference import lengths_mask
 
 
@@ -182,6 +189,87 @@ def test_installing_and_removing_restores_the_core_path() -> None:
     assert attention.attend.__func__ is MultiHeadAttention.attend
     assert proj.forward.__func__ is nn.Linear.forward
     assert not {"attend", "forward"} & (vars(attention).keys() | vars(proj).keys())
+
+
+class DoubledScores(MultiHeadAttention):
+    """A variant with an ``attend`` of its own: scores twice the core's."""
+
+    def attend(self, q, k, v, mask=None, is_causal=False, need_weights=False, bias=None):
+        return super().attend(2 * q, k, v, mask, is_causal, need_weights, bias)
+
+
+class CountedAttend(MultiHeadAttention):
+    """The core's formula in an ``attend`` of its own that counts its calls, declared to
+    compute the core's (so the kernels may stand in for it)."""
+
+    attend_is_core = True
+    calls = 0
+
+    def attend(self, *args, **kwargs):
+        self.calls += 1
+        return super().attend(*args, **kwargs)
+
+
+def stepped_logits(model: nn.Module, ids: torch.Tensor, few_queries: int) -> torch.Tensor:
+    """The logits of ``ids`` fed as a decoding loop feeds them: the first half at once,
+    then a token a step, into a cache, with the loop's kernels installed, and the attention
+    kernels for ``few_queries`` as a compiled model installs them."""
+    rows, length = ids.shape
+    cache = DecoderCache(model.decoder, rows, length + 1)
+    few_query_kernels = installed(attention_kernels(model, few_queries))
+    with torch.no_grad(), decoding_kernels(model, rows), few_query_kernels:
+        logits = [model(ids[:, : length // 2], cache=cache).logits]
+        logits += [model(ids[:, t : t + 1], cache=cache).logits for t in range(length // 2, length)]
+    return torch.cat(logits, dim=1)
+
+
+def test_a_variant_with_an_attend_of_its_own_decodes_by_it(monkeypatch) -> None:
+    """Registered as a model's attention, a subclass whose ``attend`` is its own takes no
+    decoding kernel, which would compute the core's formula: decoding with a cache, with
+    the kernels of every loop and with a compiled model's (where the core takes the
+    few-query kernels), gives the logits of the variant's uncached forward, which are not
+    the core's."""
+    core = tiny_lm("rotary", n_layers=1)
+    monkeypatch.setitem(ATTENTIONS._entries, "multi_head", DoubledScores.from_config)
+    variant = tiny_lm("rotary", n_layers=1)
+    variant.load_state_dict(core.state_dict())
+    assert type(variant.decoder.layers[0].self_attn) is DoubledScores
+    assert attention_kernels(variant, FEW_QUERIES) == [] and attention_kernels(core, FEW_QUERIES)
+    ids = torch.tensor([[5, 9, 2, 7, 3, 1], [7, 3, 8, 8, 4, 1]])
+    with torch.no_grad():
+        whole = variant(ids).logits
+        assert not torch.allclose(whole, core(ids).logits, atol=1e-3)
+    for few_queries in (0, FEW_QUERIES):
+        stepped = stepped_logits(variant, ids, few_queries)
+        torch.testing.assert_close(stepped, whole, atol=1e-5, rtol=1e-5)
+
+
+def test_latent_attention_decodes_by_the_few_query_kernels() -> None:
+    """Multi-head latent attention's ``attend`` is the core: the kernels stand in for it,
+    and decoding steps with its values narrower than its keys, with a compiled model's
+    kernels too (a few queries a row: ``few_query_attention``, in the project's kernel where
+    it runs), give its uncached forward's logits."""
+    model = tiny_lm("rotary", n_layers=1, **LATENT)
+    assert len(attention_kernels(model, FEW_QUERIES)) == 1
+    ids = torch.tensor([[5, 9, 2, 7, 3, 1], [7, 3, 8, 8, 4, 1]])
+    with torch.no_grad():
+        whole = model(ids).logits
+    for few_queries in (0, FEW_QUERIES):
+        stepped = stepped_logits(model, ids, few_queries)
+        torch.testing.assert_close(stepped, whole, atol=1e-5, rtol=1e-5)
+
+
+def test_a_declared_attend_takes_the_kernels_which_fall_back_to_it() -> None:
+    """The kernel stands in for a declared ``attend`` and falls back to the class's own
+    (not the core's by name) for what it does not do itself (weights, many queries)."""
+    attention = CountedAttend(16, 2).eval()
+    x = torch.randn(2, 3, 16)
+    with torch.no_grad(), installed(attention_kernels(attention, FEW_QUERIES)):
+        assert isinstance(attention.attend, DecodingAttention)
+        attention(x, need_weights=True)
+        assert attention.calls == 1
+        attention(x[:, :1])  # one query a row: the few-query kernel's
+        assert attention.calls == 1
 
 
 @pytest.mark.parametrize("q_len", [1, 2])

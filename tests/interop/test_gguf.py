@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import LLAMA_STYLE, RECIPES, set_options, train
+from helpers import LATENT, LLAMA_STYLE, RECIPES, set_options, train
 from scratchformer import ModelConfig, build_model
 from scratchformer.cli import main
 from scratchformer.data.tokenizer import Tokenizer
@@ -299,6 +299,7 @@ REFUSED = {
     "no final norm": (dict(final_norm=False), "model.final_norm=False"),
     "embedding norm": (dict(embedding_norm=True), "model.embedding_norm=True"),
     "encoder": (dict(arch="encoder"), "model.arch='encoder'"),
+    "latent attention": (LATENT, "model.attention='latent'"),
 }
 
 

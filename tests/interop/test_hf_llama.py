@@ -12,7 +12,7 @@ import pytest
 import torch
 import transformers
 
-from helpers import LLAMA_STYLE, tiny_config
+from helpers import LATENT, LLAMA_STYLE, tiny_config
 from scratchformer import build_model, from_pretrained, save_pretrained
 from scratchformer.cli import main
 from scratchformer.inference import generate
@@ -188,3 +188,12 @@ def test_a_llama_with_layer_norm_is_not_exported(tmp_path: Path) -> None:
     model = build_model(tiny_config(**LLAMA_STYLE | dict(norm="layer")))
     with pytest.raises(ValueError, match=r"cannot export as llama: norm='layer' \(needs 'rms'\)"):
         save_pretrained(model, tmp_path / "hf")
+
+
+def test_a_llama_with_latent_attention_is_not_exported(tmp_path: Path) -> None:
+    """No family writes multi-head latent attention: refused in one line that names it."""
+    model = build_model(tiny_config(**LLAMA_STYLE | LATENT))
+    message = r"^cannot export as llama: attention='latent' \(needs 'multi_head'\)$"
+    with pytest.raises(ValueError, match=message):
+        save_pretrained(model, tmp_path / "hf")
+    assert not (tmp_path / "hf").exists()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import FILLER, run
+from helpers import FILLER, LATENT, run
 from scratchformer import ModelConfig, build_model
 from scratchformer.cli import main
 from scratchformer.interop.onnx import OnnxRuntimeModel, check_destination, export_onnx
@@ -33,9 +33,10 @@ def padded_batch(vocab_size: int, lengths: list[int]) -> tuple[torch.Tensor, tor
     [
         # BERT's layout: post-LN, learned positions, segments, a pooled classification head
         dict(head="classification", num_labels=3, type_vocab_size=2, norm_first=False),
-        # a tagger with rotary positions, and a bi-encoder's unit vectors with ALiBi
+        # a tagger with rotary positions, and a bi-encoder's unit vectors with ALiBi and
+        # multi-head latent attention (low-rank queries)
         dict(head="token_classification", num_labels=5, positional="rotary"),
-        dict(head="similarity", positional="alibi", pooling="mean"),
+        dict(head="similarity", positional="alibi", pooling="mean", **LATENT, q_lora_rank=6),
     ],
     ids=["classification", "tagging", "similarity"],
 )

@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers import LLAMA_STYLE, T5_STYLE, tiny_config
+from helpers import LATENT, LLAMA_STYLE, T5_STYLE, tiny_config
 from scratchformer import build_model
 
 VOCAB = 23
@@ -33,6 +33,10 @@ CONFIGS = {
     "seq2seq-alibi": dict(arch="seq2seq", tgt_vocab_size=19, positional="alibi"),
     "seq2seq-t5": dict(T5_STYLE, gated=True, activation="gelu_tanh"),
     "decoder-relative": dict(arch="decoder", positional="relative", norm_first=True),
+    "decoder-latent": dict(LLAMA_STYLE, **LATENT, q_lora_rank=8),
+    "encoder-latent": dict(
+        arch="encoder", head="token_classification", positional="rotary", **LATENT
+    ),
 }
 ALL = pytest.mark.parametrize("name", CONFIGS)
 PROPERTY = settings(max_examples=15, deadline=None)
@@ -84,7 +88,15 @@ def test_more_padding_changes_nothing_at_real_positions(name, lengths, extra) ->
 
 @pytest.mark.parametrize(
     "name",
-    ["decoder", "decoder-learned", "seq2seq", "seq2seq-pre-LN", "seq2seq-t5", "decoder-relative"],
+    [
+        "decoder",
+        "decoder-learned",
+        "seq2seq",
+        "seq2seq-pre-LN",
+        "seq2seq-t5",
+        "decoder-relative",
+        "decoder-latent",
+    ],
 )
 @PROPERTY
 @given(t=st.integers(0, 5), padded=st.booleans())

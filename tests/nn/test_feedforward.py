@@ -4,7 +4,9 @@ import torch.nn.functional as F
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaMLP
 
+from scratchformer.config import ModelConfig
 from scratchformer.nn import FeedForward
+from scratchformer.nn.feedforward import FEED_FORWARDS
 
 
 @pytest.mark.parametrize(
@@ -46,3 +48,11 @@ def test_swiglu_matches_hugging_face_llama_mlp() -> None:
 def test_unknown_activation_is_named() -> None:
     with pytest.raises(ValueError, match="activation='swish'"):
         FeedForward(8, 32, activation="swish")
+
+
+@pytest.mark.parametrize("gated", [False, True])
+def test_the_network_of_a_config_has_its_widths_and_gating(gated: bool) -> None:
+    config = ModelConfig(d_model=8, n_heads=2, d_ff=24, bias=False, gated=gated, dropout=0.25)
+    ff = FEED_FORWARDS[config.feed_forward](config)
+    assert ff.w1.weight.shape == (24, 8) and ff.w2.weight.shape == (8, 24)
+    assert (ff.w3 is not None) == gated and ff.w1.bias is None and ff.dropout.p == 0.25

@@ -3,6 +3,7 @@ import torch
 from torch import nn
 from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
+from scratchformer.config import ModelConfig
 from scratchformer.nn import LayerNorm, RMSNorm, layer_norm, rms_norm
 from scratchformer.nn.norm import NORMS
 
@@ -69,8 +70,10 @@ def test_rms_norm_normalises_bfloat16_in_float32_as_llama_does() -> None:
 
 
 def test_norms_by_name_and_unknown_norm_is_named() -> None:
-    layer, rms = NORMS["layer"](8, 1e-6, True), NORMS["rms"](8, 1e-6, True)
+    config = ModelConfig(d_model=8, n_heads=2, layer_norm_eps=1e-6, bias=True)
+    layer, rms = NORMS["layer"](config), NORMS["rms"](config)
     assert isinstance(layer, LayerNorm) and layer.centred and layer.bias is not None
     assert isinstance(rms, RMSNorm) and rms.bias is None and rms.eps == 1e-6
+    assert layer.weight.shape == rms.weight.shape == (8,)
     with pytest.raises(ValueError, match="norm='batch' must be one of layer, rms"):
         NORMS["batch"]

@@ -10,10 +10,19 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from helpers import RECIPES, TINY_MODEL, interrupted_after, set_options, tiny_config
+from helpers import (
+    LATENT,
+    LLAMA_STYLE,
+    RECIPES,
+    TINY_MODEL,
+    interrupted_after,
+    set_options,
+    tiny_config,
+)
 from scratchformer import build_model
 from scratchformer.cli import main
 from scratchformer.config import Recipe, TrainConfig
+from scratchformer.nn import LoRALinear
 from scratchformer.run import load_run, merge
 from scratchformer.training.averaging import exponential_average
 from scratchformer.training.lora import apply_lora, is_adapted, merge_lora
@@ -78,6 +87,29 @@ def test_only_adapters_and_the_head_train_and_the_optimizer_holds_exactly_them(
     assert set(model.state_dict()) == trained
     average = exponential_average(model, 0.9)
     assert set(average.state_dict()) == {f"module.{name}" for name in trained} | {"n_averaged"}
+
+
+def test_latent_attention_s_maps_take_an_adapter_each_and_merge() -> None:
+    """Multi-head latent attention's projections, each one adapter (``kv_a_proj``, the
+    latent and the shared key side by side, as PEFT adapts DeepSeek's one map); merged, the
+    adapted model's logits."""
+    torch.manual_seed(0)
+    model = build_model(tiny_config(**LLAMA_STYLE, **LATENT, q_lora_rank=8)).eval()
+    ids = torch.randint(4, 29, (2, 9))
+    base = model(ids).logits
+    targets = ["q_a_proj", "q_b_proj", "kv_a_proj", "kv_b_proj", "out_proj"]
+    apply_lora(model, TrainConfig(lora_rank=4, lora_targets=targets))
+    adapters = {n: m for n, m in model.named_modules() if isinstance(m, LoRALinear)}
+    assert {name.rsplit(".", 1)[1] for name in adapters} == set(targets)
+    assert len(adapters) == 2 * len(targets) and all(len(m.parts) == 1 for m in adapters.values())
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.endswith("lora_B"):
+                parameter.normal_(std=0.1)
+    adapted = model(ids).logits
+    assert (adapted - base).abs().max() > 1e-3
+    merge_lora(model)
+    assert (model(ids).logits - adapted).abs().max() < 1e-5
 
 
 def test_targets_that_name_no_linear_map_are_an_error() -> None:

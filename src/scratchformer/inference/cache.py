@@ -1,7 +1,8 @@
 """Key/value caches for incremental decoding.
 
-Self-attention keys and values are appended step by step into buffers allocated once for
-the longest sequence (no re-concatenation, so a step costs the same at any length);
+Self-attention keys and values (or what an attention keeps in their place, as its
+``cache_shapes`` say) are appended step by step into buffers allocated once for the
+longest sequence (no re-concatenation, so a step costs the same at any length);
 cross-attention keys and values of the encoder output are computed once per sequence.
 """
 
@@ -15,13 +16,15 @@ import torch
 from torch import Tensor, nn
 
 from ..config import max_parameters
+from ..nn.attention import CacheShapes
 from ..nn.quantized import product_dtype
 
 
 class KVCache:
-    """Keys and values of one self-attention layer: ``(batch, kv_heads, max_len, d_head)``
-    buffers of which the first ``length`` positions are filled (grouped-query attention
-    keeps only its shared key/value heads)."""
+    """What one self-attention layer keeps of earlier positions: keys and values, or what
+    the attention keeps in their place (its ``cache_shapes``), in ``(batch, heads, max_len,
+    width)`` buffers of which the first ``length`` positions are filled (grouped-query
+    attention keeps only its shared key/value heads)."""
 
     def __init__(self, keys: Tensor, values: Tensor, length: int = 0) -> None:
         self.keys, self.values = keys, values
@@ -32,21 +35,26 @@ class KVCache:
     def empty(
         cls,
         batch: int,
-        n_heads: int,
-        d_head: int,
         max_len: int,
+        shapes: CacheShapes,
         dtype: torch.dtype = torch.float32,
         device: torch.device | None = None,
     ) -> KVCache:
-        """A cache with room for ``max_len`` positions a row, none filled."""
-        return cls(*cls.buffers((batch, n_heads, max_len, d_head), dtype=dtype, device=device))
+        """A cache with room for ``max_len`` positions a row, none filled, of keys and
+        values of ``shapes`` (``(heads, width)`` each)."""
+        (k_heads, k_width), (v_heads, v_width) = shapes
+        keys, values = (batch, k_heads, max_len, k_width), (batch, v_heads, max_len, v_width)
+        return cls(*cls.buffers(keys, values, dtype=dtype, device=device))
 
     @staticmethod
-    def buffers(shape: tuple[int, ...], **options: Any) -> tuple[Tensor, Tensor]:
-        """Zeroed key and value buffers, their length dynamic for ``torch.compile`` (one
-        graph for any length) in a process that compiles: one that has not loaded the
-        compiler (decoding compiles after loading it) does not load it for a hint."""
-        pair = torch.zeros(shape, **options), torch.zeros(shape, **options)
+    def buffers(
+        keys: tuple[int, ...], values: tuple[int, ...], **options: Any
+    ) -> tuple[Tensor, Tensor]:
+        """Zeroed key and value buffers of these shapes, their length dynamic for
+        ``torch.compile`` (one graph for any length) in a process that compiles: one that
+        has not loaded the compiler (decoding compiles after loading it) does not load it
+        for a hint."""
+        pair = torch.zeros(keys, **options), torch.zeros(values, **options)
         if "torch._dynamo" in sys.modules:
             for buffer in pair:
                 torch._dynamo.maybe_mark_dynamic(buffer, 2)
@@ -70,7 +78,7 @@ class KVCache:
         gathering in place needs a copy back, which takes longer (docs/lab-notes.md)."""
         if self.spare is None:  # allocated on the first reorder only (beam search)
             self.spare = self.buffers(
-                self.keys.shape, dtype=self.keys.dtype, device=self.keys.device
+                self.keys.shape, self.values.shape, dtype=self.keys.dtype, device=self.keys.device
             )
         filled = slice(0, self.length)
         for source, target in zip((self.keys, self.values), self.spare, strict=True):
@@ -106,8 +114,8 @@ class DecoderCache:
     bytes)."""
 
     def __init__(self, decoder: nn.Module, batch: int, max_len: int) -> None:
-        first = decoder.layers[0].self_attn
-        numbers = 2 * len(decoder.layers) * batch * max_len * first.n_kv_heads * first.d_head
+        attentions = [layer.self_attn for layer in decoder.layers]
+        numbers = batch * max_len * sum(attention.cache_numbers for attention in attentions)
         ceiling = max_parameters()
         if numbers > ceiling:
             raise ValueError(
@@ -118,8 +126,8 @@ class DecoderCache:
         parameter = next(decoder.parameters())
         dtype = product_dtype(parameter)
         self.self_attn = [
-            KVCache.empty(batch, first.n_kv_heads, first.d_head, max_len, dtype, parameter.device)
-            for _ in decoder.layers
+            KVCache.empty(batch, max_len, attention.cache_shapes, dtype, parameter.device)
+            for attention in attentions
         ]
         self.cross_attn = [
             CrossKV() if layer.cross_attn is not None else None for layer in decoder.layers

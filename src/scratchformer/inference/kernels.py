@@ -1,17 +1,18 @@
 """Decoding kernels: attention and linear maps in the forms that decoding runs faster.
 
-The building blocks compute the readable way: ``MultiHeadAttention.attend`` writes
-attention out or calls PyTorch's fused kernel, ``Linear`` is ``torch.nn.Linear``. Decoding
-installs kernels on a model's modules while it runs (:func:`installed`): each an instance
-attribute that shadows a method (``attend``, ``forward``), so that removing it gives the
-method back, and a model outside a decoding loop computes as it was written.
+The building blocks compute the readable way: ``Attention.attend`` (the core of every
+attention that has no ``attend`` of its own) writes attention out or calls PyTorch's fused
+kernel, ``Linear`` is ``torch.nn.Linear``. Decoding installs kernels on a model's modules
+while it runs (:func:`installed`): each an instance attribute that shadows a method
+(``attend``, ``forward``), so that removing it gives the method back, and a model outside a
+decoding loop computes as it was written.
 
-- :class:`DecodingAttention` (every decoding loop): query rows that share keys (beam
-  search: the beams of a sentence share its encoder output) attend as the queries of one
-  row (:func:`fold_rows`), so the keys and values are read once; and, installed by a
-  ``CompiledModel`` or an ``ExportedLM`` on the CPU, up to :data:`FEW_QUERIES` queries a
-  row attend by :func:`few_query_attention`: the project's C++ kernel on x86 CPUs with
-  AVX2, elsewhere sums that Inductor fuses.
+- :class:`DecodingAttention` (every decoding loop, on every attention whose ``attend`` is
+  the core): query rows that share keys (beam search: the beams of a sentence share its
+  encoder output) attend as the queries of one row (:func:`fold_rows`), so the keys and
+  values are read once; and, installed by a ``CompiledModel`` or an ``ExportedLM`` on the
+  CPU, up to :data:`FEW_QUERIES` queries a row attend by :func:`few_query_attention`: the
+  project's C++ kernel on x86 CPUs with AVX2, elsewhere sums that Inductor fuses.
 - :class:`TransposedLinear` (every decoding loop on the CPU): the loop's number of rows a
   step multiplied as ``(weight @ x.T).T``, if this CPU runs that orientation faster for the
   model's weights, as :func:`transposed_is_faster` measures.
@@ -35,7 +36,7 @@ from torch import Tensor, nn
 
 from ..kernels import kernels_available
 from ..models import LMHead
-from ..nn import MultiHeadAttention, causal_mask, combine_masks
+from ..nn import Attention, causal_mask, combine_masks
 from ..nn.attention import masked_softmax
 
 FEW_QUERIES = 8
@@ -122,8 +123,8 @@ def unfold_rows(x: Tensor, rows: int) -> Tensor:
 
 
 class DecodingAttention:
-    """An ``attend`` for a :class:`~scratchformer.nn.MultiHeadAttention` while decoding:
-    the same arguments and results as the core method, which it calls for what it does not
+    """An ``attend`` for an :class:`~scratchformer.nn.Attention` while decoding: the same
+    arguments and results as the class's own method, which it calls for what it does not
     do itself.
 
     With fewer rows of keys than of queries, each row of keys serves as many consecutive
@@ -131,7 +132,7 @@ class DecodingAttention:
     ``few_queries`` queries a row, without weights, gradients or a score bias, attend by
     :func:`few_query_attention`, in the project's kernel where it runs."""
 
-    def __init__(self, attention: MultiHeadAttention, few_queries: int = 0) -> None:
+    def __init__(self, attention: Attention, few_queries: int = 0) -> None:
         self.attention = attention
         self.few_queries = few_queries
         self.kernel = few_queries > 0 and kernels_available()
@@ -160,7 +161,7 @@ class DecodingAttention:
         q_len = q.shape[-2]
         core = need_weights or bias is not None or torch.is_grad_enabled()
         if core or q_len > self.few_queries:
-            attend = MultiHeadAttention.attend
+            attend = type(self.attention).attend
             return attend(self.attention, q, k, v, mask, is_causal, need_weights, bias)
         if is_causal:
             mask = combine_masks(mask, causal_mask(q_len, k.shape[-2], device=q.device))
@@ -263,11 +264,14 @@ def kept(kind: Callable[..., Any], module: nn.Module, *args: object) -> Any:
 
 
 def attention_kernels(model: nn.Module, few_queries: int = 0) -> list[Kernel]:
-    """A :class:`DecodingAttention` for every ``MultiHeadAttention`` of ``model``."""
+    """A :class:`DecodingAttention` for every attention of ``model`` that they fit: whose
+    ``attend`` is the core, ``Attention.attend``, or one its class declares to compute the
+    same (``attend_is_core``). A variant's own formula is never replaced by the core's."""
     return [
         (module, "attend", kept(DecodingAttention, module, few_queries))
         for module in model.modules()
-        if isinstance(module, MultiHeadAttention)
+        if isinstance(module, Attention)
+        and (type(module).attend is Attention.attend or type(module).attend_is_core)
     ]
 
 

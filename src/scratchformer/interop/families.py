@@ -153,9 +153,15 @@ class Family:
         return differ
 
 
-LAYER_NORM_LAYERS = {"norm": "layer", "gated": False, "n_kv_heads": None, "use_qkv_bias": True}
-"""The layers of BERT and GPT-2: LayerNorm, the paper's feed-forward, one key/value head per
-query head, biases everywhere."""
+LAYER_NORM_LAYERS = {
+    "norm": "layer",
+    "gated": False,
+    "attention": "multi_head",
+    "n_kv_heads": None,
+    "use_qkv_bias": True,
+}
+"""The layers of BERT and GPT-2: LayerNorm, the paper's feed-forward, multi-head attention
+with one key/value head per query head, biases everywhere."""
 
 BERT = Family(
     name="BERT",
@@ -283,6 +289,7 @@ LLAMA = Family(
         "use_final_norm": True,
         "norm": "rms",
         "gated": True,
+        "attention": "multi_head",
         "positional": "rotary",
         "scale_embedding": False,
         "embedding_norm": False,
@@ -372,6 +379,7 @@ T5 = Family(
         "norm_first": True,
         "use_final_norm": True,
         "norm": "rms",
+        "attention": "multi_head",
         "positional": "relative",
         "scale_attention": False,
         "scale_embedding": False,

@@ -134,6 +134,7 @@ WHY = {
     "sliding_window": "llama.cpp's gpt2 and llama attend to every earlier position",
     "norm_first": "llama.cpp's layers are pre-LN",
     "use_final_norm": "llama.cpp normalises the last layer's output (None: as norm_first)",
+    "attention": "llama.cpp's gpt2 and llama compute multi-head (grouped-query) attention",
 }
 """Why a value is refused, where the architecture's name alone does not say."""
 

@@ -1,7 +1,9 @@
 """A model's parts from its :class:`~scratchformer.config.ModelConfig`: the config's names
 are looked up in the registries beside the parts (attention, norms, feed-forward networks,
-positional schemes, heads), so that a new kind of part is its module and its entry, and
-nothing here changes.
+positional schemes, heads), whose entries each make their part from the whole config and
+the part's role (``cross=True`` for cross-attention, ``causal`` for a decoder's positions),
+so that a new kind of part, with settings of its own, is its module, its entry and its
+config fields, and nothing here changes.
 
 The parts are made in the order of the modules that hold them, which is the order of
 their parameters and of the initialisation's random draws (checkpoints and seeded runs
@@ -16,11 +18,11 @@ from torch import nn
 
 from ..config import ModelConfig
 from ..nn import (
+    Attention,
     DecoderLayer,
     Dropout,
     Embedding,
     EncoderLayer,
-    MultiHeadAttention,
     TokenEmbedding,
 )
 from ..nn.attention import ATTENTIONS
@@ -32,8 +34,8 @@ from .positional import POSITIONALS
 
 
 def norm(config: ModelConfig) -> nn.Module:
-    """The norm that ``config.norm`` names, of the config's width, eps and bias."""
-    return NORMS[config.norm](config.d_model, config.layer_norm_eps, config.bias)
+    """The norm that ``config.norm`` names."""
+    return NORMS[config.norm](config)
 
 
 def final_norm(config: ModelConfig) -> nn.Module | None:
@@ -46,24 +48,14 @@ def final_dropout(config: ModelConfig) -> Dropout | None:
     return Dropout(config.dropout) if config.final_dropout else None
 
 
-def attention(config: ModelConfig, cross: bool = False) -> MultiHeadAttention:
+def attention(config: ModelConfig, cross: bool = False) -> Attention:
     """Self-attention, or cross-attention to the encoder output."""
-    return ATTENTIONS[config.attention](
-        config.d_model,
-        config.n_heads,
-        config.attention_dropout,
-        config.bias,
-        cross=cross,
-        n_kv_heads=config.n_kv_heads,
-        qkv_bias=config.qkv_bias,
-        scale=None if config.scale_attention else 1.0,
-    )
+    return ATTENTIONS[config.attention](config, cross=cross)
 
 
 def feed_forward(config: ModelConfig) -> nn.Module:
     """The feed-forward network, plain or gated."""
-    make = FEED_FORWARDS[config.feed_forward]
-    return make(config.d_model, config.d_ff, config.dropout, config.activation, config.bias)
+    return FEED_FORWARDS[config.feed_forward](config)
 
 
 def encoder_layer(config: ModelConfig) -> EncoderLayer:

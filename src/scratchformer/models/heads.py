@@ -165,7 +165,7 @@ class MaskedLMHead(PretrainingHead):
         super().__init__()
         self.dense = Linear(config.d_model, config.d_model)
         self.activation = ACTIVATIONS[config.activation]
-        self.norm = NORMS[config.norm](config.d_model, config.layer_norm_eps, config.bias)
+        self.norm = NORMS[config.norm](config)
         self.weight = nn.Parameter(torch.empty(config.vocab_size, config.d_model))
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
         init.normal_(self.weight, std=config.d_model**-0.5)

@@ -29,8 +29,8 @@ class PositionalScheme(NamedTuple):
 
 
 def rotary_embedding(config: ModelConfig, causal: bool) -> RotaryEmbedding:
-    """The rotary embedding of a stack's heads, its frequencies scaled if the config says
-    (the same in a causal stack)."""
+    """The rotary embedding of a stack's heads (of their rotated part, ``config.rotary_dim``),
+    its frequencies scaled if the config says (the same in a causal stack)."""
     scaling = None
     if config.rope_scaling is not None:
         scaling = RopeScaling(
@@ -40,7 +40,7 @@ def rotary_embedding(config: ModelConfig, causal: bool) -> RotaryEmbedding:
             config.rope_high_freq_factor,
             config.rope_original_max_len,
         )
-    return RotaryEmbedding(config.d_model // config.n_heads, config.rope_theta, scaling)
+    return RotaryEmbedding(config.rotary_dim, config.rope_theta, scaling)
 
 
 def relative_bias(config: ModelConfig, causal: bool) -> RelativePositionBias:

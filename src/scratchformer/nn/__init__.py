@@ -1,6 +1,6 @@
 """Building blocks of the Transformer, each written out."""
 
-from .attention import MultiHeadAttention, scaled_dot_product_attention
+from .attention import Attention, MultiHeadAttention, scaled_dot_product_attention
 from .dropout import Dropout, dropout
 from .embedding import (
     Embedding,
@@ -10,6 +10,7 @@ from .embedding import (
     sinusoidal_table,
 )
 from .feedforward import FeedForward
+from .latent_attention import MultiHeadLatentAttention
 from .layers import DecoderLayer, EncoderLayer
 from .linear import Linear
 from .lora import LoRALinear
@@ -21,6 +22,7 @@ from .quantized import QuantizedLinear
 from .rotary import RotaryEmbedding
 
 __all__ = [
+    "Attention",
     "DecoderLayer",
     "Dropout",
     "Embedding",
@@ -31,6 +33,7 @@ __all__ = [
     "Linear",
     "LoRALinear",
     "MultiHeadAttention",
+    "MultiHeadLatentAttention",
     "PositionalAttention",
     "Positioning",
     "QuantizedLinear",

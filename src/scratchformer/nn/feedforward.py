@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
+from typing import TYPE_CHECKING
 
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -12,6 +13,9 @@ from torch import Tensor, nn
 from ..registry import Registry
 from .dropout import Dropout
 from .linear import Linear
+
+if TYPE_CHECKING:
+    from ..config import ModelConfig
 
 ACTIVATIONS: Registry[Callable[[Tensor], Tensor]] = Registry("activation")
 """``ModelConfig.activation`` -> the function."""
@@ -47,6 +51,18 @@ class FeedForward(nn.Module):
         self.w3 = Linear(d_model, d_ff, bias=bias) if gated else None
         self.dropout = Dropout(dropout)
 
+    @classmethod
+    def from_config(cls, config: ModelConfig) -> FeedForward:
+        """The network of a model's widths, dropout, activation, biases and gating."""
+        return cls(
+            config.d_model,
+            config.d_ff,
+            config.dropout,
+            config.activation,
+            config.bias,
+            gated=config.gated,
+        )
+
     def forward(self, x: Tensor) -> Tensor:
         h = self.activation(self.w1(x))
         if self.w3 is not None:
@@ -54,8 +70,8 @@ class FeedForward(nn.Module):
         return self.w2(self.dropout(h))
 
 
-FEED_FORWARDS: Registry[Callable[..., FeedForward]] = Registry("feed_forward")
-"""``ModelConfig.feed_forward`` -> the network of ``(d_model, d_ff, dropout, activation,
-bias)``."""
-FEED_FORWARDS.add("plain", FeedForward)
-FEED_FORWARDS.add("gated", partial(FeedForward, gated=True))
+FEED_FORWARDS: Registry[Callable[[ModelConfig], FeedForward]] = Registry("feed_forward")
+"""``ModelConfig.feed_forward`` -> the network of a config (one class, plain or gated as
+``config.gated`` says)."""
+FEED_FORWARDS.add("plain", FeedForward.from_config)
+FEED_FORWARDS.add("gated", FeedForward.from_config)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from torch import Tensor, nn
 
-from .attention import CrossAttentionCache, MultiHeadAttention, SelfAttentionCache
+from .attention import Attention, CrossAttentionCache, SelfAttentionCache
 from .dropout import Dropout
 from .packing import Packing
 from .positional import Positioning
@@ -48,7 +48,7 @@ class EncoderLayer(Residual):
 
     def __init__(
         self,
-        self_attn: MultiHeadAttention,
+        self_attn: Attention,
         feed_forward: nn.Module,
         norm: Norm,
         *,
@@ -96,8 +96,8 @@ class DecoderLayer(Residual):
 
     def __init__(
         self,
-        self_attn: MultiHeadAttention,
-        cross_attn: MultiHeadAttention | None,
+        self_attn: Attention,
+        cross_attn: Attention | None,
         feed_forward: nn.Module,
         norm: Norm,
         *,

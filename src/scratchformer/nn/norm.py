@@ -4,12 +4,16 @@ simplification RMSNorm (Zhang and Sennrich, 2019), as Llama uses it."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..registry import Registry
+
+if TYPE_CHECKING:
+    from ..config import ModelConfig
 
 
 def layer_norm(x: Tensor, weight: Tensor, bias: Tensor | None, eps: float = 1e-5) -> Tensor:
@@ -50,6 +54,11 @@ class LayerNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(d_model))
         self.bias = nn.Parameter(torch.zeros(d_model)) if bias and centred else None
 
+    @classmethod
+    def from_config(cls, config: ModelConfig) -> LayerNorm:
+        """The norm of a model's width, eps and bias setting."""
+        return cls(config.d_model, config.layer_norm_eps, config.bias)
+
     def forward(self, x: Tensor) -> Tensor:
         if self.centred:
             return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
@@ -68,8 +77,13 @@ class RMSNorm(LayerNorm):
     def __init__(self, d_model: int, eps: float = 1e-6) -> None:
         super().__init__(d_model, eps, bias=False, centred=False)
 
+    @classmethod
+    def from_config(cls, config: ModelConfig) -> RMSNorm:
+        """The norm of a model's width and eps (never a bias)."""
+        return cls(config.d_model, config.layer_norm_eps)
 
-NORMS: Registry[Callable[[int, float, bool], LayerNorm]] = Registry("norm")
-"""``ModelConfig.norm`` -> the norm of a width, eps and bias setting (RMSNorm has no bias)."""
-NORMS.add("layer", LayerNorm)
-NORMS.add("rms", lambda d_model, eps, bias: RMSNorm(d_model, eps))
+
+NORMS: Registry[Callable[[ModelConfig], LayerNorm]] = Registry("norm")
+"""``ModelConfig.norm`` -> the norm of a config."""
+NORMS.add("layer", LayerNorm.from_config)
+NORMS.add("rms", RMSNorm.from_config)

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from ..config import TrainConfig
-from ..nn import LoRALinear, MultiHeadAttention
+from ..nn import Attention, LoRALinear
 
 
 def apply_lora(model: nn.Module, config: TrainConfig) -> nn.Module:
@@ -57,16 +57,9 @@ def apply_lora(model: nn.Module, config: TrainConfig) -> nn.Module:
 
 
 def _parts(parent: nn.Module, name: str) -> tuple[int, ...] | None:
-    """The output parts of attention's fused projections: query, key and value of
-    ``qkv_proj``, key and value of ``kv_proj``, each adapted apart; else one part."""
-    if not isinstance(parent, MultiHeadAttention):
-        return None
-    kv = parent.n_kv_heads * parent.d_head
-    if name == "qkv_proj":
-        return (parent.n_heads * parent.d_head, kv, kv)
-    if name == "kv_proj":
-        return (kv, kv)
-    return None
+    """The output parts of an attention's fused projection ``name``, each adapted apart
+    (as the attention says: ``Attention.fused_parts``); else one part."""
+    return parent.fused_parts.get(name) if isinstance(parent, Attention) else None
 
 
 def _trained_only(
