@@ -366,9 +366,23 @@ class ModelConfig(ConfigBase):
         _in_unit_interval(self, "dropout", "attention_dropout")
         _require(self.type_vocab_size >= 0, f"type_vocab_size={self.type_vocab_size} must be >= 0")
         _require(self.layer_norm_eps > 0, f"layer_norm_eps={self.layer_norm_eps!r} must be > 0")
-        _one_of(self, "attention", ATTENTIONS)
         _one_of(self, "activation", ACTIVATIONS)
         _one_of(self, "norm", NORMS)
+        self._check_attention()
+        self._check_positions()
+        self._check_stacks()
+
+        bound, ceiling = self.parameter_bound(), max_parameters()
+        _require(
+            bound <= ceiling,
+            f"these sizes make a model of up to {bound:,} parameters ({4 * bound / 2**30:,.1f} "
+            f"GiB in fp32), more than the {ceiling:,} this machine's memory holds "
+            f"(set {MAX_PARAMETERS_VARIABLE} to allow more)",
+        )
+
+    def _check_attention(self) -> None:
+        """The attention kind and the settings of its heads (latent attention's too)."""
+        _one_of(self, "attention", ATTENTIONS)
         if self.n_kv_heads is not None:
             _positive(self, "n_kv_heads")
             _require(
@@ -393,6 +407,9 @@ class ModelConfig(ConfigBase):
                 self.q_lora_rank is None,
                 f"q_lora_rank={self.q_lora_rank} needs attention='latent'",
             )
+
+    def _check_positions(self) -> None:
+        """The positional scheme and its settings."""
         _one_of(self, "positional", POSITIONALS)
         _positive(self, "rope_theta", "rope_factor", "rope_original_max_len")
         if self.rope_scaling is not None:
@@ -425,6 +442,9 @@ class ModelConfig(ConfigBase):
                 self.rotary_dim % 2 == 0,
                 f"positional='rotary' needs an even head width, got {rotated} = {self.rotary_dim}",
             )
+
+    def _check_stacks(self) -> None:
+        """What each architecture's stacks and heads allow."""
         _one_of(self, "decoder_start", DECODER_STARTS)
         _require(
             self.decoder_start == "bos" or self.arch == "seq2seq",
@@ -444,14 +464,6 @@ class ModelConfig(ConfigBase):
                 f"share_embeddings=True needs tgt_vocab_size={self.tgt_vocab_size} "
                 f"equal to vocab_size={self.vocab_size}",
             )
-
-        bound, ceiling = self.parameter_bound(), max_parameters()
-        _require(
-            bound <= ceiling,
-            f"these sizes make a model of up to {bound:,} parameters ({4 * bound / 2**30:,.1f} "
-            f"GiB in fp32), more than the {ceiling:,} this machine's memory holds "
-            f"(set {MAX_PARAMETERS_VARIABLE} to allow more)",
-        )
 
     def parameter_bound(self) -> int:
         """At least as many parameters as the model of this config has, in integer
