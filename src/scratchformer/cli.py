@@ -77,9 +77,6 @@ def path(text: str) -> str:
 
 POSITIVE_INT = bounded(int, 1)
 COUNT = bounded(int, 0)
-NON_NEGATIVE = bounded(float, 0)
-POSITIVE = bounded(float, 0, above=True)
-PROBABILITY = bounded(float, 0, above=True, high=1)
 PICTURE_SIDE = 4096
 """The most cells a picture has along a side: more would not show, only fill memory."""
 
@@ -123,6 +120,7 @@ def option_argument(option: Option) -> Argument:
 
 
 RUN = arg("run", type=path, help="run directory")
+PROMPT = arg("--prompt", required=True, help="the text to continue")
 OUT_RUN = arg("--out", required=True, type=path, help="run directory to write, e.g. runs/NAME")
 QUANTIZE = arg(
     "--quantize",
@@ -485,14 +483,13 @@ def predicting_command(prediction: Prediction) -> Command:
     """The command of a prediction: its run, a language model's ``--prompt``, its options,
     and how the model runs (quantized, in bfloat16, compiled; encoders through ONNX
     Runtime where it can)."""
-    inputs = (arg("--prompt", required=True, help="the text to continue"),)
     return Command(
         prediction.command,
         "predict:generate" if prediction.decodes else "predict:predict",
         prediction.help,
         (
             arg("run", type=path, help=f"run directory of {prediction.model}"),
-            *(inputs if prediction.decodes else ()),
+            *((PROMPT,) if prediction.decodes else ()),
             *map(option_argument, prediction.options),
             QUANTIZE,
             PRECISION,

@@ -2,8 +2,8 @@
 them, what one input is, and their options with defaults, types, bounds and help. The
 command line's subcommands, :meth:`Task.predict <scratchformer.tasks.Task.predict>` (the
 Python API), the server's endpoints and their bodies and the page's form are all made
-from these declarations; a task names its own (``predicts = TRANSLATE``) and turns inputs
-into :class:`Record` s, one per input, whose fields are the server's JSON and whose
+from these declarations; a task names its own (``predicts = TRANSLATE``) and turns each
+input into a record (:class:`Record`), whose fields are the server's JSON and whose
 :meth:`Record.line` is what the command line prints.
 
 This module imports neither torch nor the rest of the package, so that the command line
@@ -39,6 +39,7 @@ class Option:
     """The greatest value a request to the server may ask, where nothing else bounds it:
     the server's work is shared by its clients."""
     flag: str | None = None
+    """The command line's flag, where it is not ``--name-with-dashes``."""
     metavar: str | None = None
     repeated: bool = False
     """A list of values, the flag given once for each (``default``: an empty tuple)."""
