@@ -13,7 +13,7 @@ import torch
 
 from helpers import RECIPES, TINY_MODEL, set_options, snapshot
 from scratchformer import demo as demo_module
-from scratchformer.cli import COMMANDS, main
+from scratchformer.cli import commands, main
 
 TINY = set_options(
     [
@@ -274,7 +274,7 @@ def test_light_commands_load_neither_the_compiler_nor_matplotlib(command: str) -
 
 
 def test_every_command_has_help(capsys) -> None:
-    for command in ["--help", *(f"{c.name} --help" for c in COMMANDS)]:
+    for command in ["--help", *(f"{c.name} --help" for c in commands())]:
         assert main(command.split()) == 0, command
         assert capsys.readouterr().out.startswith("usage: scratchformer"), command
 

@@ -15,7 +15,7 @@ PROBE = f"""
 import contextlib, io, json, sys
 import scratchformer.cli as cli
 
-for argv in [["--help"], *([command.name, "--help"] for command in cli.COMMANDS)]:
+for argv in [["--help"], *([command.name, "--help"] for command in cli.commands())]:
     with contextlib.redirect_stdout(io.StringIO()):
         try:
             cli.build_parser().parse_args(argv)

@@ -16,6 +16,7 @@ from scratchformer.cli import build_parser, main
 from scratchformer.commands.common import run_of
 from scratchformer.inference import quantize
 from scratchformer.nn import QuantizedLinear
+from scratchformer.predictions import TRANSLATE
 from scratchformer.run import load_run
 
 LINES = "123\n4567\n\n99\n"
@@ -101,7 +102,7 @@ def test_every_inference_command_takes_quantize_and_precision_and_no_unknown_kin
 
 def test_the_commands_open_their_run_quantized(runs) -> None:
     args = argparse.Namespace(run=str(runs["float"]), quantize="int8", device="cpu")
-    _, model = run_of(args, "translate")
+    _, model = run_of(args, TRANSLATE)
     assert not any(isinstance(m, torch.nn.Linear) for m in model.modules())
 
 

@@ -28,7 +28,7 @@ PACKAGE = "scratchformer"
 ROOT = Path(__file__).resolve().parents[1] / "src" / PACKAGE
 ROOT_UNIT = "registry"
 """The names of a model's parts, declared for ``config`` and registered into by ``nn``."""
-LEAVES = ("version", "errors", "caches", "config", "io", "metrics", "nn")
+LEAVES = ("version", "errors", "caches", "config", "io", "metrics", "predictions", "nn")
 LAYERS = (
     (ROOT_UNIT,),
     LEAVES,

@@ -16,13 +16,14 @@ import math
 import sys
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
 from .caches import compiled_code_dir
 from .config import ATTENTION_KINDS, DEVICES, GGUF_TYPES, PRECISIONS, QUANTIZATIONS
 from .errors import Interrupted, TrainingError
 from .interop.families import FAMILIES, family_names
+from .predictions import BEAM_SIZE, PREDICTIONS, Option, Prediction
 from .version import __version__
 
 
@@ -76,9 +77,6 @@ def path(text: str) -> str:
 
 POSITIVE_INT = bounded(int, 1)
 COUNT = bounded(int, 0)
-NON_NEGATIVE = bounded(float, 0)
-POSITIVE = bounded(float, 0, above=True)
-PROBABILITY = bounded(float, 0, above=True, high=1)
 PICTURE_SIDE = 4096
 """The most cells a picture has along a side: more would not show, only fill memory."""
 
@@ -104,7 +102,25 @@ def settings(help: str) -> Argument:
     return arg("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help=help)
 
 
+def option_argument(option: Option) -> Argument:
+    """A prediction's option on the command line: a flag, texts given one a flag, or a
+    value of its type within its bounds."""
+    flag = option.flag or "--" + option.name.replace("_", "-")
+    named = {"dest": option.name, "help": option.help}
+    if option.type is bool:
+        return arg(flag, action="store_true", **named)
+    named["metavar"] = option.metavar or flag[2:].replace("-", "_").upper()
+    if option.repeated:
+        return arg(flag, action="append", default=[], **named)
+    kind: Callable[[str], Any] = option.type
+    if option.low is not None:
+        high = math.inf if option.high is None else option.high
+        kind = bounded(option.type, option.low, above=option.above, high=high)
+    return arg(flag, type=kind, default=option.default, **named)
+
+
 RUN = arg("run", type=path, help="run directory")
+PROMPT = arg("--prompt", required=True, help="the text to continue")
 OUT_RUN = arg("--out", required=True, type=path, help="run directory to write, e.g. runs/NAME")
 QUANTIZE = arg(
     "--quantize",
@@ -227,158 +243,10 @@ COMMANDS = (
                 exclusive="source",
                 help="a file in the task's format (translation: SRC,TGT)",
             ),
-            arg("--beam", type=POSITIVE_INT, default=5, help="translation: beam size for BLEU"),
+            option_argument(replace(BEAM_SIZE, help="translation: beam size for BLEU")),
             QUANTIZE,
             PRECISION,
         ),
-    ),
-    Command(
-        "generate",
-        "predict:generate",
-        "continue a prompt with a language model",
-        (
-            arg("run", type=path, help="run directory of a language model"),
-            arg("--prompt", required=True, help="the text to continue"),
-            arg("--max-new-tokens", type=COUNT, default=200, help="tokens to add at most"),
-            arg("--temperature", type=NON_NEGATIVE, default=0.8, help="0: greedy"),
-            arg(
-                "--top-k",
-                type=POSITIVE_INT,
-                default=None,
-                help="sample among the k likeliest tokens",
-            ),
-            arg(
-                "--top-p",
-                type=PROBABILITY,
-                default=None,
-                help="sample among the likeliest tokens whose probabilities add up to p",
-            ),
-            arg(
-                "--repetition-penalty",
-                type=POSITIVE,
-                default=1.0,
-                help="above 1, tokens already in the text become less likely (CTRL's penalty)",
-            ),
-            arg(
-                "--no-repeat-ngram",
-                type=COUNT,
-                default=0,
-                metavar="N",
-                help="never repeat an n-gram of N tokens (0: off)",
-            ),
-            arg("--greedy", action="store_true", help="always take the most likely token"),
-            arg(
-                "--stop",
-                action="append",
-                default=[],
-                metavar="TEXT",
-                help="stop once the output contains TEXT (repeatable)",
-            ),
-            arg("--seed", type=int, default=None, help="for reproducible sampling"),
-            *COMPILE,
-            QUANTIZE,
-            PRECISION,
-        ),
-    ),
-    Command(
-        "translate",
-        "predict:translate_lines",
-        "translate stdin to stdout, line by line",
-        (
-            arg("run", type=path, help="run directory of a translation model"),
-            arg("--beam", type=POSITIVE_INT, default=5, help="beam size (1: greedy)"),
-            arg(
-                "--length-penalty",
-                type=NON_NEGATIVE,
-                default=0.6,
-                help="GNMT's alpha: higher favours longer translations (0: none)",
-            ),
-            arg("--batch-size", type=POSITIVE_INT, default=64, help="sentences decoded together"),
-            *COMPILE,
-            QUANTIZE,
-            PRECISION,
-        ),
-        description="One line out per line in, in order; an empty line gives an empty line. "
-        "A line longer than the model's data.max_len tokens is truncated to it, with a "
-        "warning on stderr; unknown characters become the unknown token.",
-    ),
-    Command(
-        "classify",
-        "predict:classify",
-        "label each line of stdin",
-        (
-            arg("run", type=path, help="run directory of a classification or regression model"),
-            QUANTIZE,
-            PRECISION,
-            ONNX,
-            *COMPILE,
-        ),
-        description="One line out per line in: label<TAB>probability, or the value of a "
-        "regression model. Sentence pairs are given as first<TAB>second. Inputs longer than "
-        "the model's data.max_len tokens are truncated.",
-    ),
-    Command(
-        "tag",
-        "predict:tag",
-        "tag the words of each line of stdin",
-        (
-            arg("run", type=path, help="run directory of a tagging model"),
-            QUANTIZE,
-            PRECISION,
-            ONNX,
-            *COMPILE,
-        ),
-        description="Words are split on whitespace; each comes out as 'word tag', with a "
-        "blank line after each sentence (an empty line gives just the blank line). Words "
-        "beyond the model's data.max_len sub-words are tagged O, with a warning on stderr.",
-    ),
-    Command(
-        "answer",
-        "predict:answer",
-        "answer each question<TAB>context line of stdin",
-        (
-            arg("run", type=path, help="run directory of a question-answering model"),
-            QUANTIZE,
-            PRECISION,
-            ONNX,
-            *COMPILE,
-        ),
-        description="One line out per line in: answer<TAB>probability, the answer an exact "
-        "substring of the context (an empty line gives an empty line). A context longer "
-        "than the model's data.max_len tokens is read through overlapping windows "
-        "(data.doc_stride); the best span of at most data.max_answer_len tokens wins.",
-    ),
-    Command(
-        "fill-mask",
-        "predict:fill_mask",
-        "fill the [MASK] tokens of each line of stdin",
-        (
-            arg("run", type=path, help="run directory of a masked language model (task mlm)"),
-            arg("--top-k", type=POSITIVE_INT, default=5, help="fillers shown for each mask"),
-            QUANTIZE,
-            PRECISION,
-        ),
-        description="One line out per line in: for each [MASK] of the line, its likeliest "
-        "tokens as 'token probability' separated by tabs, the masks separated by ' | '. A "
-        "line without [MASK] is an error.",
-    ),
-    Command(
-        "fill-spans",
-        "predict:fill_spans",
-        "fill the sentinels <extra_id_N> of each line of stdin",
-        (
-            arg(
-                "run",
-                type=path,
-                help="run directory of a span-corruption model (task span_corruption)",
-            ),
-            QUANTIZE,
-            PRECISION,
-        ),
-        description="One line out per line in: the spans the model writes greedily for the "
-        "line's sentinels (<extra_id_0>, <extra_id_1>, ...), in the line's order, separated "
-        "by tabs. The text around a sentinel is encoded as written. A line without a "
-        "sentinel is an error.",
     ),
     Command(
         "serve",
@@ -446,8 +314,8 @@ COMMANDS = (
         description="Endpoints by the run's task: /v1/completions and /v1/chat/completions "
         "(with a chat_template.jinja in the run directory) for language models, with "
         "continuous batching; /v1/embeddings for similarity, classification and regression "
-        "runs; /v1/classify, /v1/tag, "
-        "/v1/answer, /v1/translate, /v1/fill-mask, /v1/fill-spans for the others; and for "
+        f"runs; {', '.join(p.endpoint for p in PREDICTIONS.values() if p.endpoint)} for the "
+        "others; and for "
         "every run GET /v1/models, /health, /metrics (Prometheus) and / (a page to try it). "
         "SIGTERM or Ctrl-C finishes the requests in flight, then stops.",
     ),
@@ -610,6 +478,37 @@ COMMANDS = (
     ),
 )
 
+
+def predicting_command(prediction: Prediction) -> Command:
+    """The command of a prediction: its run, a language model's ``--prompt``, its options,
+    and how the model runs (quantized, in bfloat16, compiled; encoders through ONNX
+    Runtime where it can)."""
+    return Command(
+        prediction.command,
+        "predict:generate" if prediction.decodes else "predict:predict",
+        prediction.help,
+        (
+            arg("run", type=path, help=f"run directory of {prediction.model}"),
+            *((PROMPT,) if prediction.decodes else ()),
+            *map(option_argument, prediction.options),
+            QUANTIZE,
+            PRECISION,
+            *((ONNX,) if prediction.onnx else ()),
+            *COMPILE,
+        ),
+        prediction.description,
+    )
+
+
+def commands() -> tuple[Command, ...]:
+    """Every subcommand: :data:`COMMANDS`, and after ``eval`` the command of each
+    prediction in :data:`~scratchformer.predictions.PREDICTIONS` (read now, so that one
+    registered later has its command too)."""
+    after = [command.name for command in COMMANDS].index("eval") + 1
+    predicting = tuple(map(predicting_command, PREDICTIONS.values()))
+    return COMMANDS[:after] + predicting + COMMANDS[after:]
+
+
 GLOBAL_OPTIONS = (
     arg("--debug", action="store_true", help="show tracebacks of errors"),
     arg("--quiet", action="store_true", help="no progress bar or log lines"),
@@ -647,8 +546,9 @@ def _add(parser: argparse.ArgumentParser, arguments: Sequence[Argument]) -> None
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The parser of :data:`COMMANDS`; the global options are accepted after a subcommand
-    too (there they leave the values given before it alone unless given again)."""
+    """The parser of every command (:func:`commands`); the global options are accepted
+    after a subcommand too (there they leave the values given before it alone unless given
+    again)."""
     parser = Parser(
         prog="scratchformer",
         description="Train, run and look inside Transformers written from scratch.",
@@ -661,7 +561,7 @@ def build_parser() -> argparse.ArgumentParser:
         [arg(*o.flags, **{**o.options, "default": argparse.SUPPRESS}) for o in GLOBAL_OPTIONS],
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for command in COMMANDS:
+    for command in commands():
         sub = subparsers.add_parser(
             command.name, help=command.help, description=command.description, parents=[after]
         )

@@ -19,6 +19,8 @@ class LineError(ValueError):
 
     def __init__(self, number: int, reason: str) -> None:
         super().__init__(f"line {number}: {reason}")
+        self.number = number
+        self.reason = reason
 
 
 class DataSettingsError(ValueError):

@@ -4,6 +4,8 @@ or the model is shown as text, never as markup."""
 
 from __future__ import annotations
 
+import json
+
 from helpers import live
 from scratchformer.run import load_run
 from scratchformer.viz import capture_attention
@@ -65,4 +67,20 @@ def test_a_tasks_inputs_show_its_json(browser, copy_run) -> None:
         task, model = load_run(copy_run)
         assert attention_tokens(tab) == capture_attention(task, model, "7 7 1").queries["encoder"]
         assert tab.errors == []
+        tab.close()
+
+
+def test_a_question_and_its_context_are_the_fields_of_a_line(browser, qa_run) -> None:
+    with live(qa_run) as url:
+        tab = open_page(browser, url)
+        tab.fill("#input", "Who won?\tThe winner is Grace.")
+        tab.click("button[type=submit]")
+        tab.wait_for_function(
+            "document.getElementById('output').textContent.includes('probability')",
+            timeout=30_000,
+        )
+        [answer] = json.loads(tab.text_content("#output"))
+        task, model = load_run(qa_run)
+        [expected] = task.predict(model, [("Who won?", "The winner is Grace.")])
+        assert answer["answer"] == expected.answer and tab.errors == []
         tab.close()

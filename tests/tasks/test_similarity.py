@@ -92,7 +92,9 @@ def test_task_batches_pairs_and_learns_their_order(tmp_path: Path) -> None:
     assert loss.item() < 0.1, "three pairs are not put in order"
     metrics = task.evaluate(model)
     assert metrics["spearman"] == pytest.approx(1.0)
-    predicted = task.predict(model.eval(), ["a cat sleeps\tthe stock market fell"])
+    predicted = [
+        r.value for r in task.predict(model.eval(), ["a cat sleeps\tthe stock market fell"])
+    ]
     assert len(predicted) == 1 and -1 <= predicted[0] <= 1
     vectors = task.embed(model, ["a cat sleeps", "the stock market fell"], batch_size=1)
     assert vectors.shape == (2, config.d_model)

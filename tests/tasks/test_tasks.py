@@ -315,7 +315,7 @@ def test_sentence_tasks_predict_one_line_of_text_a_line(tmp_path: Path) -> None:
         predicted = task.predict_lines(model, lines)
         assert len(predicted) == 2 and all(re.fullmatch(pattern, p) for p in predicted), name
         if name != "classification":
-            values = task.predict(model, lines)
+            values = [record.value for record in task.predict(model, lines)]
             assert predicted == [f"{value:.4f}" for value in values]
         with pytest.raises(ValueError, match="this model reads sentence pairs"):
             task.predict_lines(model, ["one sentence"])
@@ -381,8 +381,8 @@ def test_value_tasks_read_scores_and_report_correlations(tmp_path: Path) -> None
     model = build_model(regression.model_config())
     metrics = regression.evaluate(model)
     assert metrics.keys() == {"mse", "pearson", "spearman"}
-    predicted = torch.tensor(regression.predict(model, ["a man plays\ta man sings"]))
-    assert metrics["mse"] >= 0 and predicted.shape == (1,)
+    [predicted] = regression.predict(model, ["a man plays\ta man sings"])
+    assert metrics["mse"] >= 0 and isinstance(predicted.value, float)
     similarity = build_task(recipe("similarity", data=data, model=SMALL_MODEL))
     similarity.prepare()
     assert similarity.collate(similarity.examples("train")).targets.dtype == torch.float32
@@ -450,9 +450,9 @@ def test_symmetric_pairs_predict_the_mean_of_both_orders(tmp_path: Path) -> None
     torch.manual_seed(0)
     model = build_model(both.model_config()).eval()
     lines = ["a man plays\tthe man", "the man\ta man plays"]
-    ab, ba = one_way.predict(model, lines)
+    ab, ba = (record.value for record in one_way.predict(model, lines))
     assert abs(ab - ba) > 1e-4, "one input reads the order"
-    symmetric = both.predict(model, lines)
+    symmetric = [record.value for record in both.predict(model, lines)]
     assert symmetric == pytest.approx([(ab + ba) / 2] * 2, abs=1e-5)
     batch = both.global_batch(0, 1)
     assert batch.inputs["input_ids"].shape[:2] == (2, 2) and batch.targets.shape == (2,)

@@ -8,19 +8,19 @@ import functools
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from torch import nn
 
 from ..device import bf16_autocast, default_device, uses_bf16
-from ..errors import LineError, UsageError
+from ..errors import UsageError
+from ..predictions import Prediction
 from ..run import load_run
 from ..tasks import TASKS, Task
 
 
-def run_of(args: argparse.Namespace, command: str) -> tuple[Task, nn.Module]:
+def run_of(args: argparse.Namespace, prediction: Prediction) -> tuple[Task, nn.Module]:
     """The task and model of ``args.run`` (quantized as ``args.quantize`` says), on
-    ``args.device``; the run must be of a task that ``command`` serves. With ``--onnx
+    ``args.device``; the run must be of a task that makes ``prediction``. With ``--onnx
     DIR`` the model is the one exported there, run by ONNX Runtime."""
     onnx = getattr(args, "onnx", None)
     if onnx is not None and args.quantize is not None:
@@ -28,8 +28,9 @@ def run_of(args: argparse.Namespace, command: str) -> tuple[Task, nn.Module]:
     if onnx is not None and args.compile == "always":
         raise UsageError("--onnx runs the graph in ONNX Runtime: leave out --compile")
     task, model = load_run(Path(args.run), quantization=args.quantize)
-    if task.command != command:
-        wanted = " or ".join(name for name, kind in TASKS.items() if kind.command == command)
+    if task.predicts is not prediction:
+        wanted = " or ".join(name for name, kind in TASKS.items() if kind.predicts is prediction)
+        command = prediction.command
         raise UsageError(f"{args.run} is a {task.name!r} run; {command} needs a {wanted} run")
     if onnx is not None:
         from ..interop.onnx import OnnxRuntimeModel  # (ONNX Runtime: imported when asked for)
@@ -71,16 +72,3 @@ def input_lines() -> list[str]:
 def progress_wanted(args: argparse.Namespace) -> bool:
     """A progress bar on stderr: unless ``--quiet``, and only on a terminal."""
     return not args.quiet and sys.stderr.isatty()
-
-
-def answer_lines(
-    task: Task, model: nn.Module, lines: list[str] | None = None, **options: Any
-) -> None:
-    """The task's output for each of ``lines`` (standard input's, unless given), a line each
-    on standard output. A line the task refuses is named as standard input's."""
-    lines = input_lines() if lines is None else lines
-    try:
-        outputs = task.predict_lines(model, lines, **options)
-    except LineError as error:
-        raise ValueError(f"standard input, {error}") from None
-    sys.stdout.writelines(output + "\n" for output in outputs)

@@ -1,5 +1,6 @@
-"""The commands that use a trained model: ``eval``, ``generate``, ``translate``,
-``classify``, ``tag``, ``answer``, ``fill-mask`` and ``fill-spans``."""
+"""The commands that use a trained model: ``eval``, ``generate``, and the command of each
+prediction that reads standard input a line at a time (``translate``, ``classify``,
+``tag``, ``answer``, ``fill-mask``, ``fill-spans``: :mod:`scratchformer.predictions`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -15,14 +16,14 @@ import torch
 from torch import nn
 
 from ..device import default_device, model_device
-from ..errors import UsageError, naming_the_source
+from ..errors import LineError, UsageError, naming_the_source
 from ..inference.cache import SPARE
 from ..inference.compile_choice import choose, job_key, measured, say
 from ..inference.generate import stream
+from ..predictions import PREDICTIONS
 from ..run import load_run
-from ..tasks import Task
 from ..training.rundir import CONFIG_FILE
-from .common import answer_lines, in_precision, input_lines, progress_wanted, run_of
+from .common import in_precision, input_lines, progress_wanted, run_of
 
 
 @in_precision
@@ -34,7 +35,9 @@ def evaluate(args: argparse.Namespace) -> int:
     with naming_the_source(Path(args.run) / CONFIG_FILE):
         metrics = task.evaluate(model.to(device), args.split, args.data, device=device)
         metrics.update(
-            task.decoding_metrics(model, args.split, args.data, args.beam, progress_wanted(args))
+            task.decoding_metrics(
+                model, args.split, args.data, args.beam_size, progress_wanted(args)
+            )
         )
     split = args.split if args.data is None else args.data
     print(json.dumps({"split": split, **metrics}, indent=2))
@@ -98,7 +101,7 @@ def compiled(model: nn.Module, ahead: bool, cached: bool) -> nn.Module:
 @in_precision
 def generate(args: argparse.Namespace) -> int:
     """``scratchformer generate DIR --prompt TEXT``: stream a continuation to stdout."""
-    task, model = run_of(args, "generate")
+    task, model = run_of(args, PREDICTIONS[args.command])
     tokenizer = task.tokenizer()
     try:
         prompt = tokenizer.encode(args.prompt)
@@ -142,79 +145,21 @@ def generate(args: argparse.Namespace) -> int:
 
 
 @in_precision
-def translate_lines(args: argparse.Namespace) -> int:
-    """``scratchformer translate DIR < source > hypotheses``: one line out per line in."""
-    task, model = run_of(args, "translate")
-    lines_as_chosen(
-        args,
-        task,
-        model,
-        {"beam": args.beam},
-        beam_size=args.beam,
-        length_penalty=args.length_penalty,
-        batch_size=args.batch_size,
-        progress=progress_wanted(args),
-    )
-    return 0
-
-
-def lines_as_chosen(
-    args: argparse.Namespace,
-    task: Task,
-    model: nn.Module,
-    settings: dict[str, Any] | None = None,
-    **options: Any,
-) -> None:
-    """The task's answer to each line of standard input (``options``: the task's), the
-    model compiled as chosen for a job of that many characters (``settings``: what else
-    its speed depends on); never a model that ONNX Runtime runs."""
+def predict(args: argparse.Namespace) -> int:
+    """``scratchformer COMMAND RUN < inputs``: the output of the run's prediction for each
+    line of standard input, as its task prints it; a line it refuses is named as standard
+    input's. The model runs compiled as chosen for a job of that many characters (its
+    speed depending on the options too), unless ONNX Runtime runs it."""
+    prediction = PREDICTIONS[args.command]
+    task, model = run_of(args, prediction)
+    options = {option.name: getattr(args, option.name) for option in prediction.options}
     lines = input_lines()
-    if getattr(args, "onnx", None) is not None:
-        answer_lines(task, model, lines, **options)
-        return
     units = sum(map(len, lines))
-    with compiled_as_chosen(args, model, units, **(settings or {})) as model:
-        answer_lines(task, model, lines, **options)
-
-
-@in_precision
-def classify(args: argparse.Namespace) -> int:
-    """``scratchformer classify DIR < sentences``: label and probability (or value) a line."""
-    task, model = run_of(args, "classify")
-    lines_as_chosen(args, task, model)
-    return 0
-
-
-@in_precision
-def tag(args: argparse.Namespace) -> int:
-    """``scratchformer tag DIR < sentences``: ``token tag`` lines, a blank line after each
-    sentence (CoNLL style); words are split on whitespace."""
-    task, model = run_of(args, "tag")
-    lines_as_chosen(args, task, model)
-    return 0
-
-
-@in_precision
-def answer(args: argparse.Namespace) -> int:
-    """``scratchformer answer DIR < questions``: for each ``question<TAB>context`` line, the
-    answer (a span of the context) and its probability."""
-    task, model = run_of(args, "answer")
-    lines_as_chosen(args, task, model)
-    return 0
-
-
-@in_precision
-def fill_mask(args: argparse.Namespace) -> int:
-    """``scratchformer fill-mask DIR < texts``: the likeliest tokens for each ``[MASK]``."""
-    task, model = run_of(args, "fill-mask")
-    answer_lines(task, model, top_k=args.top_k)
-    return 0
-
-
-@in_precision
-def fill_spans(args: argparse.Namespace) -> int:
-    """``scratchformer fill-spans DIR < texts``: the spans the model writes for each line's
-    sentinels."""
-    task, model = run_of(args, "fill-spans")
-    answer_lines(task, model)
+    onnx = getattr(args, "onnx", None) is not None
+    with nullcontext(model) if onnx else compiled_as_chosen(args, model, units, **options) as run:
+        try:
+            outputs = task.predict_lines(run, lines, progress=progress_wanted(args), **options)
+        except LineError as error:
+            raise ValueError(f"standard input, {error}") from None
+    sys.stdout.writelines(output + "\n" for output in outputs)
     return 0

@@ -15,7 +15,8 @@ through its endpoint, called on :data:`WARM_UP`'s texts, a call each: one input,
 of another length, after which Dynamo holds the length dynamic, then several, after which
 it holds the batch dynamic too. Sizes of 1 keep
 graphs of their own (Dynamo specializes them), and a translation run's greedy search
-(``beam_size=1``, an :attr:`~.tasks.Endpoint.variants`) calls the decoder with a row a
+(``beam_size=1``, one of its prediction's
+:attr:`~scratchformer.predictions.Prediction.variants`) calls the decoder with a row a
 text, so it is warmed up too: a classifier's forward compiles three graphs, a translation
 run's encoder and decoder ten (its first and later steps, beam and greedy), and no later
 call of any size or length compiles.
@@ -46,7 +47,7 @@ from ..inference.compile_choice import (
 )
 from ..inference.continuous import ContinuousBatcher
 from ..tasks.base import Task
-from .tasks import ENDPOINTS, Endpoint
+from .tasks import predicted
 from .workers import Usage
 
 WARM_UP = (("an example",), ("a longer example of a text to read",), ("another one", "a third"))
@@ -88,15 +89,13 @@ def ready(
     "always" or "never"; the choice told on stderr under ``verbose``) and, compiled,
     warmed up in ``computing`` (the server's precision). ``context``: a language model's
     positions a row; ``settings``: what else the model's speed depends on."""
-    key = job_key(
-        model, "serve", task=task.command, max_batch=max_batch, context=context, **settings
-    )
+    key = job_key(model, "serve", task=task.name, max_batch=max_batch, context=context, **settings)
     choice = choose(setting, key, last_units(key))
     say(choice, verbose)
     if choice.compile and verbose:
         print("compiling the model before serving: a minute or more", file=sys.stderr)
     before = compile_counts() if choice.compile else None
-    if task.command == "generate":
+    if task.decodes:
         if context is None:
             raise ValueError("a language model is served with a context: positions a row")
         with computing():  # (a compiled step is compiled for the server's precision)
@@ -112,12 +111,13 @@ def ready(
         # cached, as the command line compiles: the next server of the run finds the code in
         # Inductor's cache (int8 weights frozen, as their fused kernels need)
         served = CompiledModel(model, cached=settings.get("quantize") is None)
-    endpoint = ENDPOINTS.get(task.command)
-    predict = functools.partial(endpoint.predict, task, served) if endpoint else None
+    prediction = task.predicts
+    has_endpoint = prediction is not None and prediction.endpoint is not None
+    predict = functools.partial(predicted, task, served) if has_endpoint else None
     embed = functools.partial(vectors, task, served) if hasattr(task, "embed") else None
     if choice.compile:
         with computing():
-            warm_up(task, endpoint, predict, embed)
+            warm_up(task, predict, embed)
     return Serving(choice, compilation_since(before, verbose), None, predict, embed)
 
 
@@ -126,19 +126,14 @@ def vectors(task: Task, model: nn.Module, texts: list[str]) -> list[np.ndarray]:
     return list(task.embed(model, texts).numpy())  # type: ignore[attr-defined]
 
 
-def warm_up(
-    task: Task,
-    endpoint: Endpoint | None,
-    predict: Work | None,
-    embed: Work | None,
-) -> None:
-    """Call the endpoint's work (``predict``, on items of ``endpoint``'s bodies, one of each
-    of its variants) and ``embed`` on :data:`WARM_UP`'s texts, so that a compiled model
-    compiles now."""
+def warm_up(task: Task, predict: Work | None, embed: Work | None) -> None:
+    """Call the endpoint's work (``predict``, on the inputs the task makes of
+    :data:`WARM_UP`'s texts, under each of its prediction's variants) and ``embed`` on the
+    texts, so that a compiled model compiles now."""
+    variants = task.predicts.variants if predict is not None and task.predicts else ()
     for texts in WARM_UP:
-        if endpoint is not None and predict is not None:
-            inputs = [endpoint.example(task, text) for text in texts]
-            for fields in endpoint.variants:
-                predict(endpoint.items(endpoint.body(input=inputs, **fields)))
+        inputs = [task.example(text) for text in texts]
+        for variant in variants:
+            predict([(tuple(variant.items()), given) for given in inputs])
         if embed is not None:
             embed(list(texts))

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import html
 import json
+from typing import Any
 
+from ..predictions import MAX_NEW_TOKENS, TEMPERATURE, Option
 from ..tasks.base import Task
 
 SCRIPT = """
@@ -36,6 +38,9 @@ async function showAttention(text, target) {
   note.textContent = response.ok ? "" : "No attention to show: " + answer.error.message;
   if (response.ok) frame.srcdoc = answer.html;
 }
+const optionValue = element =>
+  element.type === "checkbox" ? element.checked
+    : element.type === "number" ? Number(element.value) : element.value;
 async function complete(prompt) {
   const body = {prompt, max_tokens: Number(document.getElementById("max").value),
                 temperature: Number(document.getElementById("temperature").value), stream: true};
@@ -60,27 +65,33 @@ async function complete(prompt) {
     }
   }
 }
+function fields(line) {
+  if (!settings.fields.length) return line;
+  const texts = line.split("\\t");
+  const last = settings.fields.length - 1;
+  return Object.fromEntries(settings.fields.map(
+    (field, i) => [field, i < last ? texts[i] ?? "" : texts.slice(last).join("\\t")]));
+}
 async function run(text) {
   const lines = text.split("\\n").filter(Boolean);
-  const input = settings.path === "/v1/answer"
-    ? lines.map(line => {
-        const [question, ...context] = line.split("\\t");
-        return {question, context: context.join("\\t")};
-      })
-    : lines;
+  const body = {input: lines.map(fields)};
+  for (const name of settings.options) {
+    const element = document.getElementById("option-" + name);
+    if (element.value !== "") body[name] = optionValue(element);
+  }
   const response = await fetch(settings.path, {method: "POST", headers: headers(),
-                                               body: JSON.stringify({input})});
+                                               body: JSON.stringify(body)});
   const answer = await response.json();
   output.textContent = response.ok ? JSON.stringify(answer.data, null, 2)
                                    : answer.error.message;
   if (!response.ok) return;
   const last = answer.data[answer.data.length - 1];
-  await showAttention(lines[lines.length - 1], last.translation);
+  await showAttention(lines[lines.length - 1], settings.target && last[settings.target]);
 }
 form.addEventListener("submit", event => {
   event.preventDefault();
   output.textContent = "...";
-  (settings.path === "/v1/completions" ? complete : run)(input.value)
+  (settings.decodes ? complete : run)(input.value)
     .catch(error => { output.textContent = String(error); });
 });
 """
@@ -93,31 +104,45 @@ label { margin-right: 1rem; }
 iframe { width: 100%; height: 44rem; border: 1px solid #ddd; }
 """
 
-HINTS = {
-    "/v1/completions": "A prompt; the continuation streams below.",
-    "/v1/classify": "A sentence a line (two, tab-separated, for pair tasks).",
-    "/v1/tag": "A sentence a line; words are split on whitespace.",
-    "/v1/answer": "question<TAB>context, a line each.",
-    "/v1/translate": "A sentence a line.",
-    "/v1/fill-mask": "A text with [MASK] a line.",
-    "/v1/fill-spans": "A text with <extra_id_0>, <extra_id_1>, ... a line.",
-}
+
+def control(option: Option, element: str) -> str:
+    """A label and an input (id ``element``) for ``option``, at its default: a number
+    within the bounds of a request, a checkbox or a text."""
+    attributes: dict[str, Any] = {"id": element, "title": option.help}
+    if option.type is bool:
+        attributes |= {"type": "checkbox"} | ({"checked": ""} if option.default else {})
+    elif option.type is str:
+        attributes |= {"type": "text", "value": option.default or ""}
+    else:
+        bounds = {"min": option.low, "max": option.most}
+        attributes |= {
+            "type": "number",
+            "value": "" if option.default is None else option.default,
+            "step": 1 if option.type is int else "any",
+        } | {key: bound for key, bound in bounds.items() if bound is not None}
+    shown = " ".join(f'{key}="{html.escape(str(value))}"' for key, value in attributes.items())
+    return f"<label>{html.escape(option.name.replace('_', ' '))} <input {shown}></label>"
 
 
-def page(name: str, task: Task, path: str | None) -> str:
-    """The page for a run called ``name`` of ``task``, whose inputs go to ``path`` (the
-    completions for a language model)."""
-    path = "/v1/completions" if task.command == "generate" else path
-    settings = json.dumps({"path": path}).replace("</", "<\\/")
-    decoding = task.command == "generate"
-    controls = (
-        '<label>max tokens <input id="max" type="number" value="100" min="1"></label>'
-        '<label>temperature <input id="temperature" type="number" value="0.8" min="0" '
-        'max="2" step="0.1"></label>'
-        if decoding
-        else ""
-    )
-    hint = HINTS.get(path or "", "This run has no endpoint to try here.")
+def page(name: str, task: Task) -> str:
+    """The page for a run called ``name`` of ``task``: a language model's prompt goes to
+    the completions, another prediction's lines to its endpoint, with its options."""
+    prediction = task.predicts
+    hint = prediction.hint if prediction else "This run has no endpoint to try here."
+    options = [o for o in prediction.options if o.served] if prediction else []
+    controls = "".join(control(option, f"option-{option.name}") for option in options)
+    path = prediction and prediction.endpoint
+    if task.decodes:  # OpenAI's completions, which read none of the options
+        path, options = "/v1/completions", []
+        controls = control(MAX_NEW_TOKENS, "max") + control(TEMPERATURE, "temperature")
+    settings = {
+        "path": path,
+        "decodes": task.decodes,
+        "fields": prediction.reads.fields if prediction else (),
+        "options": [option.name for option in options],
+        "target": prediction and prediction.decoder_reads,
+    }
+    shown = json.dumps(settings).replace("</", "<\\/")
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(name)}</title>
 <style>{STYLE}</style></head>
@@ -133,7 +158,7 @@ def page(name: str, task: Task, path: str | None) -> str:
 <p id="attention-note"></p>
 <iframe id="attention" title="attention on the last input" sandbox="allow-scripts" hidden>
 </iframe>
-<script type="application/json" id="settings">{settings}</script>
+<script type="application/json" id="settings">{shown}</script>
 <script>{SCRIPT}</script>
 </body></html>
 """

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
+
+from ..predictions import Option, Prediction
 
 Text = Annotated[str, Field(max_length=200_000)]
 
@@ -91,34 +93,28 @@ class EmbeddingRequest(Body):
     dimensions: int | None = None
 
 
-class TaskRequest(Body):
-    """The inputs of a task endpoint: texts as the CLI reads its lines."""
-
-    input: Text | list[Text] = Field(min_length=1)
-
-    def texts(self) -> list[str]:
-        return [self.input] if isinstance(self.input, str) else self.input
-
-
-class Question(BaseModel):
-    question: Text
-    context: Text
-
-
-class AnswerRequest(Body):
-    input: Question | list[Question] = Field(min_length=1)
-
-    def questions(self) -> list[Question]:
-        return [self.input] if isinstance(self.input, Question) else self.input
+def task_body(prediction: Prediction) -> type[Body]:
+    """The body of a prediction's endpoint: ``input``, one input or a list of them (a text
+    as the command line reads a line, or an object of the prediction's fields), and the
+    prediction's options, each bounded as declared (and by its limit for a request)."""
+    item: Any = Text
+    fields = prediction.reads.fields
+    if fields:
+        item = create_model(fields[0].title(), **{f: (Text, ...) for f in fields})
+    body: dict[str, Any] = {"input": (item | list[item], Field(min_length=1))}
+    for option in prediction.options:
+        if option.served:
+            kind = option.type if option.default is not None else option.type | None
+            body[option.name] = (kind, Field(option.default, **bounds(option)))
+    return create_model(f"{prediction.command.title()}Request", __base__=Body, **body)
 
 
-class TranslateRequest(TaskRequest):
-    beam_size: int = Field(5, ge=1, le=16)
-    length_penalty: float = Field(0.6, ge=0)
-
-
-class FillMaskRequest(TaskRequest):
-    top_k: int = Field(5, ge=1, le=100)
+def bounds(option: Option) -> dict[str, float]:
+    """Pydantic's bounds of an option's values in a request."""
+    found = {} if option.most is None else {"le": option.most}
+    if option.low is not None:
+        found["gt" if option.above else "ge"] = option.low
+    return found
 
 
 class AttentionRequest(Body):

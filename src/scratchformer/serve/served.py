@@ -25,7 +25,7 @@ from .completions import Decoding
 from .errors import ApiError
 from .metrics import Metrics
 from .options import ServeOptions
-from .tasks import ENDPOINTS, Endpoint, grouped
+from .tasks import Endpoint, grouped
 from .workers import BatchWorker, DecodingWorker, ModelThread, ModelUse, Usage, in_a_passing_thread
 
 TASK, EMBED, ATTENTION = "task", "embed", "attention"
@@ -119,7 +119,7 @@ def serve_run(run_dir: Path, options: ServeOptions) -> Served:
         use,
     )
     threads.append(batched)
-    endpoint = ENDPOINTS.get(task.command)
+    endpoint = Endpoint.of(task.predicts)
     return Served(
         name,
         run_dir,
@@ -147,7 +147,7 @@ def model_setting(device: torch.device, bf16: bool) -> Iterator[None]:
 def request_context(task: Task, model: nn.Module, asked: int | None) -> int | None:
     """The positions a request of a language model's server may use: ``asked`` (``--context``)
     or the model's ``max_len``, at most :data:`DEFAULT_CONTEXT`; None for other runs."""
-    if task.command != "generate":
+    if not task.decodes:
         return None
     context = asked or min(model.config.max_len, DEFAULT_CONTEXT)
     if context > model.config.max_len:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import sys
 import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -21,6 +22,7 @@ from typing import Any, ClassVar, TypeVar
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from tqdm import tqdm
 
 from ..config import ModelConfig, Recipe
 from ..data.batching import fixed_size_batches, token_budget_batches
@@ -29,6 +31,7 @@ from ..device import model_device
 from ..errors import LineError
 from ..metrics import perplexity
 from ..nn.loss import IGNORE_INDEX
+from ..predictions import BEAM_SIZE, Prediction, Record
 
 Attentions = dict[str, list[Tensor]]
 """Per attention kind (``encoder``, ``decoder``, ``cross``): the weights ``(1, heads,
@@ -86,9 +89,9 @@ class Task(ABC):
     loss_in_forward: ClassVar[bool] = False
     """Whether the model computes the loss itself from ``labels`` (language models: without
     forming the logits); else the task computes it from :meth:`logits`."""
-    command: ClassVar[str | None] = None
-    """The ``scratchformer`` command that applies the task's models to text (``generate``,
-    ``translate``, ``classify``, ``tag``), if any; it refuses the runs of other tasks."""
+    predicts: ClassVar[Prediction | None] = None
+    """What the task's models predict from text, if anything (:mod:`scratchformer.predictions`):
+    the command and the endpoint that ask for it refuse the runs of other tasks."""
 
     def __init__(self, recipe: Recipe) -> None:
         self.recipe = recipe
@@ -298,7 +301,7 @@ class Task(ABC):
         model: nn.Module,
         split: str = "val",
         path: str | None = None,
-        beam_size: int = 5,
+        beam_size: int = BEAM_SIZE.default,
         progress: bool = False,
     ) -> dict[str, float]:
         """Scores of what the model outputs on a split (or file) when it decodes on its own,
@@ -307,10 +310,60 @@ class Task(ABC):
 
     # -- inference ---------------------------------------------------------------------
 
-    def predict_lines(self, model: nn.Module, lines: Sequence[str], **options: Any) -> list[str]:
-        """The model's output for each line of input, as text: one string a line, in order.
-        ``options`` are the task's own (translation: those of its ``translate``)."""
-        raise ValueError(f"{self.name} models do not predict line by line")
+    @property
+    def decodes(self) -> bool:
+        """Whether the task's models continue prompts, token by token (language models)."""
+        return self.predicts is not None and self.predicts.decodes
+
+    def predict(
+        self, model: nn.Module, inputs: Sequence[Any], *, progress: bool = False, **options: Any
+    ) -> list[Record]:
+        """The model's output for each input, a record each (its fields are the server's
+        JSON of it, its ``line()`` what the command prints). An input is a text or, for a
+        prediction that reads fields, a tuple of their texts (``(question, context)``);
+        ``options`` are those of :attr:`predicts`, each left out at its default.
+        ``progress``: a progress bar on stderr."""
+        if self.decodes:
+            raise ValueError(
+                f"{self.name} models continue prompts: scratchformer.inference.generate"
+            )
+        if self.predicts is None:
+            raise ValueError(f"{self.name} models predict nothing from text")
+        settings = self.predicts.settings(options)
+        return self.records(model, list(inputs), progress=progress, **settings)
+
+    def records(
+        self, model: nn.Module, inputs: list[Any], *, progress: bool, **options: Any
+    ) -> list[Record]:
+        """:meth:`predict`'s records, given every option. An input refused is a
+        :class:`~scratchformer.errors.LineError` that numbers it (:func:`per_line`)."""
+        raise NotImplementedError(f"{self.name} declares a prediction but makes no records")
+
+    def predict_lines(
+        self, model: nn.Module, lines: Sequence[str], *, progress: bool = False, **options: Any
+    ) -> list[str]:
+        """The output for each line of text as the command line prints it (``options``:
+        as :meth:`predict`'s). A line refused is a
+        :class:`~scratchformer.errors.LineError` that numbers it; a line that asks nothing
+        (an empty one, of a prediction that reads fields) gives an empty line."""
+        if self.predicts is None or self.decodes:
+            raise ValueError(f"{self.name} models do not predict line by line")
+        read = per_line(lines, self.predicts.reads.read)
+        asked = [number for number, found in enumerate(read, 1) if found is not None]
+        inputs = [read[number - 1] for number in asked]
+        try:
+            records = self.predict(model, inputs, progress=progress, **options)
+        except LineError as error:
+            raise LineError(asked[error.number - 1], error.reason) from None
+        outputs = [""] * len(lines)
+        for number, record in zip(asked, records, strict=True):
+            outputs[number - 1] = record.line()
+        return outputs
+
+    def example(self, text: str) -> Any:
+        """An input of the task's prediction made from ``text``: what a compiled server
+        warms up on."""
+        return text
 
     def attention(
         self, model: nn.Module, text: str, target: str | None = None
@@ -352,6 +405,11 @@ def per_line(lines: Sequence[str], read: Callable[[str], T]) -> list[T]:
         except ValueError as error:
             raise LineError(number, str(error)) from None
     return results
+
+
+def progress_bar(total: int, shown: bool) -> tqdm:
+    """A bar on stderr of ``total`` inputs done, if ``shown``."""
+    return tqdm(total=total, disable=not shown, file=sys.stderr, unit="input")
 
 
 def warn_cut(too_long: Sequence[int], limit: int) -> None:
@@ -470,11 +528,17 @@ class ExampleTask(Task):
 
     @torch.no_grad()
     def forward_in_order(
-        self, model: nn.Module, examples: Sequence[Any], batch_size: int = 64
+        self,
+        model: nn.Module,
+        examples: Sequence[Any],
+        batch_size: int = 64,
+        progress: bool = False,
     ) -> Iterator[tuple[Tensor, Batch]]:
         """The model's logits (on the CPU) for encoded examples, batch by batch, in their
-        order, each with its batch."""
+        order, each with its batch; ``progress``: a bar on stderr."""
         device = model_device(model)
-        for start in range(0, len(examples), batch_size):
-            batch = self.collate(examples[start : start + batch_size]).to(device)
-            yield self.logits(model, batch).float().cpu(), batch
+        with progress_bar(len(examples), progress) as bar:
+            for start in range(0, len(examples), batch_size):
+                batch = self.collate(examples[start : start + batch_size]).to(device)
+                yield self.logits(model, batch).float().cpu(), batch
+                bar.update(len(batch.targets))

@@ -16,8 +16,20 @@ from ..data.batching import pad_batch
 from ..data.readers import LabeledText
 from ..data.text import SHARED_SEGMENT, pair_segments, shared_words
 from ..metrics import macro_f1
+from ..predictions import Record
 from .base import Batch, TokenLabels, add
 from .sentences import SentenceTask, ValueTask
+
+
+@dataclass(frozen=True)
+class Label(Record):
+    """The likeliest class of a sentence or pair, and its probability."""
+
+    label: str
+    probability: float
+
+    def line(self) -> str:
+        return f"{self.label}\t{self.probability:.4f}"
 
 
 @dataclass(frozen=True)
@@ -159,21 +171,18 @@ class ClassificationTask(CrossEncoderTask):
         index = {label: i for i, label in enumerate(self.labels())}
         return [self.encode_texts(example.texts, index[str(example.label)]) for example in raw]
 
-    def predict(self, model: nn.Module, lines: Sequence[str]) -> list[tuple[str, float]]:
-        """For each line (a sentence, or two tab-separated sentences for pair tasks): the
+    def records(self, model: nn.Module, inputs: list[str], *, progress: bool) -> list[Label]:
+        """For each text (a sentence, or two tab-separated sentences for pair tasks): the
         most probable label and its probability."""
         labels = self.labels()
         predictions = []
-        for logits in self.line_logits(model, lines):
+        for logits in self.line_logits(model, inputs, progress):
             probabilities, best = logits.softmax(-1).max(-1)
             predictions += [
-                (labels[i], p) for i, p in zip(best.tolist(), probabilities.tolist(), strict=True)
+                Label(labels[i], p)
+                for i, p in zip(best.tolist(), probabilities.tolist(), strict=True)
             ]
         return predictions
-
-    def predict_lines(self, model: nn.Module, lines: Sequence[str], **options: Any) -> list[str]:
-        """``label<TAB>probability`` for each line."""
-        return [f"{label}\t{probability:.4f}" for label, probability in self.predict(model, lines)]
 
     def accumulate(self, totals: dict[str, Any], logits: Tensor, batch: Batch) -> None:
         targets = batch.targets

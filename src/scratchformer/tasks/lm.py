@@ -13,6 +13,7 @@ from ..data.batching import TokenStream, lm_batch, lm_eval_blocks
 from ..data.corpus import TokenFiles
 from ..data.readers import iter_lines
 from ..data.registry import shakespeare_text
+from ..predictions import GENERATE
 from .base import Batch, Task, TokenLabels
 
 
@@ -29,7 +30,7 @@ class LanguageModelTask(Task):
     loss_in_forward = True
     metric = "loss"
     higher_is_better = False
-    command = "generate"
+    predicts = GENERATE
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

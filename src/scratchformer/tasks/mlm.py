@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,14 +24,37 @@ from ..data.batching import consecutive_windows, random_windows
 from ..data.masking import mask_tokens
 from ..device import model_device
 from ..nn.loss import IGNORE_INDEX
-from .base import Batch, TokenLabels, per_line
+from ..predictions import FILL_MASK, TOP_K, Record
+from .base import Batch, TokenLabels, per_line, progress_bar
 from .corpus import CorpusTask
 
 SPECIALS = ("pad", "unk", "cls", "sep", "mask")
 MASK = "[MASK]"
-"""How a text given to :meth:`MaskedLMTask.predict_lines` marks the tokens to fill."""
+"""How a text given to :meth:`MaskedLMTask.predict` marks the tokens to fill."""
 EVAL_SEED = 2**31 - 1
 """Seeds the masks of evaluation batches: the same masks at every evaluation."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A token that may fill a mask, and its probability."""
+
+    token: str
+    probability: float
+
+
+@dataclass(frozen=True)
+class Fills(Record):
+    """For each ``[MASK]`` of a text, the likeliest tokens, likeliest first."""
+
+    masks: list[list[Candidate]]
+
+    def line(self) -> str:
+        """``token probability`` pairs separated by tabs, the masks by `` | ``."""
+        return " | ".join(
+            "\t".join(f"{c.token} {c.probability:.4f}" for c in candidates)
+            for candidates in self.masks
+        )
 
 
 class MaskedLMTask(CorpusTask):
@@ -41,7 +65,7 @@ class MaskedLMTask(CorpusTask):
     head = "mlm"
     metric = "loss"
     higher_is_better = False
-    command = "fill-mask"
+    predicts = FILL_MASK
     loss_in_forward = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -123,7 +147,9 @@ class MaskedLMTask(CorpusTask):
             ids += [tokenizer.mask_id, *tokenizer.encode(piece)]
         return [*ids, tokenizer.sep_id]
 
-    def fill(self, model: nn.Module, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
+    def fill(
+        self, model: nn.Module, text: str, top_k: int = TOP_K.default
+    ) -> list[list[tuple[str, float]]]:
         """For each ``[MASK]`` of ``text``, the ``top_k`` likeliest tokens and their
         probabilities."""
         tokenizer = self.tokenizer()
@@ -149,18 +175,22 @@ class MaskedLMTask(CorpusTask):
             for values, indices in zip(top.values, top.indices, strict=True)
         ]
 
-    def predict_lines(self, model: nn.Module, lines: Sequence[str], **options: Any) -> list[str]:
-        """For each line, the likeliest fillers of each ``[MASK]`` with their
-        probabilities, ``token probability`` separated by tabs; masks separated by `` | ``.
-        ``options``: ``top_k`` (5)."""
-        top_k = options.get("top_k", 5)
-        return [
-            " | ".join(
-                "\t".join(f"{token} {probability:.4f}" for token, probability in candidates)
-                for candidates in fills
-            )
-            for fills in per_line(lines, lambda line: self.fill(model, line, top_k))
-        ]
+    def records(
+        self, model: nn.Module, inputs: list[str], *, progress: bool, top_k: int
+    ) -> list[Fills]:
+        """The ``top_k`` likeliest fillers of each ``[MASK]`` of each text."""
+        with progress_bar(len(inputs), progress) as bar:
+
+            def fills(text: str) -> Fills:
+                masks = self.fill(model, text, top_k)
+                bar.update()
+                return Fills([[Candidate(*c) for c in candidates] for candidates in masks])
+
+            return per_line(inputs, fills)
+
+    def example(self, text: str) -> str:
+        """``text`` with a mask to fill."""
+        return f"{text} {MASK}"
 
     def attention_inputs(self, text: str) -> tuple[dict[str, Tensor], TokenLabels]:
         """``[CLS] text [SEP]`` (``[MASK]`` marks stay masks), cut to ``data.max_len``."""

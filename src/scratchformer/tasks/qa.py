@@ -22,7 +22,8 @@ from ..data.text import pair_segments
 from ..data.windows import Span, Window, question_windows
 from ..errors import DataSettingsError
 from ..metrics import squad_scores
-from .base import Batch, ExampleTask, TokenLabels, add, per_line
+from ..predictions import ANSWER, Record
+from .base import Batch, ExampleTask, TokenLabels, add
 
 SPECIALS = ("pad", "unk", "cls", "sep")
 
@@ -45,11 +46,25 @@ class Labelled(Encoded):
 
 
 @dataclass(frozen=True)
-class Prediction:
+class ScoredSpan:
     """An answer: characters of the context, and the probability the model gives it."""
 
     span: Span
     score: float
+
+
+@dataclass(frozen=True)
+class Answer(Record):
+    """The answer to a question: a span of its context (``start`` to ``end``, in
+    characters), and the probability the model gives it."""
+
+    answer: str
+    start: int
+    end: int
+    probability: float
+
+    def line(self) -> str:
+        return f"{self.answer}\t{self.probability:.4f}"
 
 
 class QuestionAnsweringTask(ExampleTask):
@@ -60,7 +75,7 @@ class QuestionAnsweringTask(ExampleTask):
     head = "span"
     metric = "f1"
     higher_is_better = True
-    command = "answer"
+    predicts = ANSWER
 
     def __init__(self, recipe: Recipe) -> None:
         super().__init__(recipe)
@@ -190,48 +205,43 @@ class QuestionAnsweringTask(ExampleTask):
 
     # -- inference ---------------------------------------------------------------------
 
-    def answer(self, model: nn.Module, questions: Sequence[tuple[str, str]]) -> list[Prediction]:
+    def answer(
+        self, model: nn.Module, questions: Sequence[tuple[str, str]], progress: bool = False
+    ) -> list[ScoredSpan]:
         """The best answer to each ``(question, context)``, with its probability."""
         encoded = [
             Encoded(window, i)
             for i, (question, context) in enumerate(questions)
             for window in self.windows(question, context)
         ]
-        rows = [row for logits, _ in self.forward_in_order(model, encoded) for row in logits]
+        forward = self.forward_in_order(model, encoded, progress=progress)
+        rows = [row for logits, _ in forward for row in logits]
         by_question = group_by_question(zip(encoded, rows, strict=True))
         return [
             best_answer(by_question.get(i, []), self.data.max_answer_len)
             for i in range(len(questions))
         ]
 
-    def predict_lines(self, model: nn.Module, lines: Sequence[str], **options: Any) -> list[str]:
-        """``answer<TAB>probability`` for each ``question<TAB>context`` line; an empty line
-        gives an empty answer."""
-        pairs = per_line(lines, lambda line: split_question(line) if line else None)
-        answers = iter(self.answer(model, [pair for pair in pairs if pair is not None]))
-        outputs = []
-        for pair in pairs:
-            if pair is None:
-                outputs.append("")
-                continue
-            prediction, (_, context) = next(answers), pair
-            outputs.append(f"{context[slice(*prediction.span)]}\t{prediction.score:.4f}")
-        return outputs
+    def records(
+        self, model: nn.Module, inputs: list[tuple[str, str]], *, progress: bool
+    ) -> list[Answer]:
+        """The best answer to each ``(question, context)``."""
+        found = self.answer(model, inputs, progress)
+        return [
+            Answer(context[slice(*best.span)], *best.span, best.score)
+            for (_, context), best in zip(inputs, found, strict=True)
+        ]
+
+    def example(self, text: str) -> tuple[str, str]:
+        """A question on ``text``."""
+        return "what is it?", text
 
     def attention_inputs(self, text: str) -> tuple[dict[str, Tensor], TokenLabels]:
         """``question<TAB>context``, its first window as in training."""
-        question, context = split_question(text)
+        question, context = ANSWER.reads.split(text)
         inputs = self.collate([Encoded(self.windows(question, context)[0], 0)]).inputs
         tokens = self.tokenizer().labels(inputs["input_ids"][0].tolist())
         return inputs, {"encoder": (tokens, tokens)}
-
-
-def split_question(line: str) -> tuple[str, str]:
-    """``(question, context)`` of a ``question<TAB>context`` line."""
-    question, tab, context = line.partition("\t")
-    if not tab:
-        raise ValueError(f"expected 'question<TAB>context', got {line[:60]!r}")
-    return question, context
 
 
 def group_by_question(
@@ -269,12 +279,12 @@ def span_loss(
     return per_window.sum() if reduction == "sum" else per_window.mean()
 
 
-def best_answer(windows: Sequence[tuple[Window, Tensor]], max_answer_len: int) -> Prediction:
+def best_answer(windows: Sequence[tuple[Window, Tensor]], max_answer_len: int) -> ScoredSpan:
     """The likeliest span of context tokens over the windows of a question, with logits
     ``(positions, 2)`` each, at most ``max_answer_len`` tokens long: its characters and
     probability, ``p(start) * p(end)`` in its window, where ``[CLS]`` too may take the mass
     (a window without the answer puts it there). No context at all: an empty answer."""
-    best = Prediction((0, 0), 0.0)
+    best = ScoredSpan((0, 0), 0.0)
     for window, logits in windows:
         context = torch.tensor([offset is not None for offset in window.offsets])
         allowed = context.clone()
@@ -296,5 +306,5 @@ def best_answer(windows: Sequence[tuple[Window, Tensor]], max_answer_len: int) -
             start, end = divmod(flat.item(), len(allowed))
             first, last = window.offsets[start], window.offsets[end]
             assert first is not None and last is not None
-            best = Prediction((first[0], last[1]), probability)
+            best = ScoredSpan((first[0], last[1]), probability)
     return best

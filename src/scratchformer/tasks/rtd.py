@@ -27,7 +27,7 @@ class ReplacedTokenTask(MaskedLMTask):
     """The generator's masked-token accuracy selects the kept weights: the objective's loss
     rises as a better generator makes replacements harder to tell, so it cannot."""
     higher_is_better = True
-    command = None
+    predicts = None
 
     def masked(self, windows: np.ndarray, generator: torch.Generator) -> Batch:
         """Masked LM's rows and targets, and the draws of the generator's samples."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
@@ -21,6 +22,7 @@ from ..device import model_device
 from ..errors import DataSettingsError
 from ..metrics import correlations
 from ..models.heads import pool
+from ..predictions import CLASSIFY, Record
 from .base import Batch, ExampleTask, add, per_line, warn_cut
 
 SPECIALS = ("pad", "unk", "cls", "sep")
@@ -29,11 +31,21 @@ DEV_SPLIT = {"val": "dev"}
 """GLUE's and CoNLL's name for the validation split."""
 
 
+@dataclass(frozen=True)
+class Value(Record):
+    """The value predicted for a sentence or pair (a score)."""
+
+    value: float
+
+    def line(self) -> str:
+        return f"{self.value:.4f}"
+
+
 class SentenceTask(ExampleTask):
     """Base of the tasks that label sentences or sentence pairs with an encoder."""
 
     arch = "encoder"
-    command = "classify"
+    predicts = CLASSIFY
     target_dtype: ClassVar[torch.dtype] = torch.long
     """Of the targets in batches: class indices."""
 
@@ -112,6 +124,10 @@ class SentenceTask(ExampleTask):
             raise ValueError(f"this model reads sentence pairs: 'first<TAB>second', got {line!r}")
         return first, second
 
+    def example(self, text: str) -> str:
+        """``text``, or for pair tasks ``text<TAB>text``."""
+        return f"{text}\t{text}" if self._has_pairs() else text
+
     def tokens_needed(self, pieces: Sequence[list[int]]) -> int:
         """The tokens of the longest input that texts of token ids ``pieces`` make, uncut:
         ``[CLS] text [SEP]`` for each sentence read alone."""
@@ -133,14 +149,16 @@ class SentenceTask(ExampleTask):
             vectors.append(F.normalize(pool(hidden, mask, model.config.pooling).float(), dim=-1))
         return torch.cat(vectors).cpu()
 
-    def line_logits(self, model: nn.Module, lines: Sequence[str]) -> Iterator[Tensor]:
+    def line_logits(
+        self, model: nn.Module, lines: Sequence[str], progress: bool = False
+    ) -> Iterator[Tensor]:
         """The model's logits (on the CPU) for lines of input, batch by batch, in order;
         lines longer than ``data.max_len`` tokens are cut, with a warning."""
         pieces = [self.pieces(texts) for texts in per_line(lines, self.split_line)]
         limit = self.data.max_len
         warn_cut([i + 1 for i, p in enumerate(pieces) if self.tokens_needed(p) > limit], limit)
         encoded = [self.encode_pieces(p) for p in pieces]
-        for logits, _ in self.forward_in_order(model, encoded):
+        for logits, _ in self.forward_in_order(model, encoded, progress=progress):
             yield logits
 
 
@@ -166,15 +184,13 @@ class ValueTask(SentenceTask):
     def encode(self, raw: Sequence[LabeledText]) -> list[Any]:
         return [self.encode_texts(example.texts, float(example.label)) for example in raw]
 
-    def predict(self, model: nn.Module, lines: Sequence[str]) -> list[float]:
-        """The predicted value of each line (two tab-separated sentences for pair tasks)."""
+    def records(self, model: nn.Module, inputs: list[str], *, progress: bool) -> list[Value]:
+        """The predicted value of each text (two tab-separated sentences for pair tasks)."""
         return [
-            value for logits in self.line_logits(model, lines) for value in logits[:, 0].tolist()
+            Value(value)
+            for logits in self.line_logits(model, inputs, progress)
+            for value in logits[:, 0].tolist()
         ]
-
-    def predict_lines(self, model: nn.Module, lines: Sequence[str], **options: Any) -> list[str]:
-        """The predicted value of each line, to four decimals."""
-        return [f"{value:.4f}" for value in self.predict(model, lines)]
 
     def accumulate(self, totals: dict[str, Any], logits: Tensor, batch: Batch) -> None:
         targets = batch.targets

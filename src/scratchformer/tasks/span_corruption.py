@@ -19,6 +19,7 @@ writes with it.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,12 +31,24 @@ from ..data.noise import corrupt, noise_counts, random_spans_noise_mask, raw_len
 from ..data.tokenizer import SENTINEL
 from ..device import model_device
 from ..inference.beam import greedy_decode
-from .base import Attentions, Batch, TokenLabels, per_line
+from ..predictions import FILL_SPANS, Record
+from .base import Attentions, Batch, TokenLabels, per_line, progress_bar
 from .corpus import CorpusTask
 from .translation import cut_to, pair_attention, seq2seq_batch, specials, start_id
 
 EVAL_SEED = 2**31 - 1
 """Seeds the noise of evaluation batches: the same spans hidden at every evaluation."""
+
+
+@dataclass(frozen=True)
+class Spans(Record):
+    """The span the model writes for each sentinel of a text, in the text's order (a
+    sentinel it leaves out: empty)."""
+
+    spans: list[str]
+
+    def line(self) -> str:
+        return "\t".join(self.spans)
 
 
 class SpanCorruptionTask(CorpusTask):
@@ -46,7 +59,7 @@ class SpanCorruptionTask(CorpusTask):
     metric = "loss"
     higher_is_better = False
     loss_in_forward = True
-    command = "fill-spans"
+    predicts = FILL_SPANS
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -116,31 +129,42 @@ class SpanCorruptionTask(CorpusTask):
             raise ValueError(f"no {first} in {text!r}: mark the spans to fill with {first}, ...")
         return ids
 
-    def fill(self, model: nn.Module, inputs: Sequence[list[int]]) -> list[list[int]]:
+    def fill(
+        self, model: nn.Module, inputs: Sequence[list[int]], progress: bool = False
+    ) -> list[list[int]]:
         """The model's greedy output for each input (:meth:`encode_input`), 64 at a time:
         each sentinel followed by the span it fills, without the start token and eos."""
         tokenizer, start_token = self.tokenizer(), self.start_id()
         device = model_device(model)
         outputs: list[list[int]] = []
-        for offset in range(0, len(inputs), 64):
-            ids, mask = pad_batch(inputs[offset : offset + 64], tokenizer.pad_id)
-            outputs += greedy_decode(
-                model, ids.to(device), mask.to(device), bos_id=start_token, eos_id=tokenizer.eos_id
-            )
+        with progress_bar(len(inputs), progress) as bar:
+            for offset in range(0, len(inputs), 64):
+                ids, mask = pad_batch(inputs[offset : offset + 64], tokenizer.pad_id)
+                outputs += greedy_decode(
+                    model,
+                    ids.to(device),
+                    mask.to(device),
+                    bos_id=start_token,
+                    eos_id=tokenizer.eos_id,
+                )
+                bar.update(len(ids))
         return outputs
 
-    def predict_lines(self, model: nn.Module, lines: Sequence[str], **options: Any) -> list[str]:
-        """For each line, the spans the model writes for its sentinels, in the order the
-        line has them, separated by tabs (a sentinel the model leaves out: empty)."""
+    def records(self, model: nn.Module, inputs: list[str], *, progress: bool) -> list[Spans]:
+        """The spans the model writes for the sentinels of each text."""
         tokenizer = self.tokenizer()
         sentinels = set(tokenizer.sentinel_ids)
-        inputs = cut_to(per_line(lines, self.encode_input), self.data.max_len)
+        encoded = cut_to(per_line(inputs, self.encode_input), self.data.max_len)
         results = []
-        for ids, output in zip(inputs, self.fill(model, inputs), strict=True):
+        for ids, output in zip(encoded, self.fill(model, encoded, progress), strict=True):
             spans = split_spans(output, sentinels)
             asked = [i for i in ids if i in sentinels]
-            results.append("\t".join(tokenizer.decode(spans.get(i, [])) for i in asked))
+            results.append(Spans([tokenizer.decode(spans.get(i, [])) for i in asked]))
         return results
+
+    def example(self, text: str) -> str:
+        """``text`` with a span to fill."""
+        return f"{text} {SENTINEL.format(0)}"
 
     def attention(
         self, model: nn.Module, text: str, target: str | None = None

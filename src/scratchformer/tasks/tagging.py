@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from torch import Tensor, nn
@@ -15,6 +16,7 @@ from ..data.registry import conll_examples
 from ..errors import DataSettingsError
 from ..metrics import entity_scores
 from ..nn.loss import IGNORE_INDEX
+from ..predictions import TAG, Record
 from .base import Batch, ExampleTask, TokenLabels
 from .sentences import DEV_SPLIT
 from .tag_scheme import best_valid_tags, iob2_transitions
@@ -23,6 +25,18 @@ SPECIALS = ("pad", "unk", "cls", "sep")
 
 Tagged = tuple[list[int], list[int]]
 """Sub-word ids; per sub-word the tag id on a word's first piece, else IGNORE_INDEX."""
+
+
+@dataclass(frozen=True)
+class Tags(Record):
+    """The words of a text (split on whitespace) and their tags."""
+
+    words: list[str]
+    tags: list[str]
+
+    def line(self) -> str:
+        """A ``word tag`` line each, newline included, as in CoNLL files."""
+        return "".join(f"{word} {tag}\n" for word, tag in zip(self.words, self.tags, strict=True))
 
 
 class TaggingTask(ExampleTask):
@@ -34,7 +48,7 @@ class TaggingTask(ExampleTask):
     head = "token_classification"
     metric = "entity_f1"
     higher_is_better = True
-    command = "tag"
+    predicts = TAG
 
     def read(self, split: str, path: str | None = None) -> list[TaggedSentence]:
         path = path or getattr(self.data, split, None)
@@ -87,7 +101,9 @@ class TaggingTask(ExampleTask):
         ]
         return ids[: self.data.max_len], targets[: self.data.max_len]
 
-    def predict(self, model: nn.Module, sentences: Sequence[Sequence[str]]) -> list[list[str]]:
+    def tag(
+        self, model: nn.Module, sentences: Sequence[Sequence[str]], progress: bool = False
+    ) -> list[list[str]]:
         """The tag of every word of every sentence. Words cut off by ``data.max_len`` get
         ``O``, with a warning."""
         encoded = [self.encode_words(words) for words in sentences]
@@ -100,7 +116,7 @@ class TaggingTask(ExampleTask):
             )
         tags = [
             tagged
-            for logits, batch in self.forward_in_order(model, encoded)
+            for logits, batch in self.forward_in_order(model, encoded, progress=progress)
             for tagged in self.word_tags(logits, batch.targets)
         ]
         return [
@@ -108,14 +124,11 @@ class TaggingTask(ExampleTask):
             for words, tagged in zip(sentences, tags, strict=True)
         ]
 
-    def predict_lines(self, model: nn.Module, lines: Sequence[str], **options: Any) -> list[str]:
-        """For each line, its words (split on whitespace) with their tags: a ``word tag``
-        line each, newline included, as in CoNLL files."""
-        sentences = [line.split() for line in lines]
-        return [
-            "".join(f"{word} {tag}\n" for word, tag in zip(words, tags, strict=True))
-            for words, tags in zip(sentences, self.predict(model, sentences), strict=True)
-        ]
+    def records(self, model: nn.Module, inputs: list[str], *, progress: bool) -> list[Tags]:
+        """The words of each text, split on whitespace, with their tags."""
+        sentences = [text.split() for text in inputs]
+        tags = self.tag(model, sentences, progress)
+        return [Tags(*tagged) for tagged in zip(sentences, tags, strict=True)]
 
     def attention_inputs(self, text: str) -> tuple[dict[str, Tensor], TokenLabels]:
         """The words of ``text``, split on whitespace, as sub-words."""

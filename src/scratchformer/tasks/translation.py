@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
-from tqdm import tqdm
 
 from ..data.batching import pad_batch
 from ..data.readers import read_parallel
@@ -19,7 +18,8 @@ from ..errors import DataSettingsError
 from ..inference.beam import beam_search, greedy_decode
 from ..metrics import translation_scores
 from ..nn.loss import IGNORE_INDEX
-from .base import Attentions, Batch, ExampleTask, Task, TokenLabels, warn_cut
+from ..predictions import BATCH_SIZE, BEAM_SIZE, LENGTH_PENALTY, TRANSLATE, Record
+from .base import Attentions, Batch, ExampleTask, Task, TokenLabels, progress_bar, warn_cut
 
 SPECIALS = ("pad", "unk", "bos", "eos")
 """The special tokens of a translation tokenizer whose decoder starts from bos (ours)."""
@@ -28,6 +28,16 @@ SPLIT_FILES = {"train": "train", "val": "val", "test": "test_2016_flickr"}
 
 Pair = tuple[list[int], list[int]]
 """Source ids ending in eos; target ids between the decoder's start token and eos."""
+
+
+@dataclass(frozen=True)
+class Translation(Record):
+    """A sentence's translation."""
+
+    translation: str
+
+    def line(self) -> str:
+        return self.translation
 
 
 def specials(decoder_start: str) -> tuple[str, ...]:
@@ -58,7 +68,7 @@ class TranslationTask(ExampleTask):
     loss_in_forward = True
     metric = "loss"
     higher_is_better = False
-    command = "translate"
+    predicts = TRANSLATE
 
     def read(self, split: str, path: str | None = None) -> list[tuple[str, str]]:
         files = path.split(",") if path is not None else getattr(self.data, split, None)
@@ -135,9 +145,9 @@ class TranslationTask(ExampleTask):
         model: nn.Module,
         lines: Sequence[str],
         *,
-        beam_size: int = 5,
-        length_penalty: float = 0.6,
-        batch_size: int = 64,
+        beam_size: int = BEAM_SIZE.default,
+        length_penalty: float = LENGTH_PENALTY.default,
+        batch_size: int = BATCH_SIZE.default,
         progress: bool = False,
         use_cache: bool = True,
     ) -> list[str]:
@@ -154,7 +164,7 @@ class TranslationTask(ExampleTask):
         )
         results = [""] * len(lines)
         device = model_device(model)
-        bar = tqdm(total=len(todo), disable=not progress, file=sys.stderr, unit="line")
+        bar = progress_bar(len(todo), progress)
         # a compiled model takes every batch at the first one's size (see CompiledModel)
         width = min(batch_size, len(todo)) if getattr(model, "is_compiled", False) else 0
         for start in range(0, len(todo), batch_size):
@@ -191,16 +201,18 @@ class TranslationTask(ExampleTask):
         bar.close()
         return results
 
-    def predict_lines(self, model: nn.Module, lines: Sequence[str], **options: Any) -> list[str]:
-        """The translation of each line (``options``: those of :meth:`translate`)."""
-        return self.translate(model, lines, **options)
+    def records(
+        self, model: nn.Module, inputs: list[str], *, progress: bool, **options: Any
+    ) -> list[Translation]:
+        """The translation of each text (``options``: those of :meth:`translate`)."""
+        return [Translation(t) for t in self.translate(model, inputs, progress=progress, **options)]
 
     def decoding_metrics(
         self,
         model: nn.Module,
         split: str = "val",
         path: str | None = None,
-        beam_size: int = 5,
+        beam_size: int = BEAM_SIZE.default,
         progress: bool = False,
     ) -> dict[str, float]:
         """BLEU and chrF of the model's own translations, by beam search."""

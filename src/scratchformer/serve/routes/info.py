@@ -31,8 +31,7 @@ def add_routes(app: FastAPI, served: Served) -> None:
 
     @app.get("/", response_class=HTMLResponse)
     async def home() -> str:
-        endpoint = served.endpoint
-        return page(served.name, served.task, endpoint.path if endpoint else None)
+        return page(served.name, served.task)
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:

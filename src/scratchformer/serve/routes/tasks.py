@@ -10,7 +10,7 @@ from .. import schema
 from ..errors import ApiError
 from ..http import post, run_batch
 from ..served import ATTENTION, TASK, Served
-from ..tasks import ENDPOINTS, Endpoint
+from ..tasks import Endpoint, endpoints
 
 
 def add_routes(app: FastAPI, served: Served) -> None:
@@ -26,8 +26,8 @@ def add_routes(app: FastAPI, served: Served) -> None:
         [html] = await run_batch(served.batched, [((ATTENTION,), (body.input, body.target))])
         return JSONResponse({"object": "attention", "model": served.name, "html": html})
 
-    for endpoint in ENDPOINTS.values():
-        if endpoint is not served.endpoint:
+    for endpoint in endpoints():
+        if endpoint.prediction is not served.task.predicts:
             add_task_endpoint(app, served, endpoint, own=False)
 
 
