@@ -329,7 +329,7 @@ COMMANDS = (
             OUT_RUN,
             settings(
                 "a data or train setting of the run (repeatable), e.g. "
-                "data.source_prefix='translate English to German: '"
+                "data.translation.source_prefix='translate English to German: '"
             ),
         ),
         description="HF_DIR holds config.json, model.safetensors (or the shards of "
@@ -381,9 +381,9 @@ COMMANDS = (
         ),
         description="--out receives adapter_config.json and adapter_model.safetensors, which "
         "peft.PeftModel.from_pretrained(base, OUT) loads onto base, the Hugging Face model of "
-        "the run's model.init_from. A task head is not part of that model and is left out, as "
+        "the run's train.init_from. A task head is not part of that model and is left out, as "
         "are adapters of maps the checkpoint stores transposed (GPT-2's Conv1D: refused). A "
-        "run without LoRA adapters or without model.init_from is refused.",
+        "run without LoRA adapters or without train.init_from is refused.",
     ),
     Command(
         "export-gguf",

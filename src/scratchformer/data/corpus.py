@@ -63,8 +63,9 @@ NAMED_CORPORA: dict[str, Callable[[Root], Iterator[str]]] = {
     "multi30k.fr": _multi30k("fr"),
     "tinyshakespeare": _shakespeare,
 }
-"""``data.corpus`` names -> the documents of that dataset's training split: a sentence
-(SST-2, STS-B, CoNLL, Multi30k), a paragraph (SQuAD contexts), a speech (shakespeare)."""
+"""``data.pretraining.corpus`` names -> the documents of that dataset's training split: a
+sentence (SST-2, STS-B, CoNLL, Multi30k), a paragraph (SQuAD contexts), a speech
+(shakespeare)."""
 
 
 def corpus_documents(
@@ -79,7 +80,9 @@ def corpus_documents(
     :func:`~scratchformer.data.readers.iter_documents`), streamed."""
     for name in names:
         if name not in NAMED_CORPORA:
-            raise ValueError(f"data.corpus: {name!r} must be one of {', '.join(NAMED_CORPORA)}")
+            raise ValueError(
+                f"data.pretraining.corpus: {name!r} must be one of {', '.join(NAMED_CORPORA)}"
+            )
         yield from NAMED_CORPORA[name](root)
     for file in files:
         yield from iter_documents(file, per_line)

@@ -1,6 +1,6 @@
 """Plain text cut into sentences, for the tasks that read sentences out of paragraphs
 (cloze questions, contrastive sentence pretraining); and the words two texts share, which
-question answering and sentence pairs can mark (``data.mark_shared_words``)."""
+question answering and sentence pairs can mark (``data.pairs.mark_shared_words``)."""
 
 from __future__ import annotations
 

@@ -75,7 +75,7 @@ def question_windows(
     if room < 1:
         raise ValueError(
             f"data.max_len={max_len} leaves no room for the context after a question of "
-            f"{len(question_ids)} tokens (data.max_question_len={max_question_len})"
+            f"{len(question_ids)} tokens (data.qa.max_question_len={max_question_len})"
         )
     target = None if answer is None else answer_tokens(offsets, answer)
     shared = shared_words(context, question, offsets) if mark_shared_words else [False] * len(ids)

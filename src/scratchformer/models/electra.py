@@ -86,13 +86,13 @@ class ReplacedTokenHead(PretrainingHead):
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        generator = dataclasses.replace(config, n_layers=config.generator_layers, head="mlm")
+        generator = dataclasses.replace(config, n_layers=config.rtd.generator_layers, head="mlm")
         self.generator = Encoder(generator)
         self.generator_head = MaskedLMHead(generator)
         self.dense = Linear(config.d_model, config.d_model)
         self.activation = ACTIVATIONS[config.activation]
         self.proj = Linear(config.d_model, 1)
-        self.discriminator_weight = config.discriminator_weight
+        self.discriminator_weight = config.rtd.discriminator_weight
 
     def tie(self, weight: torch.nn.Parameter) -> None:
         self.generator_head.tie(weight)

@@ -202,7 +202,6 @@ class Task(ABC):
             pooler=False,  # heads pool for themselves
             dropout=recipe.dropout,
             attention_dropout=recipe.attention_dropout,
-            init_from=recipe.init_from,
         )
 
     @abstractmethod

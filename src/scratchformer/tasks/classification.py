@@ -35,7 +35,7 @@ class Label(Record):
 @dataclass(frozen=True)
 class Encoded:
     """Token ids, segment ids, and the class index or value to predict (0 when unknown);
-    with ``data.symmetric_pairs``, the pair in the other order too."""
+    with ``data.pairs.symmetric_pairs``, the pair in the other order too."""
 
     ids: list[int]
     segments: list[int]
@@ -45,7 +45,7 @@ class Encoded:
 
 class MarkedIds(list[int]):
     """A text's token ids and, per token, whether its word is a word of the other sentence
-    of the pair too (``data.mark_shared_words``)."""
+    of the pair too (``data.pairs.mark_shared_words``)."""
 
     def __init__(self, ids: Sequence[int], shared: Sequence[bool]) -> None:
         super().__init__(ids)
@@ -59,13 +59,13 @@ class CrossEncoderTask(SentenceTask):
     def segment_types(self) -> int:
         """Segment embeddings: two for sentence pairs, three when their shared words are
         marked (or the recipe's, if more)."""
-        needed = pair_segments(self.data.mark_shared_words) if self._has_pairs() else 0
+        needed = pair_segments(self.data.pairs.mark_shared_words) if self._has_pairs() else 0
         return max(self.recipe.model.type_vocab_size, needed)
 
     def pieces(self, texts: Sequence[str]) -> list[list[int]]:
-        """The token ids of each text, uncut; with ``data.mark_shared_words``, a pair's as
+        """The token ids of each text, uncut; with ``data.pairs.mark_shared_words``, a pair's as
         :class:`MarkedIds`."""
-        if not (self.data.mark_shared_words and len(texts) == 2):
+        if not (self.data.pairs.mark_shared_words and len(texts) == 2):
             return super().pieces(texts)
         tokenizer = self.tokenizer()
         encoded = [tokenizer.encode_offsets(text) for text in texts]
@@ -76,12 +76,12 @@ class CrossEncoderTask(SentenceTask):
 
     def encode_pieces(self, pieces: Sequence[list[int]], target: int | float = 0) -> Encoded:
         """``[CLS] text [SEP]``, or ``[CLS] a [SEP] b [SEP]`` with segments 0 and 1 (and
-        ``[CLS] b [SEP] a [SEP]`` with ``data.symmetric_pairs``)."""
+        ``[CLS] b [SEP] a [SEP]`` with ``data.pairs.symmetric_pairs``)."""
         if len(pieces) != 2:
             ids = self.wrap(pieces[0])
             return Encoded(ids, [0] * len(ids), target)
         first = self.join(*pieces, target)
-        if not self.data.symmetric_pairs:
+        if not self.data.pairs.symmetric_pairs:
             return first
         return replace(first, swapped=self.join(*reversed(pieces), target))
 
@@ -110,10 +110,10 @@ class CrossEncoderTask(SentenceTask):
         return len(example.ids) * (1 if example.swapped is None else 2)
 
     def collate(self, examples: Sequence[Encoded]) -> Batch:
-        """Padded ids and mask, and segment ids for pairs; with ``data.symmetric_pairs``
+        """Padded ids and mask, and segment ids for pairs; with ``data.pairs.symmetric_pairs``
         of shape ``(pairs, 2, seq)``, each pair in both orders (a batch's rows stay pairs,
         so that it slices as other batches do)."""
-        both = self.data.symmetric_pairs and self._has_pairs()
+        both = self.data.pairs.symmetric_pairs and self._has_pairs()
         rows = [o for e in examples for o in ((e, e.swapped) if both else (e,))]
         ids, mask = pad_batch([e.ids for e in rows], self.tokenizer().pad_id)
         inputs = {"input_ids": ids, "attention_mask": mask}

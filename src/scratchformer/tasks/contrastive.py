@@ -5,7 +5,7 @@ by the cosine of their mean vectors (InfoNCE, the other sentences the negatives)
 
 Masked LM teaches words; this teaches the sentence vectors a bi-encoder compares, without
 any labelled pair: a run of this task is a :class:`~.similarity.SimilarityTask` model (the
-same head) whose body a similarity fine-tune starts from (``model.init_from``). The
+same head) whose body a similarity fine-tune starts from (``train.init_from``). The
 corpus is read as :class:`~.corpus.CorpusTask` reads it, its documents cut into sentences
 (:func:`~scratchformer.data.text.sentences`), each sentence once.
 """

@@ -22,20 +22,22 @@ class CorpusTask(Task):
 
     def documents(self, split: str, path: str | None = None) -> Iterable[str]:
         """The documents of a split: ``path``, or ``data.<split>`` files; else, for train
-        and val, the corpus (``data.corpus`` and ``data.train``) less or only its held-out
-        slice."""
+        and val, the corpus (``data.pretraining.corpus`` and ``data.train``) less or only
+        its held-out slice."""
         data = self.data
-        per_line = data.document_per_line
+        per_line = data.pretraining.document_per_line
         if path is not None:
             return iter_documents(path, per_line)
         if split != "train" and getattr(data, split) is not None:
             return corpus_documents([], _files(getattr(data, split)), per_line=per_line)
         if split == "test":
             raise ValueError("no test text: set data.test to a file or directory")
-        if not data.corpus and data.train is None:
-            raise ValueError("no corpus: set data.corpus to named datasets or data.train to files")
+        if not data.pretraining.corpus and data.train is None:
+            raise ValueError(
+                "no corpus: set data.pretraining.corpus to named datasets or data.train to files"
+            )
         corpus = corpus_documents(
-            data.corpus or [], _files(data.train), per_line=per_line, root=data.root
+            data.pretraining.corpus or [], _files(data.train), per_line=per_line, root=data.root
         )
         if split == "train" and data.val is not None:
             return corpus

@@ -68,21 +68,21 @@ class LanguageModelTask(Task):
         x, y = lm_batch(
             self.stream("train"),
             self.train_config.batch_size * parts,
-            self.data.block_size,
+            self.data.lm.block_size,
             generator,
         )
         return Batch({"input_ids": x}, y, x.numel())
 
     def eval_batches(self, split: str, path: str | None = None) -> Iterator[Batch]:
         for x, y in lm_eval_blocks(
-            self.stream(split, path), self.train_config.batch_size, self.data.block_size
+            self.stream(split, path), self.train_config.batch_size, self.data.lm.block_size
         ):
             yield Batch({"input_ids": x}, y, x.numel())
 
     def attention_inputs(self, text: str) -> tuple[dict[str, Tensor], TokenLabels]:
         """The tokens of ``text``, at most as many as the model reads in training."""
         tokenizer = self.tokenizer()
-        limit = min(self.data.block_size, self.recipe.model.max_len)
+        limit = min(self.data.lm.block_size, self.recipe.model.max_len)
         ids = tokenizer.encode(text)
         if len(ids) > limit:
             warnings.warn(

@@ -101,16 +101,16 @@ class MaskedLMTask(CorpusTask):
             mask_id=tokenizer.mask_id,
             special_ids=tokenizer.special_ids,
             vocab_size=tokenizer.vocab_size,
-            probability=self.data.mask_probability,
+            probability=self.data.mlm.mask_probability,
             word_starts=self.word_starts(),
-            mean_span=self.data.mask_span_length,
+            mean_span=self.data.mlm.mask_span_length,
         )
         targets = rows.masked_fill(~chosen, IGNORE_INDEX)
         return Batch({"input_ids": inputs}, targets, inputs.numel())
 
     def word_starts(self) -> Tensor | None:
         """Which tokens begin a word, for whole-word masking (else ``None``)."""
-        if self.data.whole_word_mask and self._word_starts is None:
+        if self.data.mlm.whole_word_mask and self._word_starts is None:
             self._word_starts = torch.tensor(self.tokenizer().word_starts())
         return self._word_starts
 

@@ -87,13 +87,13 @@ class QuestionAnsweringTask(ExampleTask):
 
     def read(self, split: str, path: str | None = None) -> list[Question]:
         """The questions of a split (:meth:`labelled`); the training split is joined by the
-        cloze questions of its contexts (``data.cloze_questions``)."""
+        cloze questions of its contexts (``data.qa.cloze_questions``)."""
         questions = self.labelled(split, path)
-        if split != "train" or not self.data.cloze_questions:
+        if split != "train" or not self.data.qa.cloze_questions:
             return questions
         contexts = dict.fromkeys(q.context for q in questions)
         return questions + cloze_questions(
-            contexts, self.data.cloze_questions, self.train_config.seed
+            contexts, self.data.qa.cloze_questions, self.train_config.seed
         )
 
     def labelled(self, split: str, path: str | None = None) -> list[Question]:
@@ -126,7 +126,7 @@ class QuestionAnsweringTask(ExampleTask):
             "vocab_size": self.tokenizer().vocab_size,
             "num_labels": 2,
             "type_vocab_size": max(
-                self.recipe.model.type_vocab_size, pair_segments(self.data.mark_shared_words)
+                self.recipe.model.type_vocab_size, pair_segments(self.data.pairs.mark_shared_words)
             ),
         }
 
@@ -139,10 +139,10 @@ class QuestionAnsweringTask(ExampleTask):
             question,
             context,
             max_len=data.max_len,
-            stride=data.doc_stride,
-            max_question_len=data.max_question_len,
+            stride=data.qa.doc_stride,
+            max_question_len=data.qa.max_question_len,
             answer=answer,
-            mark_shared_words=data.mark_shared_words,
+            mark_shared_words=data.pairs.mark_shared_words,
         )
 
     def encode(self, raw: Sequence[Question]) -> list[Labelled]:
@@ -193,7 +193,7 @@ class QuestionAnsweringTask(ExampleTask):
         by_question = group_by_question(seen)
         asked = {example.question: example for example, _ in seen}
         answered = [i for i, found in by_question.items() if len(found) == asked[i].windows]
-        spans = {i: best_answer(by_question[i], self.data.max_answer_len).span for i in answered}
+        spans = {i: best_answer(by_question[i], self.data.qa.max_answer_len).span for i in answered}
         predicted = [asked[i].source.context[slice(*span)] for i, span in spans.items()]
         references = [[a.text for a in asked[i].source.answers] for i in answered]
         count = totals["windows"]
@@ -218,7 +218,7 @@ class QuestionAnsweringTask(ExampleTask):
         rows = [row for logits, _ in forward for row in logits]
         by_question = group_by_question(zip(encoded, rows, strict=True))
         return [
-            best_answer(by_question.get(i, []), self.data.max_answer_len)
+            best_answer(by_question.get(i, []), self.data.qa.max_answer_len)
             for i in range(len(questions))
         ]
 

@@ -63,7 +63,7 @@ class ReplacedTokenTask(MaskedLMTask):
         caught, flagged, replaced = totals["caught"], totals["flagged"], totals["replaced"]
         wrong = (flagged - caught) + (replaced - caught)
         return {
-            "loss": generator + self.recipe.model.discriminator_weight * detection,
+            "loss": generator + self.recipe.model.rtd.discriminator_weight * detection,
             "generator_loss": generator,
             "detection_loss": detection,
             "accuracy": totals["correct"] / masked,

@@ -11,8 +11,8 @@ spans hidden at every evaluation, and reports the loss and accuracy on the targe
 A trained model fills the sentinels (``<extra_id_0>``, ...) of a text greedily
 (``scratchformer fill-spans``), and shows its attention on such a text.
 
-The tokenizer (with ``data.sentinels`` sentinels and translation's specials) is one
-vocabulary for both sides, so that a translation fine-tune (``model.init_from``) reads and
+The tokenizer (with ``data.span_corruption.sentinels`` sentinels and translation's specials) is one
+vocabulary for both sides, so that a translation fine-tune (``train.init_from``) reads and
 writes with it.
 """
 
@@ -63,14 +63,14 @@ class SpanCorruptionTask(CorpusTask):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        data = self.data
-        self.window = raw_length(data.max_len, data.noise_density, data.mean_span_length)
+        noise, max_len = self.data.span_corruption, self.data.max_len
+        self.window = raw_length(max_len, noise.noise_density, noise.mean_span_length)
         """Tokens of the corpus in an example: as many as fit ``data.max_len`` corrupted."""
-        spans = noise_counts(self.window, data.noise_density, data.mean_span_length)[1]
-        if spans > data.sentinels:
+        spans = noise_counts(self.window, noise.noise_density, noise.mean_span_length)[1]
+        if spans > noise.sentinels:
             raise ValueError(
-                f"[data] sentinels={data.sentinels} is fewer than the {spans} spans hidden "
-                f"in an input of max_len={data.max_len} tokens"
+                f"[data.span_corruption] sentinels={noise.sentinels} is fewer than the {spans} "
+                f"spans hidden in an input of max_len={max_len} tokens"
             )
 
     # -- data --------------------------------------------------------------------------
@@ -78,7 +78,9 @@ class SpanCorruptionTask(CorpusTask):
     def prepare(self) -> None:
         texts = self.documents("train")
         roles = specials(self.recipe.model.decoder_start)
-        tokenizer = self.train_tokenizer(texts, roles, sentinels=self.data.sentinels)
+        tokenizer = self.train_tokenizer(
+            texts, roles, sentinels=self.data.span_corruption.sentinels
+        )
         self.tokenizers = {"tokenizer": tokenizer}
 
     def model_sizes(self) -> dict[str, Any]:
@@ -88,12 +90,12 @@ class SpanCorruptionTask(CorpusTask):
     def corrupted(self, windows: np.ndarray, generator: torch.Generator) -> Batch:
         """The windows with spans hidden by ``generator``'s draws, as ``(input, target)``
         pairs of a seq2seq batch."""
-        tokenizer, data = self.tokenizer(), self.data
+        tokenizer, options = self.tokenizer(), self.data.span_corruption
         start = start_id(tokenizer, self.recipe.model.decoder_start)
         pairs = []
         for ids in windows.tolist():
             noise = random_spans_noise_mask(
-                len(ids), data.noise_density, data.mean_span_length, generator
+                len(ids), options.noise_density, options.mean_span_length, generator
             )
             inputs, targets = corrupt(ids, noise, tokenizer.sentinel_ids, tokenizer.eos_id)
             pairs.append((inputs, [start, *targets]))

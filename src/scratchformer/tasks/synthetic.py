@@ -46,12 +46,12 @@ class SyntheticTask(TranslationTask):
         if split not in SPLIT_SEEDS:
             raise ValueError(f"split={split!r} must be one of {', '.join(SPLIT_SEEDS)}")
         data = self.data
-        count = data.synthetic_train_size if split == "train" else data.synthetic_val_size
+        count = data.synthetic.train_size if split == "train" else data.synthetic.val_size
         pairs = digit_pairs(
             data.dataset or "copy",
             count,
-            data.synthetic_min_digits,
-            data.synthetic_max_digits,
+            data.synthetic.min_digits,
+            data.synthetic.max_digits,
             seed=self.train_config.seed * 10 + SPLIT_SEEDS[split],
         )
         if split == "train":

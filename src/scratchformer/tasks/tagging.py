@@ -139,15 +139,15 @@ class TaggingTask(ExampleTask):
     def word_tags(self, logits: Tensor, targets: Tensor) -> list[list[str]]:
         """The predicted tags of the words of a batch of sentences, from the logits
         ``(sentences, pieces, tags)`` of their first sub-words (where ``targets`` is not
-        IGNORE_INDEX): with ``data.tag_scheme = "iob2"`` the most likely valid IOB2 sequences,
-        else each word's most likely tag."""
+        IGNORE_INDEX): with ``data.tagging.tag_scheme = "iob2"`` the most likely valid IOB2
+        sequences, else each word's most likely tag."""
         names, logits = self.labels(), logits.float().cpu()  # Viterbi: small sequential steps
         first = targets.cpu() != IGNORE_INDEX
         lengths = first.sum(1)
         order = first.int().argsort(dim=1, descending=True, stable=True)  # first pieces in front
         order = order[:, : int(lengths.max()), None]
         word_logits = logits.gather(1, order.expand(-1, -1, logits.shape[-1]))
-        if self.data.tag_scheme == "iob2":
+        if self.data.tagging.tag_scheme == "iob2":
             allowed = iob2_transitions(tuple(names))
             ids = best_valid_tags(word_logits.log_softmax(-1), lengths, allowed)
         else:

@@ -58,10 +58,10 @@ def start_id(tokenizer: Tokenizer, decoder_start: str) -> int:
 
 
 class TranslationTask(ExampleTask):
-    """Source ids (``data.source_prefix`` and the sentence, with eos) feed the encoder; the
-    decoder reads the target shifted right (its start token first: bos, or T5's pad) and
-    predicts it shifted left (eos last). Padding is masked and ignored by the loss, which
-    uses label smoothing as in the paper."""
+    """Source ids (``data.translation.source_prefix`` and the sentence, with eos) feed the
+    encoder; the decoder reads the target shifted right (its start token first: bos, or
+    T5's pad) and predicts it shifted left (eos last). Padding is masked and ignored by the
+    loss, which uses label smoothing as in the paper."""
 
     name = "translation"
     arch = "seq2seq"
@@ -90,7 +90,7 @@ class TranslationTask(ExampleTask):
         pairs = self.read("train")
         sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
         roles = specials(self.recipe.model.decoder_start)
-        if self.data.shared_vocab:
+        if self.data.translation.shared_vocab:
             self.tokenizers = {"tokenizer": self.train_tokenizer(sources + targets, roles)}
         else:
             self.tokenizers = {
@@ -109,8 +109,9 @@ class TranslationTask(ExampleTask):
         return start_id(self.target_tokenizer(), self.recipe.model.decoder_start)
 
     def encode_sources(self, texts: Sequence[str]) -> list[list[int]]:
-        """The encoder's ids of source texts: ``data.source_prefix`` and the text, then eos."""
-        prefix = self.data.source_prefix
+        """The encoder's ids of source texts: ``data.translation.source_prefix`` and the
+        text, then eos."""
+        prefix = self.data.translation.source_prefix
         return self.source_tokenizer().encode_batch([prefix + t for t in texts], add_eos=True)
 
     def model_sizes(self) -> dict[str, Any]:
@@ -118,8 +119,8 @@ class TranslationTask(ExampleTask):
             "vocab_size": self.source_tokenizer().vocab_size,
             "tgt_vocab_size": self.target_tokenizer().vocab_size,
         }
-        if self.recipe.model.share_embeddings and not self.data.shared_vocab:
-            raise ValueError("model.share_embeddings needs data.shared_vocab = true")
+        if self.recipe.model.share_embeddings and not self.data.translation.shared_vocab:
+            raise ValueError("model.share_embeddings needs data.translation.shared_vocab = true")
         return sizes
 
     def encode(self, raw: Sequence[tuple[str, str]]) -> list[Pair]:

@@ -1,5 +1,5 @@
 """A recipe's model before training: initialised from ``train.seed``, then given the
-weights of a pretrained checkpoint (``model.init_from``: which directories and packages
+weights of a pretrained checkpoint (``train.init_from``: which directories and packages
 count, and how its weights are copied)."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def checkpoint_dir(name: str) -> Path:
     path = Path(name).expanduser()
     if path.is_dir():
         return path
-    unknown = f"model.init_from={name!r} is neither a directory nor an installed model package"
+    unknown = f"train.init_from={name!r} is neither a directory nor an installed model package"
     module = name.replace("-", "_")
     try:
         installed = importlib.metadata.distribution(name).locate_file(f"{module}/__init__.py")
@@ -46,7 +46,7 @@ def checkpoint_dir(name: str) -> Path:
         raise FileNotFoundError(f"{unknown} (its module is not the one the package installed)")
     package = importlib.import_module(module)
     if not callable(getattr(package, "get_model_path", None)):
-        raise ValueError(f"model.init_from={name!r}: the package {module} has no get_model_path()")
+        raise ValueError(f"train.init_from={name!r}: the package {module} has no get_model_path()")
     return Path(package.get_model_path())
 
 

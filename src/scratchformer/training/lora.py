@@ -4,7 +4,7 @@ only what trains, and fold the adapters back into plain weights.
 An adapted model trains its adapters and, for an encoder, its task head (a new head is
 random, so it must train); every other weight is its base's, frozen. Its state dict holds
 those trained tensors only, so that the trainer's checkpoints and ``model.safetensors``
-hold the adapter alone: the base is the run's ``model.init_from`` (or the initial weights
+hold the adapter alone: the base is the run's ``train.init_from`` (or the initial weights
 of ``train.seed``), rebuilt when the run is opened.
 """
 
