@@ -79,7 +79,7 @@ class Row:
         return worse <= allowed
 
 
-FROM_PRETRAINED = ("model.init_from=runs/results/pretrain-encoder",)
+FROM_PRETRAINED = ("train.init_from=runs/results/pretrain-encoder",)
 """The fine-tunes of the pretrained rows start from the ``pretrain-encoder`` row's run."""
 
 ROWS = {
@@ -173,7 +173,7 @@ ROWS = {
             30,
             36.0,
             required=False,
-            settings=("model.init_from=runs/results/pretrain-t5",),
+            settings=("train.init_from=runs/results/pretrain-t5",),
         ),
     )
 }

@@ -215,7 +215,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         lm, cls = Path(scratch) / "lm", Path(scratch) / "cls"
         runs = {
-            "completions": (lm, "shakespeare-char.toml", [*CONFIG_B, "data.block_size=64"]),
+            "completions": (lm, "shakespeare-char.toml", [*CONFIG_B, "data.lm.block_size=64"]),
             "classify": (cls, "sst2.toml", []),
         }
         for endpoint in args.endpoint or ENDPOINTS:

@@ -166,32 +166,45 @@ def type_name(annotation: Any) -> str:
 
 
 def recipe_keys(class_name: str, document: Path) -> str:
-    """A table of every key of a config dataclass: type, default and its docstring."""
+    """A table of every key of a config dataclass, its nested tables' keys included (each
+    with the tasks that read it): type, default and its docstring."""
     from scratchformer import config
 
     cls = getattr(config, class_name)
     section = next(name for name, section in config.SECTIONS.items() if section is cls)
+    return table(["key", "type", "default", "meaning"], key_rows(cls, section))
+
+
+def key_rows(cls: type, prefix: str, readers: tuple[str, ...] = ()) -> list[list[str]]:
+    """The rows of :func:`recipe_keys` for dataclass ``cls``, whose keys start ``prefix``."""
+    from scratchformer import config
+
     docs = field_docstrings(cls)
     hints = typing.get_type_hints(cls)
     undocumented = [f.name for f in dataclasses.fields(cls) if f.name not in docs]
     if undocumented:
         raise ValueError(
-            f"{class_name} in src/scratchformer/config.py has no docstring for "
+            f"{cls.__name__} in src/scratchformer/config.py has no docstring for "
             f"{', '.join(undocumented)}: add a string literal after each field"
         )
+    nested = config.tables(cls)
+    read_by = f"(*{', '.join(readers)}*) " if readers else ""
     rows = []
     for field in dataclasses.fields(cls):
+        if field.name in nested:
+            rows += key_rows(hints[field.name], f"{prefix}.{field.name}", nested[field.name])
+            continue
         missing = field.default is dataclasses.MISSING  # a list's default comes from a factory
         default = field.default_factory() if missing else field.default  # type: ignore[misc]
         rows.append(
             [
-                f"`{section}.{field.name}`",
+                f"`{prefix}.{field.name}`",
                 type_name(hints[field.name]),
                 toml_value(default),
-                markdown(docs[field.name]),
+                read_by + markdown(docs[field.name]),
             ]
         )
-    return table(["key", "type", "default", "meaning"], rows)
+    return rows
 
 
 # -- the command line --------------------------------------------------------------------

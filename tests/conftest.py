@@ -93,7 +93,7 @@ def data_dir() -> Path:
     return path
 
 
-SMALL_COPY = ["data.synthetic_train_size=200", "data.synthetic_val_size=20"]
+SMALL_COPY = ["data.synthetic.train_size=200", "data.synthetic.val_size=20"]
 """A small synthetic copy task: a run's evaluations and translations of it take moments."""
 
 
@@ -157,7 +157,7 @@ def qa_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "data.dataset=none",
         "data.vocab_size=200",
         "data.max_len=32",
-        "data.doc_stride=8",
+        "data.qa.doc_stride=8",
         "model.max_len=32",
     )
     return run_dir
@@ -202,12 +202,12 @@ def mlm_run(tmp_path_factory: pytest.TempPathFactory, pretraining_text: Path) ->
     train(
         run_dir,
         "pretrain-encoder.toml",
-        "data.corpus=[]",
+        "data.pretraining.corpus=[]",
         f"data.train='{pretraining_text}'",
         f"data.val='{pretraining_text}'",
         "data.vocab_size=120",
         "data.max_len=32",
-        "data.whole_word_mask=true",
+        "data.mlm.whole_word_mask=true",
         "model.max_len=64",
         "model.norm_first=false",  # BERT's post-LN and positions, to export as a BertForMaskedLM
         "model.positional='learned'",
@@ -223,7 +223,7 @@ def rtd_run(tmp_path_factory: pytest.TempPathFactory, pretraining_text: Path) ->
     train(
         run_dir,
         "pretrain-electra.toml",
-        "data.corpus=[]",
+        "data.pretraining.corpus=[]",
         f"data.train='{pretraining_text}'",
         f"data.val='{pretraining_text}'",
         "data.vocab_size=120",
@@ -242,8 +242,8 @@ def contrastive_run(tmp_path_factory: pytest.TempPathFactory, mlm_run: Path) -> 
     train(
         run_dir,
         "pretrain-sentences.toml",
-        f"model.init_from='{mlm_run}'",
-        "data.corpus=[]",
+        f"train.init_from='{mlm_run}'",
+        "data.pretraining.corpus=[]",
         f"data.train='{text}'",
         f"data.val='{text}'",
         "data.lowercase=false",
@@ -299,7 +299,7 @@ def lm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "data.dataset=none",
         "data.tokenizer=bpe",
         "data.vocab_size=300",
-        "data.block_size=16",
+        "data.lm.block_size=16",
         "model.max_len=64",
         "model.n_kv_heads=2",
         "train.max_steps=60",

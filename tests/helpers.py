@@ -125,12 +125,12 @@ def tiny_t5(corpus: Path) -> list[str]:
     """Settings that make pretrain-t5.toml a tiny run on ``corpus``."""
     return [
         *TINY_MODEL,
-        "data.corpus=none",
+        "data.pretraining.corpus=none",
         f"data.train='{corpus}'",
-        "data.document_per_line=true",
+        "data.pretraining.document_per_line=true",
         "data.tokenizer='char'",
         "data.vocab_size=60",
-        "data.sentinels=8",
+        "data.span_corruption.sentinels=8",
         "data.max_len=40",
         "model.dropout=0.1",  # so that resume must restore the random state exactly
         "train.batch_size=4",

@@ -18,8 +18,8 @@ from scratchformer.cli import commands, main
 TINY = set_options(
     [
         *TINY_MODEL,
-        "data.synthetic_train_size=200",
-        "data.synthetic_val_size=20",
+        "data.synthetic.train_size=200",
+        "data.synthetic.val_size=20",
         "train.max_steps=4",
         "train.eval_every=2",
     ]

@@ -139,7 +139,7 @@ def test_generate_is_reproducible_with_a_seed(tmp_path, capsys, monkeypatch) -> 
         f"data.train='{data}'",
         f"data.val='{data}'",
         "data.dataset=none",
-        "data.block_size=16",
+        "data.lm.block_size=16",
         "model.max_len=64",
     )
     args = ["generate", str(run_dir), "--prompt", "to be", "--max-new-tokens", "20", "--seed", "3"]

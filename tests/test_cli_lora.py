@@ -36,5 +36,5 @@ def test_merge_gives_a_run_that_evaluates_as_the_lora_run(
     # adapters of a model trained from its seed's weights: no checkpoint for PEFT to adapt
     assert main(["export-peft", str(lora_copy_run), "--out", str(tmp_path / "peft")]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "model.init_from is unset" in err
+    assert err.count("\n") == 1 and "train.init_from is unset" in err
     assert not (tmp_path / "peft").exists()

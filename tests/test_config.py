@@ -1,4 +1,5 @@
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -7,7 +8,16 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from scratchformer import config, models, tasks
-from scratchformer.config import DataConfig, ModelConfig, Recipe, TrainConfig
+from scratchformer.config import (
+    MOVED_KEYS,
+    DataConfig,
+    MaskingOptions,
+    ModelConfig,
+    QuestionAnsweringOptions,
+    Recipe,
+    SpanCorruptionOptions,
+    TrainConfig,
+)
 from scratchformer.models import build_model, count_parameters
 
 
@@ -161,7 +171,7 @@ def test_recipe_from_toml_with_overrides(tmp_path) -> None:
         ("train.lr=fast", "lr='fast' must be of type float"),
         ("train.schedule=linear", "schedule='linear' must be one of noam, cosine"),
         ("data.tokenizer=spm", "tokenizer='spm' must be one of char, bpe, wordpiece"),
-        ("data.tag_scheme=iob1", "tag_scheme='iob1' must be one of iob2, none"),
+        ("data.tagging.tag_scheme=iob1", "tag_scheme='iob1' must be one of iob2, none"),
         ("task=poetry", "task='poetry' must be one of lm, translation"),
         ("max_steps", "must look like section.key=value"),
     ],
@@ -200,16 +210,16 @@ def test_data_and_train_validation() -> None:
     assert DataConfig(text_columns=["sentence1", 7]).text_columns == ["sentence1", 7]
     for density in (0.0, 1.0):
         with pytest.raises(ValueError, match=rf"noise_density={density} must be between 0 and 1"):
-            DataConfig(noise_density=density)
+            SpanCorruptionOptions(noise_density=density)
     with pytest.raises(ValueError, match=r"mean_span_length=0.5 must be at least 1"):
-        DataConfig(mean_span_length=0.5)
+        SpanCorruptionOptions(mean_span_length=0.5)
     for length in (0.5, 10.0):
         with pytest.raises(ValueError, match=rf"mask_span_length={length} must be at least 1"):
-            DataConfig(mask_span_length=length)
+            MaskingOptions(mask_span_length=length)
     with pytest.raises(ValueError, match=r"sentinels=0 must be positive"):
-        DataConfig(sentinels=0)
+        SpanCorruptionOptions(sentinels=0)
     with pytest.raises(ValueError, match=r"cloze_questions=-1 must be >= 0"):
-        DataConfig(cloze_questions=-1)
+        QuestionAnsweringOptions(cloze_questions=-1)
 
 
 def test_a_recipe_with_a_byte_order_mark_loads_and_other_encodings_name_the_file(
@@ -266,3 +276,63 @@ def test_sizes_past_the_machines_memory_are_refused_naming_both_numbers(monkeypa
         ModelConfig(vocab_size=100, d_model=32, n_heads=4, n_layers=2, d_ff=64)
     monkeypatch.delenv(config.MAX_PARAMETERS_VARIABLE)
     assert config.max_parameters() > small.parameter_bound()
+
+
+QA_RECIPE = """
+task = "qa"
+[data]
+dataset = "squad"
+doc_stride = 64
+mark_shared_words = true
+[model]
+init_from = "runs/pretrain-encoder"
+"""
+
+
+def test_a_task_s_data_settings_are_a_table_of_their_own(tmp_path: Path) -> None:
+    recipe = tmp_path / "qa.toml"
+    recipe.write_text('task = "qa"\n[data]\ndataset = "squad"\n[data.qa]\ndoc_stride = 64\n')
+    loaded = Recipe.load(recipe, ["data.qa.max_answer_len=12", "data.pairs.mark_shared_words=true"])
+    assert loaded.data.qa == QuestionAnsweringOptions(doc_stride=64, max_answer_len=12)
+    assert loaded.data.pairs.mark_shared_words
+    assert Recipe.from_dict(json.loads(loaded.to_json())) == loaded  # the run's config.json
+    with pytest.raises(ValueError, match=r"qa.toml: \[data.qa\] doc_stride=0 must be positive"):
+        Recipe.load(recipe, ["data.qa.doc_stride=0"])
+    with pytest.raises(ValueError, match=r"\[data.lm\] is read by task lm only, not by qa"):
+        Recipe.load(recipe, ["data.lm.block_size=64"])
+    with pytest.raises(ValueError, match=r"\[model.rtd\] is read by task rtd only, not by qa"):
+        Recipe.load(recipe, ["model.rtd.generator_layers=2"])
+    with pytest.raises(ValueError, match=r"qa must be a table of settings"):
+        Recipe.load(recipe, ["data.qa=3"])
+
+
+def test_the_keys_of_earlier_versions_still_load_with_one_note(tmp_path: Path) -> None:
+    recipe = tmp_path / "old.toml"
+    recipe.write_text(QA_RECIPE)
+    with pytest.warns(FutureWarning) as notes:
+        loaded = Recipe.load(recipe, ["data.max_answer_len=12"])
+    assert [str(note.message) for note in notes] == [
+        f"{recipe}: keys of an earlier version, read where they live now: "
+        "data.mark_shared_words (now data.pairs.mark_shared_words), "
+        "data.doc_stride (now data.qa.doc_stride), model.init_from (now train.init_from)",
+        "--set data.max_answer_len: a key of an earlier version, read as data.qa.max_answer_len",
+    ]
+    assert loaded.data.qa == QuestionAnsweringOptions(doc_stride=64, max_answer_len=12)
+    assert loaded.data.pairs.mark_shared_words
+    assert loaded.train.init_from == "runs/pretrain-encoder"
+    recipe.write_text(QA_RECIPE + "[data.qa]\ndoc_stride = 32\n")
+    with pytest.raises(ValueError, match=r"data.doc_stride and data.qa.doc_stride are both set"):
+        Recipe.load(recipe)
+
+
+def test_every_moved_key_names_a_field_that_exists_now() -> None:
+    """Each old key is gone from its section, and each new one is a field where it points."""
+    recipe = Recipe("lm", ModelConfig(), DataConfig(), TrainConfig()).to_dict()
+    for old, new in MOVED_KEYS.items():
+        section, key = old.split(".")
+        assert key not in recipe[section], old
+        *tables, name = new.split(".")
+        body = recipe
+        for table in tables:
+            body = body[table]
+        assert name in body, new

@@ -101,8 +101,8 @@ def test_init_from_imports_only_an_installed_model_package(tmp_path: Path, monke
 
 TINY_COPY = [
     *TINY_MODEL,
-    "data.synthetic_train_size=200",
-    "data.synthetic_val_size=20",
+    "data.synthetic.train_size=200",
+    "data.synthetic.val_size=20",
     "train.max_steps=2",
     "train.eval_every=1",
     "train.batch_size=4",

@@ -28,8 +28,8 @@ STOPPED_AT = MAX_STEPS // 2
 SETTINGS = [
     *TINY_MODEL,
     "model.dropout=0.1",  # so that a resume must restore the random state
-    "data.synthetic_train_size=200",
-    "data.synthetic_val_size=20",
+    "data.synthetic.train_size=200",
+    "data.synthetic.val_size=20",
     "train.batch_size=8",
     "train.warmup_steps=5",
     f"train.max_steps={MAX_STEPS}",

@@ -183,8 +183,9 @@ d_ff = 64
 dataset = "copy"
 tokenizer = "char"
 vocab_size = 20
-synthetic_train_size = 40
-synthetic_val_size = 8
+[data.synthetic]
+train_size = 40
+val_size = 8
 [train]
 max_steps = 2
 batch_size = 4

@@ -39,7 +39,7 @@ def test_fine_tune_starts_from_the_checkpoint(tmp_path, tiny_bert, recipe, rows,
     data.write_text(rows)
     run_dir = tmp_path / "run"
     options = [
-        f"model.init_from='{tiny_bert}'",
+        f"train.init_from='{tiny_bert}'",
         "data.dataset=none",
         f"data.train='{data}'",
         f"data.val='{data}'",
@@ -86,10 +86,10 @@ def test_a_missing_checkpoint_is_a_clear_error(tmp_path, capsys) -> None:
             "--out",
             str(tmp_path / "r"),
             "--set",
-            "model.init_from='no-such-model'",
+            "train.init_from='no-such-model'",
         ]
     )
     assert status == 2
-    assert "model.init_from='no-such-model' is neither a directory nor an installed model" in (
+    assert "train.init_from='no-such-model' is neither a directory nor an installed model" in (
         capsys.readouterr().err
     )

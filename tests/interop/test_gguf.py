@@ -65,7 +65,7 @@ TRAINING = [
     "data.dataset=none",
     "data.tokenizer=bpe",
     "data.vocab_size=320",
-    "data.block_size=32",
+    "data.lm.block_size=32",
     "model.max_len=128",
     "model.n_layers=2",
     "train.max_steps=100",
@@ -364,7 +364,7 @@ def refused(capsys, run: Path, out: Path, *fragments: str) -> None:
 def test_cli_refuses_a_char_run_in_one_line(text_file: Path, tmp_path: Path, capsys) -> None:
     run_dir = tmp_path / "char"
     data = [f"data.train='{text_file}'", f"data.val='{text_file}'", "data.dataset=none"]
-    train(run_dir, "shakespeare-char.toml", *data, "data.block_size=16", "model.max_len=64")
+    train(run_dir, "shakespeare-char.toml", *data, "data.lm.block_size=16", "model.max_len=64")
     refused(capsys, run_dir, tmp_path / "m.gguf", str(run_dir), "train with data.tokenizer=bpe")
 
 

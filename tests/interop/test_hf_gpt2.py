@@ -131,7 +131,7 @@ def test_incompatible_models_are_not_exported(overrides, fragments, tmp_path: Pa
 def test_export_of_an_incompatible_run_is_a_one_line_error(tmp_path: Path, capsys) -> None:
     run_dir = tmp_path / "copy"
     options = [*TINY_MODEL, "train.max_steps=1"]
-    options += ["data.synthetic_train_size=50", "data.synthetic_val_size=10"]
+    options += ["data.synthetic.train_size=50", "data.synthetic.val_size=10"]
     args = ["--quiet", "train", str(RECIPES / "copy.toml"), "--out", str(run_dir)]
     assert main([*args, *set_options(options)]) == 0
     capsys.readouterr()
@@ -165,7 +165,7 @@ def test_a_runs_chat_template_is_quantized_with_it_and_overwritten_with_it(
     assert main(["--quiet", "import-hf", str(checkpoint), "--out", str(run_dir)]) == 0
     assert main(["--quiet", "quantize", str(run_dir), "--out", str(int8)]) == 0
     assert (int8 / "chat_template.jinja").read_text() == "{{ messages[0]['content'] }}"
-    settings = [*TINY_MODEL, "train.max_steps=1", "data.synthetic_train_size=50"]
+    settings = [*TINY_MODEL, "train.max_steps=1", "data.synthetic.train_size=50"]
     args = ["--quiet", "train", str(RECIPES / "copy.toml"), "--out", str(run_dir), "--overwrite"]
     assert main([*args, *set_options(settings)]) == 0
     assert not (run_dir / "chat_template.jinja").exists()

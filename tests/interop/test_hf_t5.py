@@ -274,7 +274,7 @@ def t5_dir(checkpoint: Path, t5_tokenizer, tmp_path_factory: pytest.TempPathFact
 def t5_run(t5_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The checkpoint imported as a translation run with T5's task prefix."""
     run_dir = tmp_path_factory.mktemp("runs") / "t5"
-    prefix = f"data.source_prefix='{PREFIX}'"
+    prefix = f"data.translation.source_prefix='{PREFIX}'"
     assert main(["--quiet", "import-hf", str(t5_dir), "--out", str(run_dir), "--set", prefix]) == 0
     return run_dir
 
@@ -354,11 +354,11 @@ def test_a_translation_fine_tune_starts_from_a_t5_checkpoint(t5_dir: Path, tmp_p
     target.write_text("der schnelle braune Fuchs\nein Mann sitzt\n" * 4)
     files = f"['{source}', '{target}']"
     options = [
-        f"model.init_from='{t5_dir}'",
+        f"train.init_from='{t5_dir}'",
         "data.dataset=none",
         f"data.train={files}",
         f"data.val={files}",
-        f"data.source_prefix='{PREFIX}'",
+        f"data.translation.source_prefix='{PREFIX}'",
         "train.max_steps=1",
         "train.eval_every=1",
         "train.max_tokens=none",

@@ -60,7 +60,7 @@ def test_export_peft_writes_a_lora_runs_adapters_that_peft_loads(
     data = tmp_path / "data.tsv"
     data.write_text("text\tlabel\n" + "a fine film\tpos\nawful\tneg\n" * 8)
     options = [
-        f"model.init_from='{tiny_bert}'",
+        f"train.init_from='{tiny_bert}'",
         "data.dataset=none",
         f"data.train='{data}'",
         f"data.val='{data}'",

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from helpers import tiny_config
 from scratchformer import build_model
+from scratchformer.config import ReplacedTokenOptions
 from scratchformer.models.electra import sample
 from scratchformer.models.heads import Masked
 from scratchformer.nn.loss import IGNORE_INDEX
@@ -40,7 +41,9 @@ def masked_batch(seed: int = 0) -> Masked:
 
 def test_the_objective_is_the_generators_loss_plus_the_weighted_detection_loss() -> None:
     torch.manual_seed(0)
-    model = build_model(tiny_config(arch="encoder", head="rtd", generator_layers=1)).eval()
+    model = build_model(
+        tiny_config(arch="encoder", head="rtd", rtd=ReplacedTokenOptions(generator_layers=1))
+    ).eval()
     head = model.head
     assert head.generator_head.weight is model.embedding.tokens.weight
     assert len(head.generator.layers) == 1 and len(model.encoder.layers) == 2

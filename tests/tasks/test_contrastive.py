@@ -23,7 +23,7 @@ from scratchformer.tasks.contrastive import TEMPERATURE
 def task(tmp_path: Path) -> ContrastiveTask:
     text = tmp_path / "text.txt"
     text.write_text(PARAGRAPHS, encoding="utf-8")
-    settings = ["model.init_from=null", "data.corpus=[]", f"data.train='{text}'"]
+    settings = ["train.init_from=null", "data.pretraining.corpus=[]", f"data.train='{text}'"]
     return ContrastiveTask(Recipe.load(RECIPES / "pretrain-sentences.toml", settings))
 
 

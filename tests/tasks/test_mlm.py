@@ -55,7 +55,7 @@ def test_span_masking_chooses_neighbours_together(mlm_run: Path) -> None:
         return ((chosen[:, 1:] & chosen[:, :-1]).sum() / chosen.sum()).item()
 
     words = neighbours_chosen()
-    task.data.mask_span_length = 4.0
+    task.data.mlm.mask_span_length = 4.0
     assert neighbours_chosen() > words + 0.4
 
 
@@ -113,7 +113,7 @@ def test_a_fine_tune_starts_from_a_pretraining_run(
     data.write_text("text\tlabel\n" + "the cat sat\tpos\ndogs ran\tneg\n" * 8)
     run_dir = tmp_path / "fine-tune"
     options = [
-        f"model.init_from='{run}'",
+        f"train.init_from='{run}'",
         "data.dataset=none",
         f"data.train='{data}'",
         f"data.val='{data}'",
@@ -156,7 +156,7 @@ def test_a_fine_tune_longer_than_the_learnt_positions_is_refused(
     tmp_path: Path, mlm_run: Path, capsys
 ) -> None:
     args = ["train", str(RECIPES / "sst2.toml"), "--out", str(tmp_path / "run")]
-    settings = [f"model.init_from='{mlm_run}'", "data.max_len=65"]
+    settings = [f"train.init_from='{mlm_run}'", "data.max_len=65"]
     assert main([*args, *set_options(settings)]) == 2
     assert "data.max_len=65 is beyond the 64 positions" in capsys.readouterr().err
     assert not (tmp_path / "run" / "config.json").exists()

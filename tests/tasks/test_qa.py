@@ -212,7 +212,7 @@ def test_cloze_questions_join_the_training_split_only(tmp_path, monkeypatch) -> 
     plain = QuestionAnsweringTask(Recipe.load(RECIPES / "squad.toml", settings))
     assert len(plain.read("train")) == 1
     task = QuestionAnsweringTask(
-        Recipe.load(RECIPES / "squad.toml", [*settings, "data.cloze_questions=2"])
+        Recipe.load(RECIPES / "squad.toml", [*settings, "data.qa.cloze_questions=2"])
     )
     train = task.read("train")
     assert sorted((q.question, q.context) for q in train[1:]) == [
@@ -231,7 +231,7 @@ def test_cloze_questions_join_the_training_split_only(tmp_path, monkeypatch) -> 
 def test_a_fine_tune_marking_the_question_adds_a_segment_to_a_pretrained_encoder(
     tmp_path, mlm_run, capsys, monkeypatch
 ) -> None:
-    """From a masked-LM run with two segment ids, ``data.mark_shared_words`` gives the model a
+    """From a masked-LM run with two segment ids, ``data.pairs.mark_shared_words`` gives the model a
     third that starts as a copy of the context's, so the fine-tune starts from the
     pretrained model unchanged; it trains, evaluates and answers."""
     context = "Ada met Grace in London. Later Grace moved to Paris in 1952."
@@ -240,13 +240,13 @@ def test_a_fine_tune_marking_the_question_adds_a_segment_to_a_pretrained_encoder
     train(
         run_dir,
         "squad.toml",
-        f"model.init_from='{mlm_run}'",
+        f"train.init_from='{mlm_run}'",
         f"data.train='{data}'",
         f"data.val='{data}'",
         "data.dataset=none",
-        "data.mark_shared_words=true",
+        "data.pairs.mark_shared_words=true",
         "data.max_len=32",
-        "data.doc_stride=8",
+        "data.qa.doc_stride=8",
         "train.lr=1e-9",
     )
     _, start = load_run(mlm_run)

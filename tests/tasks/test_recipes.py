@@ -19,10 +19,10 @@ SMALL = ["train.batch_size=4", "train.max_tokens=none", "train.weight_decay=0"]
 NO_DROPOUT = ["model.dropout=0", "model.attention_dropout=0", "train.lora_dropout=0"]
 """Dropout off: a clean descent on one batch."""
 ONE_STEP = ["train.max_steps=1", "train.eval_batches=1", "train.max_minutes=none"]
-SHORT_WINDOWS = ["data.max_len=128", "data.doc_stride=64"]
+SHORT_WINDOWS = ["data.max_len=128", "data.qa.doc_stride=64"]
 """Question answering reads windows of 128 tokens here, not 256: a quarter of the attention
 and half of the rest, for a descent of the same kind."""
-SMALL_CORPUS = ["data.corpus=['stsb']"]
+SMALL_CORPUS = ["data.pretraining.corpus=['stsb']"]
 """A pretraining recipe's text in these tests: one small corpus (the model is the recipe's;
 every named corpus is read in ``tests/data/test_corpus.py``)."""
 
@@ -46,10 +46,10 @@ def test_recipe_trains_on_a_fixed_batch(
     start = pretraining_runs.start_of(given)
     # encoders fine-tune at a fine-tuning rate (also from a pretraining run of one step); a
     # translator from a barely trained span-corruption run learns at a from-scratch rate
-    full_fine_tune = given.model.init_from is not None and given.train.lora_rank is None
+    full_fine_tune = given.train.init_from is not None and given.train.lora_rank is None
     encoder = TASK_CLASSES[given.task].arch == "encoder"
     lr = f"train.lr={1e-4 if full_fine_tune and encoder else 1e-3}"
-    corpus = SMALL_CORPUS if given.data.corpus else []
+    corpus = SMALL_CORPUS if given.data.pretraining.corpus else []
     windows = SHORT_WINDOWS if given.task == "qa" else []
     recipe = Recipe.load(path, [*SMALL, *NO_DROPOUT, lr, *start, *corpus, *windows])
     task, model = start_run(recipe, tmp_path)
@@ -72,7 +72,7 @@ def test_recipe_trains_on_a_fixed_batch(
 
 
 class PretrainingRuns:
-    """For a recipe that starts from the run of another (``model.init_from =
+    """For a recipe that starts from the run of another (``train.init_from =
     "runs/<recipe>"``), that recipe's run, one step long, trained the first time it is asked
     for, from its own pretraining run if it has one: the encoder fine-tunes start from one
     pretrain-encoder run, ``stsb-sentences`` from a pretrain-sentences run that starts
@@ -83,7 +83,7 @@ class PretrainingRuns:
 
     def start_of(self, recipe: Recipe) -> list[str]:
         """The setting that points ``recipe`` to its pretraining run (none if it has none)."""
-        init_from = recipe.model.init_from
+        init_from = recipe.train.init_from
         if init_from is None or Path(init_from).parent != Path("runs"):
             return []
         run_dir = self.directory / Path(init_from).name
@@ -91,4 +91,4 @@ class PretrainingRuns:
             source = RECIPE_DIR / f"{run_dir.name}.toml"
             overrides = [*ONE_STEP, *SMALL_CORPUS, *self.start_of(Recipe.load(source))]
             train(source, run_dir, overrides=overrides, quiet=True)
-        return [f"model.init_from='{run_dir}'"]
+        return [f"train.init_from='{run_dir}'"]

@@ -79,7 +79,10 @@ def test_batches_hide_spans_behind_sentinels_of_windows_of_the_corpus(t5_corpus:
 def test_too_few_sentinels_for_the_spans_is_an_error(t5_corpus: Path) -> None:
     with pytest.raises(ValueError, match=r"sentinels=1 is fewer than the 2 spans"):
         build_task(
-            Recipe.load(RECIPES / "pretrain-t5.toml", [*tiny_t5(t5_corpus), "data.sentinels=1"])
+            Recipe.load(
+                RECIPES / "pretrain-t5.toml",
+                [*tiny_t5(t5_corpus), "data.span_corruption.sentinels=1"],
+            )
         )
 
 
@@ -107,7 +110,7 @@ def test_translation_fine_tunes_from_a_span_corruption_run(
     run = tmp_path / "run"
     files = f"['{source}', '{target}']"
     options = [
-        f"model.init_from='{pretrained}'",
+        f"train.init_from='{pretrained}'",
         "data.dataset=none",
         f"data.train={files}",
         f"data.val={files}",

@@ -399,7 +399,7 @@ def test_value_tasks_read_scores_and_report_correlations(tmp_path: Path) -> None
 
 @pytest.mark.parametrize("name", ["classification", "regression"])
 def test_a_cross_encoder_marks_the_words_a_pair_shares(name: str, tmp_path: Path) -> None:
-    """With ``data.mark_shared_words``, every token whose word the other sentence has too
+    """With ``data.pairs.mark_shared_words``, every token whose word the other sentence has too
     (case ignored) is segment 2, in training batches and in predictions alike; cut pairs
     keep the marks of the tokens kept."""
     rows = "A man plays\ta MAN sings\t4.0\nthe cat\tthe dog\t1.0\n"
@@ -440,7 +440,9 @@ def test_a_cross_encoder_marks_the_words_a_pair_shares(name: str, tmp_path: Path
 
 
 def test_symmetric_pairs_predict_the_mean_of_both_orders(tmp_path: Path) -> None:
-    data = pair_data(tmp_path, tokenizer="wordpiece", vocab_size=60, mark_shared_words=True)
+    data = pair_data(
+        tmp_path, tokenizer="wordpiece", vocab_size=60, pairs={"mark_shared_words": True}
+    )
     one_way = build_task(recipe("regression", data=data, model=SMALL_MODEL))
     one_way.prepare()
     both = build_task(

@@ -33,8 +33,8 @@ RECIPE = Recipe.load(
     RECIPES / "copy.toml",
     [
         *TINY_MODEL,
-        "data.synthetic_train_size=200",
-        "data.synthetic_val_size=20",
+        "data.synthetic.train_size=200",
+        "data.synthetic.val_size=20",
         "train.max_steps=2",
         "train.eval_every=1",
         "train.batch_size=4",

@@ -33,8 +33,8 @@ RECIPE = RECIPES / "copy.toml"
 TINY = [
     *TINY_MODEL,
     "model.dropout=0.1",  # so that resume must restore the random state exactly
-    "data.synthetic_train_size=400",
-    "data.synthetic_val_size=40",
+    "data.synthetic.train_size=400",
+    "data.synthetic.val_size=40",
     "train.batch_size=16",
     "train.eval_every=10",
     "train.warmup_steps=5",
