@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .config import DataConfig, LanguageModelOptions, Recipe, TrainConfig
+from .config import DataConfig, Recipe, TrainConfig
 from .data.tokenizer import recognise_roles
 from .errors import Interrupted, require_extra
 from .interop.hf import TOKENIZER_FILE, chat_template, from_pretrained, save_pretrained
@@ -246,13 +246,15 @@ def import_hf(hf_dir: Path, run_dir: Path, overrides: Sequence[str] = ()) -> Rec
             stacklevel=2,
         )
     config = model.config
+    task = IMPORTED_TASKS[config.head or config.arch]
     data = DataConfig(
         tokenizer=TOKENIZER_KINDS[config.arch],
         vocab_size=tokenizer.vocab_size,
         max_len=min(DataConfig.max_len, config.max_len),
-        lm=LanguageModelOptions(block_size=min(LanguageModelOptions.block_size, config.max_len)),
     )
-    recipe = Recipe(IMPORTED_TASKS[config.head or config.arch], config, data, TrainConfig())
+    if task == "lm":  # windows no longer than the checkpoint's positions
+        data.lm.block_size = min(data.lm.block_size, config.max_len)
+    recipe = Recipe(task, config, data, TrainConfig())
     recipe = Recipe.from_dict(recipe.to_dict(), overrides)
     write_run(run_dir, recipe, {"tokenizer": tokenizer}, model, chat_template=chat_template(hf_dir))
     return recipe
@@ -296,8 +298,8 @@ def export_hf(run_dir: Path, hf_dir: Path) -> None:
             "symmetric_pairs",
         ),
     ):
-        if getattr(task.data, setting):
-            warnings.warn(f"{run_dir} reads {reads} (data.{setting})", stacklevel=2)
+        if getattr(task.data.pairs, setting):
+            warnings.warn(f"{run_dir} reads {reads} (data.pairs.{setting})", stacklevel=2)
 
 
 def export_onnx(run_dir: Path, out_dir: Path) -> None:

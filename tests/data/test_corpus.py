@@ -53,7 +53,7 @@ def test_named_corpora_are_the_training_text_only() -> None:
     assert (
         next(NAMED_CORPORA["conll2003"](None)) == "EU rejects German call to boycott British lamb ."
     )
-    with pytest.raises(ValueError, match=r"data\.corpus: 'imdb' must be one of sst2"):
+    with pytest.raises(ValueError, match=r"data\.pretraining\.corpus: 'imdb' must be one of sst2"):
         list(corpus_documents(["imdb"], []))
 
 

@@ -392,9 +392,9 @@ def test_value_tasks_read_scores_and_report_correlations(tmp_path: Path) -> None
     }
     with pytest.raises(ValueError, match="R-Drop compares predicted class distributions, and si"):
         build_task(recipe("similarity", data=data, train={"rdrop": 0.1}))
-    for setting in ("mark_shared_words", "symmetric_pairs"):
-        with pytest.raises(ValueError, match=f"data.{setting} is for a pair read as one input"):
-            build_task(recipe("similarity", data={**data, setting: True}))
+    for setting in ("mark_shared_words", "symmetric_pairs"):  # a pair read as one input
+        with pytest.raises(ValueError, match=r"\[data.pairs\] is read by .* not by similarity"):
+            build_task(recipe("similarity", data={**data, "pairs": {setting: True}}))
 
 
 @pytest.mark.parametrize("name", ["classification", "regression"])

@@ -54,12 +54,6 @@ class SimilarityTask(ValueTask):
 
     def __init__(self, recipe: Recipe) -> None:
         super().__init__(recipe)
-        for setting in ("mark_shared_words", "symmetric_pairs"):
-            if getattr(self.data, setting):
-                raise ValueError(
-                    f"data.{setting} is for a pair read as one input; the similarity task "
-                    "reads each sentence alone (task = 'regression' reads pairs)"
-                )
         if not self._has_pairs():
             raise ValueError(
                 "the similarity task compares sentence pairs: set data.dataset = 'stsb' or "
