@@ -14,9 +14,10 @@ from ..data.corpus import TokenFiles
 from ..data.readers import iter_lines
 from ..data.registry import shakespeare_text
 from ..predictions import GENERATE
-from .base import Batch, Task, TokenLabels
+from .base import Batch, Task, TokenLabels, register_task
 
 
+@register_task
 class LanguageModelTask(Task):
     """A corpus becomes one token stream; training samples random ``block_size`` windows
     (as nanoGPT does), evaluation walks the validation stream in consecutive blocks.

@@ -23,7 +23,7 @@ from ..data.windows import Span, Window, question_windows
 from ..errors import DataSettingsError
 from ..metrics import squad_scores
 from ..predictions import ANSWER, Record
-from .base import Batch, ExampleTask, TokenLabels, add
+from .base import Batch, ExampleTask, TokenLabels, add, register_task
 
 SPECIALS = ("pad", "unk", "cls", "sep")
 
@@ -67,6 +67,7 @@ class Answer(Record):
         return f"{self.answer}\t{self.probability:.4f}"
 
 
+@register_task
 class QuestionAnsweringTask(ExampleTask):
     """Question and context -> encoder -> span head; exact match and F1 of the answers."""
 

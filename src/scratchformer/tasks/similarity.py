@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from ..config import Recipe
 from ..data.batching import pad_batch
-from .base import Attentions, Batch, TokenLabels
+from .base import Attentions, Batch, TokenLabels, register_task
 from .sentences import ValueTask
 
 COSENT_SCALE = 20.0
@@ -45,6 +45,7 @@ def cosent_loss(similarities: Tensor, targets: Tensor, scale: float = COSENT_SCA
     return torch.cat([differences.new_zeros(1), differences]).logsumexp(0)
 
 
+@register_task
 class SimilarityTask(ValueTask):
     """Sentence pairs -> the encoder, a sentence at a time -> mean-pooled vectors -> their
     cosine; CoSENT loss; Pearson and Spearman correlation with the gold scores."""

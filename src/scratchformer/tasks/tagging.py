@@ -17,7 +17,7 @@ from ..errors import DataSettingsError
 from ..metrics import entity_scores
 from ..nn.loss import IGNORE_INDEX
 from ..predictions import TAG, Record
-from .base import Batch, ExampleTask, TokenLabels
+from .base import Batch, ExampleTask, TokenLabels, register_task
 from .sentences import DEV_SPLIT
 from .tag_scheme import best_valid_tags, iob2_transitions
 
@@ -39,6 +39,7 @@ class Tags(Record):
         return "".join(f"{word} {tag}\n" for word, tag in zip(self.words, self.tags, strict=True))
 
 
+@register_task
 class TaggingTask(ExampleTask):
     """Words -> sub-words -> encoder -> a tag distribution at every position. The loss and
     the metrics count each word once, at its first sub-word."""

@@ -19,7 +19,16 @@ from ..inference.beam import beam_search, greedy_decode
 from ..metrics import translation_scores
 from ..nn.loss import IGNORE_INDEX
 from ..predictions import BATCH_SIZE, BEAM_SIZE, LENGTH_PENALTY, TRANSLATE, Record
-from .base import Attentions, Batch, ExampleTask, Task, TokenLabels, progress_bar, warn_cut
+from .base import (
+    Attentions,
+    Batch,
+    ExampleTask,
+    Task,
+    TokenLabels,
+    progress_bar,
+    register_task,
+    warn_cut,
+)
 
 SPECIALS = ("pad", "unk", "bos", "eos")
 """The special tokens of a translation tokenizer whose decoder starts from bos (ours)."""
@@ -57,6 +66,7 @@ def start_id(tokenizer: Tokenizer, decoder_start: str) -> int:
     return tokenizer.specials[decoder_start]
 
 
+@register_task
 class TranslationTask(ExampleTask):
     """Source ids (``data.source_prefix`` and the sentence, with eos) feed the encoder; the
     decoder reads the target shifted right (its start token first: bos, or T5's pad) and
