@@ -2,6 +2,7 @@ import pytest
 
 from scratchformer import config, models, registry, tasks
 from scratchformer.config import DataConfig, ModelConfig, Recipe, TrainConfig
+from scratchformer.data.registry import DATASETS
 from scratchformer.data.tokenizer import TOKENIZERS
 from scratchformer.nn.attention import ATTENTIONS
 from scratchformer.nn.feedforward import ACTIVATIONS, FEED_FORWARDS
@@ -22,6 +23,7 @@ REGISTRIES = [
     tasks.TASKS,
     SCHEDULES,
     TOKENIZERS,
+    DATASETS,
 ]
 
 

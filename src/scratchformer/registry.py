@@ -71,6 +71,9 @@ SCHEDULES = declare("schedule", "noam", "cosine", "constant", "inverse_sqrt")
 """``scratchformer.training.schedule.SCHEDULES``: ``TrainConfig.schedule``."""
 TOKENIZERS = declare("tokenizer", "char", "bpe", "wordpiece")
 """``scratchformer.data.tokenizer.TOKENIZERS``: ``DataConfig.tokenizer``."""
+DATASETS = declare("dataset", "tinyshakespeare", "multi30k", "sst2", "conll2003", "stsb", "squad")
+"""``scratchformer.data.registry.DATASETS``: ``DataConfig.dataset`` (which the synthetic task
+reads as its own names, ``copy`` and ``reverse``, instead) and ``DataConfig.corpus``."""
 
 
 class Registry(Generic[T]):
