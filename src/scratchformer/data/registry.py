@@ -352,10 +352,14 @@ def named_dataset(name: str | None, kind: type[Dataset]) -> Dataset | None:
     return dataset if isinstance(dataset, kind) else None
 
 
-def dataset_choice(kind: type[DatasetSpec]) -> str:
-    """How to name a dataset of ``kind``, for the message of a task that has no data:
-    ``data.dataset = 'squad'``, or ``data.dataset to one of sst2, stsb``."""
-    names = [name for name, dataset in DATASETS.items() if isinstance(dataset, kind)]
+def dataset_choice(
+    kind: type[Dataset], suits: Callable[[Dataset], bool] = lambda dataset: True
+) -> str:
+    """How to name a dataset of ``kind`` (that ``suits`` a task), for the message of a task
+    that has no data: ``data.dataset = 'squad'``, or ``data.dataset to one of sst2, stsb``."""
+    names = [
+        name for name, dataset in DATASETS.items() if isinstance(dataset, kind) and suits(dataset)
+    ]
     if len(names) == 1:
         return f"data.dataset = {names[0]!r}"
     return f"data.dataset to one of {', '.join(names)}"

@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from ..config import Recipe
 from ..data.batching import pad_batch
+from ..data.registry import LabeledTextDataset, dataset_choice
 from .base import Attentions, Batch, TokenLabels, register_task
 from .sentences import ValueTask
 
@@ -63,7 +64,8 @@ class SimilarityTask(ValueTask):
                 )
         if not self._has_pairs():
             raise ValueError(
-                "the similarity task compares sentence pairs: set data.dataset = 'stsb' or "
+                "the similarity task compares sentence pairs: set "
+                f"{dataset_choice(LabeledTextDataset, lambda dataset: dataset.pairs)} or "
                 "two data.text_columns"
             )
 
