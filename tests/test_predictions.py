@@ -55,7 +55,7 @@ class TokenCounting(ClassificationTask):
 def counting(monkeypatch: pytest.MonkeyPatch) -> None:
     """The prediction registered, and classification runs opened as token counters."""
     monkeypatch.setitem(PREDICTIONS, COUNT_TOKENS.command, COUNT_TOKENS)
-    monkeypatch.setitem(TASKS, "classification", TokenCounting)
+    monkeypatch.setitem(TASKS._entries, "classification", TokenCounting)
 
 
 def subcommand(name: str) -> Any:

@@ -1,12 +1,15 @@
 import pytest
 
-from scratchformer import config, models, registry
-from scratchformer.config import ModelConfig
+from scratchformer import config, models, registry, tasks
+from scratchformer.config import DataConfig, ModelConfig, Recipe, TrainConfig
+from scratchformer.data.registry import DATASETS
+from scratchformer.data.tokenizer import TOKENIZERS
 from scratchformer.nn.attention import ATTENTIONS
 from scratchformer.nn.feedforward import ACTIVATIONS, FEED_FORWARDS
 from scratchformer.nn.norm import NORMS
 from scratchformer.nn.rotary import ROPE_SCALINGS
 from scratchformer.registry import Registry
+from scratchformer.training.schedule import SCHEDULES
 
 REGISTRIES = [
     models.MODELS,
@@ -17,11 +20,15 @@ REGISTRIES = [
     ROPE_SCALINGS,
     models.POSITIONALS,
     models.HEADS,
+    tasks.TASKS,
+    SCHEDULES,
+    TOKENIZERS,
+    DATASETS,
 ]
 
 
 def test_every_declared_name_is_registered() -> None:
-    """The names a config accepts are those the model's parts implement, no more, no less."""
+    """The names a config accepts are those the package implements, no more, no less."""
     assert sorted(r.field for r in REGISTRIES) == sorted(registry.DECLARED)
     for found in REGISTRIES:
         assert tuple(found) == registry.DECLARED[found.field], found.field
@@ -33,6 +40,13 @@ def test_config_validates_against_the_declared_names() -> None:
         with pytest.raises(ValueError, match=f"{field}='nonesuch' must be one of"):
             ModelConfig(**{field: "nonesuch"})
     assert config.NORMS is registry.NORMS
+    with pytest.raises(ValueError, match="schedule='nonesuch' must be one of noam"):
+        TrainConfig(schedule="nonesuch")
+    with pytest.raises(ValueError, match="tokenizer='nonesuch' must be one of char"):
+        DataConfig(tokenizer="nonesuch")
+    with pytest.raises(ValueError, match="task='nonesuch' must be one of lm"):
+        Recipe("nonesuch", ModelConfig(), DataConfig(), TrainConfig())
+    assert (config.TASKS, config.SCHEDULES) == (registry.TASKS, registry.SCHEDULES)
 
 
 def test_undeclared_names_cannot_be_registered() -> None:

@@ -1,10 +1,10 @@
 """Dataclass configurations: validated on construction, JSON and TOML round trip.
 
 Every invalid value raises ``ValueError`` naming the field, e.g.
-``d_model=300 is not divisible by n_heads=8``. The names a field may take live here (and,
-for the parts of a model, in the torch-free :mod:`scratchformer.registry`, where their
-implementations register), so that this module imports no torch; the modules that
-implement them (schedules, tokenizers, ...) use or check these tuples.
+``d_model=300 is not divisible by n_heads=8``. The names a field may take live here, or,
+where each names an implementation (a model's parts, tasks, schedules, tokenizers), in the
+torch-free :mod:`scratchformer.registry`, where the implementations register; so this
+module imports no torch.
 """
 
 from __future__ import annotations
@@ -33,16 +33,17 @@ from .registry import (
     NORMS,
     POSITIONALS,
     ROPE_SCALINGS,
+    SCHEDULES,
+    TASKS,
+    TOKENIZERS,
 )
 
 POOLINGS = ("mean", "first")
 DECODER_STARTS = ("bos", "pad")
 """The special tokens, by role, that an encoder-decoder's decoder may start from."""
-TOKENIZERS = ("char", "bpe", "wordpiece")
 MAX_MASK_SPAN = 10
 """The longest span masked LM chooses, in words or pieces (SpanBERT's clip of its geometric
 lengths); ``data.mask_span_length`` must stay below it."""
-SCHEDULES = ("noam", "cosine", "constant", "inverse_sqrt")
 LORA_TARGETS = (
     "qkv_proj",
     "q_proj",
@@ -556,20 +557,6 @@ class ModelConfig(ConfigBase):
         return self.norm_first if self.final_norm is None else self.final_norm
 
 
-TASKS = (
-    "lm",
-    "translation",
-    "synthetic",
-    "classification",
-    "regression",
-    "similarity",
-    "tagging",
-    "qa",
-    "mlm",
-    "rtd",
-    "span_corruption",
-    "contrastive",
-)
 PRECISIONS = ("fp32", "bf16", "auto")
 DEVICES = ("auto", "cpu", "cuda")
 """Where to run: ``auto`` is the GPU when PyTorch sees one."""

@@ -1,11 +1,12 @@
-"""The names a :class:`~scratchformer.config.ModelConfig` chooses a model's parts by, each
-declared once, and :class:`Registry`, which maps them to their implementations.
+"""The names that config fields choose implementations by, each declared once, and
+:class:`Registry`, which maps them to their implementations.
 
 This module imports neither torch nor the rest of the package: ``config.py`` validates its
-fields against the names declared here, and the modules that implement the parts register
-them beside their code (norms in ``nn/norm.py``, heads in ``models/heads.py``, ...). A name
-can only be registered if it is declared here, and a test holds that every declared name
-is registered, so the names a config accepts are those a model can be built with.
+fields against the names declared here, and the modules that implement them register them
+beside their code (norms in ``nn/norm.py``, heads in ``models/heads.py``, tasks in their
+modules of ``tasks/``, ...). A name can only be registered if it is declared here, and a
+test holds that every declared name is registered, so the names a config accepts are those
+the package implements.
 """
 
 from __future__ import annotations
@@ -50,6 +51,29 @@ HEADS = declare(
     "rtd",
 )
 """``scratchformer.models.heads.HEADS`` (``rtd``: ``scratchformer.models.electra``)."""
+TASKS = declare(
+    "task",
+    "lm",
+    "translation",
+    "synthetic",
+    "classification",
+    "regression",
+    "similarity",
+    "tagging",
+    "qa",
+    "mlm",
+    "rtd",
+    "span_corruption",
+    "contrastive",
+)
+"""``scratchformer.tasks.TASKS``: ``Recipe.task``."""
+SCHEDULES = declare("schedule", "noam", "cosine", "constant", "inverse_sqrt")
+"""``scratchformer.training.schedule.SCHEDULES``: ``TrainConfig.schedule``."""
+TOKENIZERS = declare("tokenizer", "char", "bpe", "wordpiece")
+"""``scratchformer.data.tokenizer.TOKENIZERS``: ``DataConfig.tokenizer``."""
+DATASETS = declare("dataset", "tinyshakespeare", "multi30k", "sst2", "conll2003", "stsb", "squad")
+"""``scratchformer.data.registry.DATASETS``: ``DataConfig.dataset`` (which the synthetic task
+reads as its own names, ``copy`` and ``reverse``, instead) and ``DataConfig.corpus``."""
 
 
 class Registry(Generic[T]):
@@ -91,6 +115,10 @@ class Registry(Generic[T]):
     def __iter__(self) -> Iterator[str]:
         """The registered names, in the order of their declaration."""
         return (name for name in self.names if name in self._entries)
+
+    def items(self) -> Iterator[tuple[str, T]]:
+        """The registered names and their entries, in the order of their declaration."""
+        return ((name, self._entries[name]) for name in self)
 
     def __len__(self) -> int:
         return len(self._entries)

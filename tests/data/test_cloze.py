@@ -9,7 +9,7 @@ from scratchformer.data.cloze import (
     question_word,
     recurring_spans,
 )
-from scratchformer.data.registry import squad_examples
+from scratchformer.data.registry import DATASETS
 from scratchformer.data.text import sentences
 
 TEXT = (
@@ -72,7 +72,7 @@ def test_questions_are_seeded_and_capped_per_sentence() -> None:
 
 
 def test_every_answer_from_squad_contexts_is_where_it_says() -> None:
-    contexts = dict.fromkeys(q.context for q in squad_examples("train"))
+    contexts = dict.fromkeys(q.context for q in DATASETS["squad"].examples("train"))
     questions = cloze_questions(contexts, 2, seed=0)
     assert len(questions) > 3 * len(contexts)
     for question in questions:

@@ -16,7 +16,7 @@ from scratchformer.data.corpus import (
     split_held_out,
 )
 from scratchformer.data.readers import DataError, iter_documents
-from scratchformer.data.registry import squad_examples
+from scratchformer.data.registry import DATASETS
 from scratchformer.data.tokenizer import Tokenizer
 
 
@@ -47,13 +47,13 @@ def test_malformed_text_names_the_file_and_line(tmp_path: Path) -> None:
 
 def test_named_corpora_are_the_training_text_only() -> None:
     contexts = list(NAMED_CORPORA["squad"](None))
-    train = {q.context for q in squad_examples("train")}
+    train = {q.context for q in DATASETS["squad"].examples("train")}
     assert len(contexts) == len(train) and set(contexts) == train
-    assert not set(contexts) & {q.context for q in squad_examples("val")}
+    assert not set(contexts) & {q.context for q in DATASETS["squad"].examples("val")}
     assert (
         next(NAMED_CORPORA["conll2003"](None)) == "EU rejects German call to boycott British lamb ."
     )
-    with pytest.raises(ValueError, match=r"data\.pretraining\.corpus: 'imdb' must be one of sst2"):
+    with pytest.raises(ValueError, match=r"data\.pretraining\.corpus: 'imdb' must be one of t"):
         list(corpus_documents(["imdb"], []))
 
 

@@ -14,8 +14,8 @@ from scratchformer.data import (
     read_squad,
     read_text,
     read_tsv,
-    squad_examples,
 )
+from scratchformer.data.registry import DATASETS
 
 
 def error(read, *args, **kwargs) -> str:
@@ -195,7 +195,7 @@ def test_a_broken_gzip_file(tmp_path) -> None:
 
 
 def test_squad_questions_of_the_real_files(data_dir: Path) -> None:
-    train, val = squad_examples("train"), squad_examples("val")
+    train, val = DATASETS["squad"].examples("train"), DATASETS["squad"].examples("val")
     assert (len(train), len(val)) == (6713, 1168)
     assert min(len(q.answers) for q in val) >= 1 and max(len(q.answers) for q in val) > 1
     for question in train[:50] + val[:50]:

@@ -11,14 +11,9 @@ from scratchformer.data import (
     DATASETS,
     DataError,
     DatasetNotFoundError,
-    DatasetSpec,
-    conll_examples,
+    TextDataset,
     dataset_file,
-    parallel_examples,
     registry,
-    shakespeare_text,
-    sst2_examples,
-    stsb_examples,
 )
 
 
@@ -48,18 +43,17 @@ def make_sst2(root: Path, files: tuple[str, ...] = ("train.tsv", "dev.tsv")) -> 
 
 
 @pytest.fixture
-def toy(monkeypatch) -> DatasetSpec:
+def toy() -> TextDataset:
     """A downloadable one-file dataset whose content is ``b"hello\\n"``."""
-    spec = DatasetSpec(
+    return TextDataset(
         name="toy",
         description="test data",
         splits=("train",),
         pattern="{split}.txt",
         sha256={"train.txt": hashlib.sha256(b"hello\n").hexdigest()},
         url="https://example.invalid/{file}",
+        train_fraction=1.0,
     )
-    monkeypatch.setitem(DATASETS, "toy", spec)
-    return spec
 
 
 def serve(monkeypatch, content: bytes) -> list[tuple[str, float]]:
@@ -104,8 +98,14 @@ def test_download_urls() -> None:
         (lambda: dataset_file("multi30k", "val"), "language None; expected one of de, en, fr"),
         (lambda: dataset_file("multi30k", "val", lang="es"), "'es'; expected one of de, en, fr"),
         (lambda: dataset_file("sst2", "dev", lang="en"), "sst2 has one language"),
-        (lambda: parallel_examples("de-de", "val"), "'de-de'; expected one of de-en, de-fr, en-"),
-        (lambda: shakespeare_text("test"), "split 'test'; expected one of train, val"),
+        (
+            lambda: DATASETS["multi30k"].examples("de-de", "val"),
+            "'de-de'; expected one of de-en, de-fr, en-",
+        ),
+        (
+            lambda: DATASETS["tinyshakespeare"].text("test"),
+            "split 'test'; expected one of train, val",
+        ),
     ],
 )
 def test_unknown_names_list_the_valid_ones(call, message: str) -> None:
@@ -140,7 +140,7 @@ def test_a_directory_counts_only_with_the_file_asked_for(tmp_path, monkeypatch) 
 def test_missing_everywhere_and_offline_is_one_clear_error(tmp_path, monkeypatch, offline):
     monkeypatch.setenv("SCRATCHFORMER_DATA", str(tmp_path / "env"))
     with pytest.raises(DatasetNotFoundError) as info:
-        shakespeare_text("train")
+        DATASETS["tinyshakespeare"].text("train")
     message = str(info.value)
     assert isinstance(info.value, FileNotFoundError)
     assert message.startswith("dataset 'tinyshakespeare' not found: looked in ")
@@ -155,7 +155,7 @@ def test_without_a_url_nothing_is_downloaded(tmp_path, monkeypatch, offline) -> 
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     with pytest.raises(DatasetNotFoundError) as info:
-        sst2_examples("dev")
+        DATASETS["sst2"].examples("dev")
     message = str(info.value)
     assert "$SCRATCHFORMER_DATA (not set)" in message
     assert str(tmp_path / "home" / ".cache" / "scratchformer" / "sst2") in message
@@ -165,11 +165,11 @@ def test_without_a_url_nothing_is_downloaded(tmp_path, monkeypatch, offline) -> 
 
 def test_download_into_the_cache_once(tmp_path, monkeypatch, toy) -> None:
     requests = serve(monkeypatch, b"hello\n")
-    path = dataset_file("toy", "train")
+    path = toy.file("train")
     assert path == tmp_path / "cache" / "scratchformer" / "toy" / "train.txt"
     assert path.read_bytes() == b"hello\n"
     assert requests == [("https://example.invalid/train.txt", registry.DOWNLOAD_TIMEOUT)]
-    assert dataset_file("toy", "train") == path
+    assert toy.file("train") == path
     assert len(requests) == 1
     assert os.listdir(path.parent) == ["train.txt"]  # no temporary file is left
 
@@ -178,7 +178,7 @@ def test_a_checksum_mismatch_deletes_the_download(tmp_path, monkeypatch, toy) ->
     serve(monkeypatch, b"tampered\n")
     destination = tmp_path / "cache" / "scratchformer" / "toy" / "train.txt"
     with pytest.raises(DataError) as info:
-        dataset_file("toy", "train")
+        toy.file("train")
     assert str(info.value).startswith(f"{destination}: the download from https://example")
     assert hashlib.sha256(b"tampered\n").hexdigest() in str(info.value)
     assert os.listdir(destination.parent) == []
@@ -193,26 +193,30 @@ def shared(monkeypatch, data_dir: Path) -> None:
 
 
 def test_shakespeare_is_split_90_10_by_characters(shared) -> None:
-    train, val = shakespeare_text("train"), shakespeare_text("val")
+    shakespeare = DATASETS["tinyshakespeare"]
+    train, val = shakespeare.text("train"), shakespeare.text("val")
     n = 1_115_394
     assert (len(train), len(val)) == (int(n * 0.9), n - int(n * 0.9))
     assert train.startswith("First Citizen:") and val.endswith("art waking.\n")
 
 
 def test_language_pairs_pick_source_and_target(shared) -> None:
-    en_de, de_en = parallel_examples("en-de", "val"), parallel_examples("de-en", "val")
-    assert len(en_de) == 1_014 and len(parallel_examples("fr-en", "test_2016_flickr")) == 1_000
+    multi30k = DATASETS["multi30k"]
+    en_de, de_en = multi30k.examples("en-de", "val"), multi30k.examples("de-en", "val")
+    assert len(en_de) == 1_014 and len(multi30k.examples("fr-en", "test_2016_flickr")) == 1_000
+    assert multi30k.examples("fr-en", "test") == multi30k.examples("fr-en", "test_2016_flickr")
     english = "A group of men are loading cotton onto a truck"
     german = "Eine Gruppe von Männern lädt Baumwolle auf einen Lastwagen"
     assert en_de[0] == (english, german) and de_en[0] == (german, english)
 
 
 def test_task_examples(shared) -> None:
-    dev = sst2_examples("dev")
+    dev = DATASETS["sst2"].examples("dev")
     assert len(dev) == 872 and {example.label for example in dev} == {"0", "1"}
-    stsb = stsb_examples("train")
+    assert DATASETS["sst2"].examples("val") == dev  # the tasks' name of GLUE's dev split
+    stsb = DATASETS["stsb"].examples("train")
     assert len(stsb) == 4_249 and stsb[0].label == 5.0 and len(stsb[0].texts) == 2
-    assert len(conll_examples("dev")) == 3_250
+    assert len(DATASETS["conll2003"].examples("dev")) == 3_250
 
 
 def test_data_knows_nothing_of_models() -> None:

@@ -12,7 +12,7 @@ import itertools
 import shutil
 import tempfile
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -20,15 +20,8 @@ import numpy as np
 from ..caches import cache_dir
 from ..io import atomic_write_chunks
 from .batching import TokenStream, token_dtype
-from .readers import iter_documents, read_lines
-from .registry import (
-    conll_examples,
-    dataset_file,
-    shakespeare_text,
-    squad_examples,
-    sst2_examples,
-    stsb_examples,
-)
+from .readers import iter_documents
+from .registry import DATASETS, Documents, Root
 from .tokenizer import Tokenizer
 
 HELD_OUT_EVERY = 100
@@ -36,36 +29,14 @@ HELD_OUT_EVERY = 100
 ENCODE_DOCUMENTS = 10_000
 """Documents encoded at a time on the way to a token file."""
 
-Root = str | Path | None
-
-
-def _multi30k(lang: str) -> Callable[[Root], Iterator[str]]:
-    return lambda root: iter(read_lines(dataset_file("multi30k", "train", lang=lang, root=root)))
-
-
-def _squad_contexts(root: Root) -> Iterator[str]:
-    """Each training paragraph once (a paragraph has several questions)."""
-    return iter(dict.fromkeys(q.context for q in squad_examples("train", root)))
-
-
-def _shakespeare(root: Root) -> Iterator[str]:
-    """The training text's speeches (separated by blank lines)."""
-    return (part.strip() for part in shakespeare_text("train", root).split("\n\n") if part.strip())
-
-
-NAMED_CORPORA: dict[str, Callable[[Root], Iterator[str]]] = {
-    "sst2": lambda root: (e.texts[0] for e in sst2_examples("train", root)),
-    "stsb": lambda root: (t for e in stsb_examples("train", root) for t in e.texts),
-    "conll2003": lambda root: (" ".join(s.tokens) for s in conll_examples("train", root)),
-    "squad": _squad_contexts,
-    "multi30k.en": _multi30k("en"),
-    "multi30k.de": _multi30k("de"),
-    "multi30k.fr": _multi30k("fr"),
-    "tinyshakespeare": _shakespeare,
+NAMED_CORPORA: dict[str, Documents] = {
+    name: documents
+    for _, dataset in DATASETS.items()
+    for name, documents in dataset.corpora().items()
 }
-"""``data.pretraining.corpus`` names -> the documents of that dataset's training split: a
-sentence (SST-2, STS-B, CoNLL, Multi30k), a paragraph (SQuAD contexts), a speech
-(shakespeare)."""
+"""``data.pretraining.corpus`` names -> the documents of that dataset's training split, as each
+dataset gives them: a sentence (SST-2, STS-B, CoNLL, Multi30k), a paragraph (SQuAD
+contexts), a speech (shakespeare)."""
 
 
 def corpus_documents(

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from tokenizers import Tokenizer as _Backend
 from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
 
-from ..config import TOKENIZERS
 from ..io import atomic_write_text
+from ..registry import Registry
 
 SPECIAL_TOKENS = {
     "pad": "<pad>",
@@ -122,16 +122,7 @@ class Tokenizer:
         tokens += [SENTINEL.format(n) for n in range(sentinels)]
         if vocab_size <= len(tokens):
             raise ValueError(f"vocab_size={vocab_size} leaves no room after {len(tokens)} specials")
-        normalizer = normalizers.Lowercase() if lowercase else None
-        if kind == "char":
-            backend = _train_char(texts, vocab_size, tokens, normalizer)
-        elif kind == "bpe":
-            backend = _train_bpe(texts, vocab_size, tokens, normalizer)
-        else:
-            if "unk" not in roles:
-                raise ValueError("a wordpiece tokenizer needs the 'unk' special token")
-            backend = _train_wordpiece(texts, vocab_size, tokens, lowercase)
-        return cls(backend)
+        return cls(TOKENIZERS[kind](texts, vocab_size, tokens, lowercase))
 
     @classmethod
     def load(cls, path: str | Path, roles: Mapping[str, str] | None = None) -> Tokenizer:
@@ -417,13 +408,23 @@ def _check_roles(roles: Iterable[str]) -> None:
 
 # Training ---------------------------------------------------------------------------------
 
+Trainer = Callable[[Iterable[str], int, list[str], bool], _Backend]
+"""A kind of tokenizer's training: ``(texts, vocab_size, specials, lowercase)`` -> the
+backend, whose first ids are the special token strings ``specials``, in that order."""
 
+TOKENIZERS: Registry[Trainer] = Registry("tokenizer")
+
+
+def _lowercasing(lowercase: bool) -> normalizers.Normalizer | None:
+    """The normalizer of a tokenizer that lower-cases text (``lowercase``), else none."""
+    return normalizers.Lowercase() if lowercase else None
+
+
+@TOKENIZERS.register("char")
 def _train_char(
-    texts: Iterable[str],
-    vocab_size: int,
-    specials: list[str],
-    normalizer: normalizers.Normalizer | None,
+    texts: Iterable[str], vocab_size: int, specials: list[str], lowercase: bool
 ) -> _Backend:
+    normalizer = _lowercasing(lowercase)
     counts: Counter[str] = Counter()
     for text in texts:
         counts.update(normalizer.normalize_str(text) if normalizer else text)
@@ -443,11 +444,9 @@ def _train_char(
     return backend
 
 
+@TOKENIZERS.register("bpe")
 def _train_bpe(
-    texts: Iterable[str],
-    vocab_size: int,
-    specials: list[str],
-    normalizer: normalizers.Normalizer | None,
+    texts: Iterable[str], vocab_size: int, specials: list[str], lowercase: bool
 ) -> _Backend:
     alphabet = pre_tokenizers.ByteLevel.alphabet()
     if vocab_size < len(alphabet) + len(specials):
@@ -456,7 +455,7 @@ def _train_bpe(
             f"{len(alphabet)} byte symbols + {len(specials)} specials"
         )
     backend = _Backend(models.BPE())
-    backend.normalizer = normalizer
+    backend.normalizer = _lowercasing(lowercase)
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
@@ -469,9 +468,12 @@ def _train_bpe(
     return backend
 
 
+@TOKENIZERS.register("wordpiece")
 def _train_wordpiece(
     texts: Iterable[str], vocab_size: int, specials: list[str], lowercase: bool
 ) -> _Backend:
+    if SPECIAL_TOKENS["unk"] not in specials:
+        raise ValueError("a wordpiece tokenizer needs the 'unk' special token")
     normalizer = normalizers.BertNormalizer(lowercase=lowercase, strip_accents=False)
     pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     texts = list(texts)

@@ -1,9 +1,10 @@
-"""One module per task: data, model configuration, loss and metrics."""
+"""One module per task: data, model configuration, loss and metrics. Each module registers
+its task class in :data:`TASKS` where it defines it; importing them here fills it."""
 
 from __future__ import annotations
 
 from ..config import Recipe
-from .base import Batch, ExampleTask, Task
+from .base import TASKS, Batch, ExampleTask, Task
 from .classification import ClassificationTask, RegressionTask
 from .contrastive import ContrastiveTask
 from .lm import LanguageModelTask
@@ -15,24 +16,6 @@ from .span_corruption import SpanCorruptionTask
 from .synthetic import SyntheticTask
 from .tagging import TaggingTask
 from .translation import TranslationTask
-
-TASKS: dict[str, type[Task]] = {
-    task.name: task
-    for task in (
-        LanguageModelTask,
-        TranslationTask,
-        SyntheticTask,
-        ClassificationTask,
-        RegressionTask,
-        SimilarityTask,
-        TaggingTask,
-        QuestionAnsweringTask,
-        MaskedLMTask,
-        ReplacedTokenTask,
-        SpanCorruptionTask,
-        ContrastiveTask,
-    )
-}
 
 
 def build_task(recipe: Recipe) -> Task:

@@ -32,6 +32,7 @@ from ..errors import LineError
 from ..metrics import perplexity
 from ..nn.loss import IGNORE_INDEX
 from ..predictions import BEAM_SIZE, Prediction, Record
+from ..registry import Registry
 
 Attentions = dict[str, list[Tensor]]
 """Per attention kind (``encoder``, ``decoder``, ``cross``): the weights ``(1, heads,
@@ -383,6 +384,18 @@ class Task(ABC):
     def attend(self, model: nn.Module, inputs: dict[str, Tensor]) -> Attentions:
         """The model's attention weights on ``inputs``."""
         return model(**inputs, need_weights=True).attentions
+
+
+TASKS: Registry[type[Task]] = Registry("task")
+"""``Recipe.task`` -> the task class that runs it."""
+
+TaskClass = TypeVar("TaskClass", bound=type[Task])
+
+
+def register_task(cls: TaskClass) -> TaskClass:
+    """Class decorator: ``cls`` is the task that its ``name`` names in a recipe."""
+    TASKS.add(cls.name, cls)
+    return cls
 
 
 def rdrop_loss(first: Tensor, second: Tensor) -> Tensor:

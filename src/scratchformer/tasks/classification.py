@@ -17,7 +17,7 @@ from ..data.readers import LabeledText
 from ..data.text import SHARED_SEGMENT, pair_segments, shared_words
 from ..metrics import macro_f1
 from ..predictions import Record
-from .base import Batch, TokenLabels, add
+from .base import Batch, TokenLabels, add, register_task
 from .sentences import SentenceTask, ValueTask
 
 
@@ -142,6 +142,7 @@ class CrossEncoderTask(SentenceTask):
         return inputs, {"encoder": (words, words)}
 
 
+@register_task
 class ClassificationTask(CrossEncoderTask):
     """Sentence or pair -> encoder -> pooled head -> class logits; cross-entropy, accuracy,
     macro F1."""
@@ -204,6 +205,7 @@ class ClassificationTask(CrossEncoderTask):
         }
 
 
+@register_task
 class RegressionTask(CrossEncoderTask, ValueTask):
     """Sentence or pair -> encoder -> pooled head -> one value; mean squared error, Pearson
     and Spearman correlation."""

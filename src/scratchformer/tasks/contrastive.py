@@ -23,7 +23,7 @@ from ..data.batching import pad_batch
 from ..data.text import sentences
 from ..device import model_device
 from ..models.heads import pool
-from .base import Batch, ExampleTask
+from .base import Batch, ExampleTask, register_task
 from .corpus import CorpusTask
 
 SPECIALS = ("pad", "unk", "cls", "sep")
@@ -33,6 +33,7 @@ EVAL_SEED = 2**31 - 1
 """Seeds the dropout of evaluation batches: the same two views at every evaluation."""
 
 
+@register_task
 class ContrastiveTask(CorpusTask, ExampleTask):
     """Sentences -> the encoder twice, dropout on -> mean vectors -> each first view's
     cosines to every second view of the batch; cross-entropy towards its own."""

@@ -12,11 +12,12 @@ from torch import Tensor
 from ..data.batching import TokenStream, lm_batch, lm_eval_blocks
 from ..data.corpus import TokenFiles
 from ..data.readers import iter_lines
-from ..data.registry import shakespeare_text
+from ..data.registry import TextDataset, dataset_choice, named_dataset
 from ..predictions import GENERATE
-from .base import Batch, Task, TokenLabels
+from .base import Batch, Task, TokenLabels, register_task
 
 
+@register_task
 class LanguageModelTask(Task):
     """A corpus becomes one token stream; training samples random ``block_size`` windows
     (as nanoGPT does), evaluation walks the validation stream in consecutive blocks.
@@ -43,10 +44,11 @@ class LanguageModelTask(Task):
         path = path or getattr(self.data, split, None)
         if path is not None:
             return iter_lines(path)
-        if self.data.dataset == "tinyshakespeare":
-            return shakespeare_text(split, root=self.data.root).splitlines(keepends=True)
+        dataset = named_dataset(self.data.dataset, TextDataset)
+        if dataset is not None:
+            return dataset.text(split, root=self.data.root).splitlines(keepends=True)
         raise ValueError(
-            f"no {split} text: set data.dataset = 'tinyshakespeare' or data.{split} = FILE"
+            f"no {split} text: set {dataset_choice(TextDataset)} or data.{split} = FILE"
         )
 
     def prepare(self) -> None:

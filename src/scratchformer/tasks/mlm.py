@@ -25,7 +25,7 @@ from ..data.masking import mask_tokens
 from ..device import model_device
 from ..nn.loss import IGNORE_INDEX
 from ..predictions import FILL_MASK, TOP_K, Record
-from .base import Batch, TokenLabels, per_line, progress_bar
+from .base import Batch, TokenLabels, per_line, progress_bar, register_task
 from .corpus import CorpusTask
 
 SPECIALS = ("pad", "unk", "cls", "sep", "mask")
@@ -57,6 +57,7 @@ class Fills(Record):
         )
 
 
+@register_task
 class MaskedLMTask(CorpusTask):
     """Pretrain an encoder to predict masked tokens from their context."""
 

@@ -17,13 +17,13 @@ from ..config import Recipe
 from ..data.batching import pad_batch
 from ..data.cloze import cloze_questions
 from ..data.readers import Question, read_squad
-from ..data.registry import squad_examples
+from ..data.registry import QuestionDataset, dataset_choice, named_dataset
 from ..data.text import pair_segments
 from ..data.windows import Span, Window, question_windows
 from ..errors import DataSettingsError
 from ..metrics import squad_scores
 from ..predictions import ANSWER, Record
-from .base import Batch, ExampleTask, TokenLabels, add
+from .base import Batch, ExampleTask, TokenLabels, add, register_task
 
 SPECIALS = ("pad", "unk", "cls", "sep")
 
@@ -67,6 +67,7 @@ class Answer(Record):
         return f"{self.answer}\t{self.probability:.4f}"
 
 
+@register_task
 class QuestionAnsweringTask(ExampleTask):
     """Question and context -> encoder -> span head; exact match and F1 of the answers."""
 
@@ -104,12 +105,12 @@ class QuestionAnsweringTask(ExampleTask):
             file = path or getattr(self.data, split, None)
             if file is not None:
                 self._questions[key] = read_squad(file)
-            elif self.data.dataset == "squad":
-                self._questions[key] = squad_examples(split, self.data.root)
+            elif (dataset := named_dataset(self.data.dataset, QuestionDataset)) is not None:
+                self._questions[key] = dataset.examples(split, self.data.root)
             else:
                 raise DataSettingsError(
-                    f"no {split} data: set data.dataset = 'squad' or data.{split} = FILE "
-                    "(SQuAD JSON)"
+                    f"no {split} data: set {dataset_choice(QuestionDataset)} or "
+                    f"data.{split} = FILE (SQuAD JSON)"
                 )
         return self._questions[key]
 

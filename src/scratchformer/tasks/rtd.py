@@ -14,10 +14,11 @@ import torch
 from torch import nn
 
 from ..models.heads import Masked
-from .base import Batch, add
+from .base import Batch, add, register_task
 from .mlm import MaskedLMTask
 
 
+@register_task
 class ReplacedTokenTask(MaskedLMTask):
     """Pretrain an encoder to tell original tokens from a small generator's replacements."""
 

@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from ..config import Recipe
 from ..data.batching import pad_batch
 from ..data.readers import LabeledText, read_tsv
-from ..data.registry import sst2_examples, stsb_examples
+from ..data.registry import LabeledTextDataset, dataset_choice, named_dataset
 from ..device import model_device
 from ..errors import DataSettingsError
 from ..metrics import correlations
@@ -26,9 +26,6 @@ from ..predictions import CLASSIFY, Record
 from .base import Batch, ExampleTask, add, per_line, warn_cut
 
 SPECIALS = ("pad", "unk", "cls", "sep")
-READERS = {"sst2": sst2_examples, "stsb": stsb_examples}
-DEV_SPLIT = {"val": "dev"}
-"""GLUE's and CoNLL's name for the validation split."""
 
 
 @dataclass(frozen=True)
@@ -74,10 +71,11 @@ class SentenceTask(ExampleTask):
                 labels=labels,
                 regression=values,
             )
-        if data.dataset in READERS:
-            return READERS[data.dataset](DEV_SPLIT.get(split, split), data.root)
+        dataset = named_dataset(data.dataset, LabeledTextDataset)
+        if dataset is not None:
+            return dataset.examples(split, data.root)
         raise DataSettingsError(
-            f"no {split} data: set data.dataset to one of {', '.join(READERS)} or data.{split} "
+            f"no {split} data: set {dataset_choice(LabeledTextDataset)} or data.{split} "
             "to a TSV file (with data.text_columns and data.label_column)"
         )
 
@@ -91,7 +89,10 @@ class SentenceTask(ExampleTask):
 
     def _has_pairs(self) -> bool:
         columns = self.data.text_columns
-        return self.data.dataset == "stsb" or (columns is not None and len(columns) == 2)
+        if columns is not None and len(columns) == 2:
+            return True
+        dataset = named_dataset(self.data.dataset, LabeledTextDataset)
+        return dataset is not None and dataset.pairs
 
     def sentence_ids(self, text: str) -> list[int]:
         """``[CLS] text [SEP]``, the text cut to fit ``data.max_len``."""

@@ -19,7 +19,8 @@ from torch import Tensor, nn
 
 from ..config import Recipe
 from ..data.batching import pad_batch
-from .base import Attentions, Batch, TokenLabels
+from ..data.registry import LabeledTextDataset, dataset_choice
+from .base import Attentions, Batch, TokenLabels, register_task
 from .sentences import ValueTask
 
 COSENT_SCALE = 20.0
@@ -45,6 +46,7 @@ def cosent_loss(similarities: Tensor, targets: Tensor, scale: float = COSENT_SCA
     return torch.cat([differences.new_zeros(1), differences]).logsumexp(0)
 
 
+@register_task
 class SimilarityTask(ValueTask):
     """Sentence pairs -> the encoder, a sentence at a time -> mean-pooled vectors -> their
     cosine; CoSENT loss; Pearson and Spearman correlation with the gold scores."""
@@ -56,7 +58,8 @@ class SimilarityTask(ValueTask):
         super().__init__(recipe)
         if not self._has_pairs():
             raise ValueError(
-                "the similarity task compares sentence pairs: set data.dataset = 'stsb' or "
+                "the similarity task compares sentence pairs: set "
+                f"{dataset_choice(LabeledTextDataset, lambda dataset: dataset.pairs)} or "
                 "two data.text_columns"
             )
 

@@ -32,7 +32,7 @@ from ..data.tokenizer import SENTINEL
 from ..device import model_device
 from ..inference.beam import greedy_decode
 from ..predictions import FILL_SPANS, Record
-from .base import Attentions, Batch, TokenLabels, per_line, progress_bar
+from .base import Attentions, Batch, TokenLabels, per_line, progress_bar, register_task
 from .corpus import CorpusTask
 from .translation import cut_to, pair_attention, seq2seq_batch, specials, start_id
 
@@ -51,6 +51,7 @@ class Spans(Record):
         return "\t".join(self.spans)
 
 
+@register_task
 class SpanCorruptionTask(CorpusTask):
     """Pretrain an encoder-decoder to write out the spans hidden from its input."""
 

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from ..nn.loss import IGNORE_INDEX
-from .base import Batch, add
+from .base import Batch, add, register_task
 from .translation import TranslationTask
 
 OPERATIONS = {"copy": lambda s: s, "reverse": lambda s: s[::-1]}
@@ -32,6 +32,7 @@ def digit_pairs(
     return pairs
 
 
+@register_task
 class SyntheticTask(TranslationTask):
     """Translation of digit strings into their copy or reversal, with a char vocabulary;
     the metric is exact match of whole sequences."""

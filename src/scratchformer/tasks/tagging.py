@@ -12,13 +12,12 @@ from torch import Tensor, nn
 
 from ..data.batching import pad_batch
 from ..data.readers import DataError, TaggedSentence, read_conll
-from ..data.registry import conll_examples
+from ..data.registry import TaggedSentenceDataset, dataset_choice, named_dataset
 from ..errors import DataSettingsError
 from ..metrics import entity_scores
 from ..nn.loss import IGNORE_INDEX
 from ..predictions import TAG, Record
-from .base import Batch, ExampleTask, TokenLabels
-from .sentences import DEV_SPLIT
+from .base import Batch, ExampleTask, TokenLabels, register_task
 from .tag_scheme import best_valid_tags, iob2_transitions
 
 SPECIALS = ("pad", "unk", "cls", "sep")
@@ -39,6 +38,7 @@ class Tags(Record):
         return "".join(f"{word} {tag}\n" for word, tag in zip(self.words, self.tags, strict=True))
 
 
+@register_task
 class TaggingTask(ExampleTask):
     """Words -> sub-words -> encoder -> a tag distribution at every position. The loss and
     the metrics count each word once, at its first sub-word."""
@@ -54,11 +54,12 @@ class TaggingTask(ExampleTask):
         path = path or getattr(self.data, split, None)
         if path is not None:
             sentences = read_conll(path)
-        elif self.data.dataset == "conll2003":
-            sentences = conll_examples(DEV_SPLIT.get(split, split), self.data.root)
+        elif (dataset := named_dataset(self.data.dataset, TaggedSentenceDataset)) is not None:
+            sentences = dataset.examples(split, self.data.root)
         else:
             raise DataSettingsError(
-                f"no {split} data: set data.dataset = 'conll2003' or data.{split} = FILE (CoNLL)"
+                f"no {split} data: set {dataset_choice(TaggedSentenceDataset)} or "
+                f"data.{split} = FILE (CoNLL)"
             )
         if split != "train" or self.data.labels is not None:
             self._check_tags(sentences, path)

@@ -11,7 +11,7 @@ from torch import nn
 
 from ..data.batching import pad_batch
 from ..data.readers import read_parallel
-from ..data.registry import parallel_examples
+from ..data.registry import ParallelDataset, dataset_choice, named_dataset
 from ..data.tokenizer import Tokenizer
 from ..device import model_device
 from ..errors import DataSettingsError
@@ -19,12 +19,19 @@ from ..inference.beam import beam_search, greedy_decode
 from ..metrics import translation_scores
 from ..nn.loss import IGNORE_INDEX
 from ..predictions import BATCH_SIZE, BEAM_SIZE, LENGTH_PENALTY, TRANSLATE, Record
-from .base import Attentions, Batch, ExampleTask, Task, TokenLabels, progress_bar, warn_cut
+from .base import (
+    Attentions,
+    Batch,
+    ExampleTask,
+    Task,
+    TokenLabels,
+    progress_bar,
+    register_task,
+    warn_cut,
+)
 
 SPECIALS = ("pad", "unk", "bos", "eos")
 """The special tokens of a translation tokenizer whose decoder starts from bos (ours)."""
-SPLIT_FILES = {"train": "train", "val": "val", "test": "test_2016_flickr"}
-"""Multi30k's names of the standard splits (test: the 2016 Flickr test set)."""
 
 Pair = tuple[list[int], list[int]]
 """Source ids ending in eos; target ids between the decoder's start token and eos."""
@@ -57,6 +64,7 @@ def start_id(tokenizer: Tokenizer, decoder_start: str) -> int:
     return tokenizer.specials[decoder_start]
 
 
+@register_task
 class TranslationTask(ExampleTask):
     """Source ids (``data.translation.source_prefix`` and the sentence, with eos) feed the
     encoder; the decoder reads the target shifted right (its start token first: bos, or
@@ -77,12 +85,13 @@ class TranslationTask(ExampleTask):
                 where = f"data.{split}" if path is None else f"--data {path!r}"
                 raise ValueError(f"{where} must list two files: source, target")
             return read_parallel(*files)
-        if self.data.dataset == "multi30k":
+        dataset = named_dataset(self.data.dataset, ParallelDataset)
+        if dataset is not None:
             if self.data.pair is None:
                 raise DataSettingsError("data.pair must name the language pair, e.g. 'de-en'")
-            return parallel_examples(self.data.pair, SPLIT_FILES.get(split, split), self.data.root)
+            return dataset.examples(self.data.pair, split, self.data.root)
         raise DataSettingsError(
-            f"no {split} data: set data.dataset = 'multi30k' (with data.pair) "
+            f"no {split} data: set {dataset_choice(ParallelDataset)} (with data.pair) "
             f"or data.{split} = [SOURCE_FILE, TARGET_FILE]"
         )
 

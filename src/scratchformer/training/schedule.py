@@ -10,12 +10,29 @@ peaks at the base lr (``train.lr``), where warm-up ends: at ``step == warmup_ste
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import partial
+from typing import Protocol
 
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
-from ..config import SCHEDULES
+from ..registry import Registry
+
+Multiplier = Callable[[int], float]
+"""The multiplier of the base lr for the update of a step (counted from 1)."""
+
+
+class Schedule(Protocol):
+    """A registered schedule: its multiplier for the training settings, or a ``ValueError``
+    naming a setting it cannot work with."""
+
+    def __call__(self, *, warmup_steps: int, max_steps: int, min_lr_ratio: float) -> Multiplier:
+        """``warmup_steps >= 0`` and ``max_steps >= 1`` are checked before the call."""
+        ...
+
+
+SCHEDULES: Registry[Schedule] = Registry("schedule")
 
 
 def noam(step: int, *, warmup_steps: int) -> float:
@@ -46,9 +63,35 @@ def constant(step: int, *, warmup_steps: int) -> float:
     return min(1.0, step / warmup_steps) if warmup_steps > 0 else 1.0
 
 
-def _check_int(name: str, value: object, minimum: int, context: str = "") -> None:
+def _noam_schedule(*, warmup_steps: int, max_steps: int, min_lr_ratio: float) -> Multiplier:
+    """:func:`noam`, which divides by ``warmup_steps``."""
+    _check_int("warmup_steps", warmup_steps, 1)
+    return partial(noam, warmup_steps=warmup_steps)
+
+
+def _cosine_schedule(*, warmup_steps: int, max_steps: int, min_lr_ratio: float) -> Multiplier:
+    """:func:`cosine`, whose decay starts after warm-up and ends at ``max_steps``."""
+    if max_steps < warmup_steps:
+        raise ValueError(f"max_steps={max_steps} must be >= warmup_steps={warmup_steps}")
+    return partial(
+        cosine, warmup_steps=warmup_steps, max_steps=max_steps, min_lr_ratio=min_lr_ratio
+    )
+
+
+def _constant_schedule(*, warmup_steps: int, max_steps: int, min_lr_ratio: float) -> Multiplier:
+    """:func:`constant`."""
+    return partial(constant, warmup_steps=warmup_steps)
+
+
+SCHEDULES.add("noam", _noam_schedule)
+SCHEDULES.add("cosine", _cosine_schedule)
+SCHEDULES.add("constant", _constant_schedule)
+SCHEDULES.add("inverse_sqrt", _noam_schedule)  # fairseq's name of the same schedule
+
+
+def _check_int(name: str, value: object, minimum: int) -> None:
     if not (isinstance(value, int) and not isinstance(value, bool) and value >= minimum):
-        raise ValueError(f"{name}={value!r} must be >= {minimum}{context}")
+        raise ValueError(f"{name}={value!r} must be >= {minimum}")
 
 
 def build_schedule(
@@ -66,24 +109,16 @@ def build_schedule(
     ``max_steps`` and ``min_lr_ratio`` matter to ``cosine`` only; call ``scheduler.step()``
     after every ``optimizer.step()``.
     """
-    if name not in SCHEDULES:
-        raise ValueError(f"schedule={name!r} must be one of {', '.join(SCHEDULES)}")
-    for_name = f" for schedule={name!r}"
+    schedule = SCHEDULES[name]
     _check_int("warmup_steps", warmup_steps, 0)
     _check_int("max_steps", max_steps, 1)
-    if name in ("noam", "inverse_sqrt"):
-        _check_int("warmup_steps", warmup_steps, 1, for_name)
-    if name == "cosine" and max_steps < warmup_steps:
-        raise ValueError(f"max_steps={max_steps} must be >= warmup_steps={warmup_steps}{for_name}")
+    try:
+        multiplier = schedule(
+            warmup_steps=warmup_steps, max_steps=max_steps, min_lr_ratio=min_lr_ratio
+        )
+    except ValueError as error:
+        raise ValueError(f"{error} for schedule={name!r}") from None
     if not (isinstance(min_lr_ratio, (int, float)) and 0.0 <= min_lr_ratio <= 1.0):
         raise ValueError(f"min_lr_ratio={min_lr_ratio!r} must be in [0, 1]")
-    multiplier = {
-        "noam": partial(noam, warmup_steps=warmup_steps),
-        "cosine": partial(
-            cosine, warmup_steps=warmup_steps, max_steps=max_steps, min_lr_ratio=min_lr_ratio
-        ),
-        "constant": partial(constant, warmup_steps=warmup_steps),
-        "inverse_sqrt": partial(noam, warmup_steps=warmup_steps),
-    }[name]
     # LambdaLR counts completed scheduler steps from 0; the update about to happen is one more.
     return LambdaLR(optimizer, lambda index: multiplier(index + 1))
