@@ -91,7 +91,8 @@ class DatasetSpec(ABC):
 
     @abstractmethod
     def corpora(self) -> dict[str, Documents]:
-        """``data.pretraining.corpus`` names -> the documents of the training split they stand for."""
+        """``data.pretraining.corpus`` names -> the documents of the training split they
+        stand for."""
 
 
 @dataclass(frozen=True, kw_only=True)
