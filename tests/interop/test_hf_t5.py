@@ -312,7 +312,7 @@ def test_an_imported_t5_translates_as_transformers_generates(
     against ``generate`` (one at a time): the same text, greedy and with 4 beams."""
     recipe = json.loads((t5_run / "config.json").read_text())
     assert recipe["task"] == "translation" and recipe["model"]["decoder_start"] == "pad"
-    assert recipe["data"]["source_prefix"] == PREFIX
+    assert recipe["data"]["translation"]["source_prefix"] == PREFIX
     options = ["--beam", str(beams), "--length-penalty", "0"]
     status, out, err = run(
         capsys, monkeypatch, "\n".join(SENTENCES), "translate", str(t5_run), *options

@@ -149,7 +149,7 @@ def test_a_fine_tune_starts_from_a_pretraining_run(
         "head.proj.bias",
     }
     info = json.loads((run_dir / "config.json").read_text())
-    assert info["model"]["init_from"] == str(run)
+    assert info["train"]["init_from"] == str(run)
 
 
 def test_a_fine_tune_longer_than_the_learnt_positions_is_refused(
