@@ -73,7 +73,7 @@ TOKENIZERS = declare("tokenizer", "char", "bpe", "wordpiece")
 """``scratchformer.data.tokenizer.TOKENIZERS``: ``DataConfig.tokenizer``."""
 DATASETS = declare("dataset", "tinyshakespeare", "multi30k", "sst2", "conll2003", "stsb", "squad")
 """``scratchformer.data.registry.DATASETS``: ``DataConfig.dataset`` (which the synthetic task
-reads as its own names, ``copy`` and ``reverse``, instead) and ``DataConfig.corpus``."""
+reads as its own names, ``copy`` and ``reverse``, instead) and ``data.pretraining.corpus``."""
 
 
 class Registry(Generic[T]):
