@@ -192,6 +192,7 @@ LENGTH_PENALTY = Option(
     0.6,
     "GNMT's alpha: higher favours longer translations (0: none)",
     low=0,
+    high=10,  # (GNMT's alpha is about 0.6; a huge one overflows the penalty)
 )
 BATCH_SIZE = Option("batch_size", int, 64, "sentences decoded together", low=1, served=False)
 TRANSLATE = Prediction(

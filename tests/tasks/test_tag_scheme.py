@@ -79,7 +79,7 @@ def test_the_tagging_task_decodes_by_its_scheme(
 ) -> None:
     train = tmp_path / "train.txt"
     train.write_text("Peter B-PER\nParker I-PER\nwent O\n\nParis B-LOC\nLille I-LOC\n")
-    data = {"train": str(train), "tokenizer": "char", "tag_scheme": scheme}
+    data = {"train": str(train), "tokenizer": "char", "tagging": {"tag_scheme": scheme}}
     task = build_task(Recipe.from_dict({"task": "tagging", "data": data}))
     task.prepare()
     assert tuple(task.labels()) == LABELS

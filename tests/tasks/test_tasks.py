@@ -227,7 +227,12 @@ def test_a_translation_decoder_may_start_from_pad_and_sources_may_carry_a_prefix
     source.write_text("ein Haus\nzwei kleine Katzen\n")
     target.write_text("a house\ntwo small cats\n")
     files = [str(source), str(target)]
-    data = {"train": files, "tokenizer": "char", "vocab_size": 40, "source_prefix": "de: "}
+    data = {
+        "train": files,
+        "tokenizer": "char",
+        "vocab_size": 40,
+        "translation": {"source_prefix": "de: "},
+    }
     sizes = {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 16, "decoder_start": "pad"}
     task = build_task(recipe("translation", model=sizes, data=data))
     task.prepare()
@@ -255,10 +260,7 @@ def test_synthetic_validation_is_held_out_and_reversal_is_right() -> None:
         "dataset": "reverse",
         "tokenizer": "char",
         "vocab_size": 20,
-        "synthetic_train_size": 300,
-        "synthetic_val_size": 100,
-        "synthetic_min_digits": 2,
-        "synthetic_max_digits": 3,
+        "synthetic": {"train_size": 300, "val_size": 100, "min_digits": 2, "max_digits": 3},
     }
     task = build_task(recipe("synthetic", data=data))
     train, val = task.read("train"), task.read("val")
@@ -269,7 +271,7 @@ def test_synthetic_validation_is_held_out_and_reversal_is_right() -> None:
 def test_language_model_blocks_predict_the_next_token(tmp_path: Path) -> None:
     text = tmp_path / "corpus.txt"
     text.write_text("to be or not to be\n" * 50)
-    data = {"train": str(text), "val": str(text), "tokenizer": "char", "block_size": 8}
+    data = {"train": str(text), "val": str(text), "tokenizer": "char", "lm": {"block_size": 8}}
     task = build_task(recipe("lm", data=data, train={"batch_size": 3}))
     task.prepare()
     batch = task.global_batch(5, 2)
@@ -406,7 +408,9 @@ def test_a_cross_encoder_marks_the_words_a_pair_shares(name: str, tmp_path: Path
     data = pair_data(tmp_path, rows, tokenizer="wordpiece", vocab_size=200)  # words whole
     plain = build_task(recipe(name, data=data, model=SMALL_MODEL))
     plain.prepare()
-    task = build_task(recipe(name, data={**data, "mark_shared_words": True}, model=SMALL_MODEL))
+    task = build_task(
+        recipe(name, data={**data, "pairs": {"mark_shared_words": True}}, model=SMALL_MODEL)
+    )
     task.prepare()
     assert (plain.model_config().type_vocab_size, task.model_config().type_vocab_size) == (2, 3)
     tokenizer = task.tokenizer()
@@ -446,7 +450,11 @@ def test_symmetric_pairs_predict_the_mean_of_both_orders(tmp_path: Path) -> None
     one_way = build_task(recipe("regression", data=data, model=SMALL_MODEL))
     one_way.prepare()
     both = build_task(
-        recipe("regression", data={**data, "symmetric_pairs": True}, model=SMALL_MODEL)
+        recipe(
+            "regression",
+            data={**data, "pairs": {**data["pairs"], "symmetric_pairs": True}},
+            model=SMALL_MODEL,
+        )
     )
     both.prepare()
     torch.manual_seed(0)

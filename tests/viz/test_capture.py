@@ -37,7 +37,7 @@ def assert_rows_sum_to_one(weights: torch.Tensor) -> None:
 
 def test_translation_shows_source_against_target_tokens() -> None:
     task, model = prepared(
-        "synthetic", {"dataset": "reverse", "synthetic_train_size": 50, "tokenizer": "char"}
+        "synthetic", {"dataset": "reverse", "synthetic": {"train_size": 50}, "tokenizer": "char"}
     )
     maps = capture_attention(task, model, "1234", target="4321")
     assert maps.kinds == ["encoder", "decoder", "cross"]
@@ -61,7 +61,7 @@ def test_translation_shows_source_against_target_tokens() -> None:
 
 
 def test_translation_without_target_attends_over_its_greedy_output() -> None:
-    task, model = prepared("synthetic", {"dataset": "copy", "synthetic_train_size": 50})
+    task, model = prepared("synthetic", {"dataset": "copy", "synthetic": {"train_size": 50}})
     greedy = task.translate(model, ["907"], beam_size=1)[0]
     maps = capture_attention(task, model, "907")
     assert len(maps.queries["cross"]) == 1 + len(task.target_tokenizer().encode(greedy))
@@ -124,7 +124,7 @@ def test_tagger_reads_words(tmp_path: Path) -> None:
 
 
 def test_mistakes_are_clear_errors(tmp_path: Path) -> None:
-    task, model = prepared("synthetic", {"dataset": "copy", "synthetic_train_size": 50})
+    task, model = prepared("synthetic", {"dataset": "copy", "synthetic": {"train_size": 50}})
     with pytest.raises(ValueError, match="the text is empty"):
         capture_attention(task, model, "  ")
     maps = capture_attention(task, model, "12", target="12")

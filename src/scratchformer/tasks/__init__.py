@@ -1,7 +1,12 @@
 """One module per task: data, model configuration, loss and metrics. Each module registers
-its task class in :data:`TASKS` where it defines it; importing them here fills it."""
+its task class in :data:`TASKS` where it defines it; importing every module of the package
+here fills it, so that a new task is its module (and its name in ``registry.py``). The
+classes imported by name are the package's public API."""
 
 from __future__ import annotations
+
+import importlib
+import pkgutil
 
 from ..config import Recipe
 from .base import TASKS, Batch, ExampleTask, Task
@@ -16,6 +21,9 @@ from .span_corruption import SpanCorruptionTask
 from .synthetic import SyntheticTask
 from .tagging import TaggingTask
 from .translation import TranslationTask
+
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f".{_module.name}", __name__)
 
 
 def build_task(recipe: Recipe) -> Task:
