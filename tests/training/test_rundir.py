@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import ast
 import itertools
+import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
 
 from helpers import RECIPES, TINY_MODEL, snapshot
-from scratchformer.config import Recipe
+from scratchformer.config import MOVED_KEYS, DataConfig, Recipe
+from scratchformer.config import tables as config_tables
+from scratchformer.opening import load_run
 from scratchformer.run import train
 from scratchformer.training import rundir
 from scratchformer.training.rundir import (
@@ -100,3 +104,30 @@ def test_only_the_layout_spells_the_names_of_a_runs_files() -> None:
     }
     assert {"config.json", "chat_template.jinja", ".lock"} <= spelt.pop("training/rundir.py")
     assert {name: spelt[name] for name in spelt if name not in OTHER_LAYOUTS} == {}
+
+
+def test_a_run_written_in_the_earlier_flat_layout_opens_with_one_note(
+    qa_run: Path, tmp_path: Path
+) -> None:
+    """A run whose config.json holds every data key flat and ``model.init_from`` (as
+    earlier versions wrote them) answers as the run it was."""
+    old = tmp_path / "old"
+    shutil.copytree(qa_run, old)
+    recipe = json.loads((qa_run / rundir.CONFIG_FILE).read_text())
+    for flat, nested in MOVED_KEYS.items():
+        *tables, key = nested.split(".")
+        body = recipe
+        for table in tables:
+            body = body[table]
+        section, name = flat.split(".")
+        recipe[section][name] = body.pop(key)
+    for section, table in (("data", name) for name in config_tables(DataConfig)):
+        assert recipe[section].pop(table) == {}
+    assert recipe["model"].pop("rtd") == {}
+    (old / rundir.CONFIG_FILE).write_text(json.dumps(recipe))
+    questions = ["Who won?\tThe winner is Ada. Then the rest."]
+    task, model = load_run(qa_run)
+    with pytest.warns(FutureWarning, match=r"config.json: keys of an earlier version, .*"):
+        old_task, old_model = load_run(old)
+    assert old_task.recipe == task.recipe
+    assert old_task.predict_lines(old_model, questions) == task.predict_lines(model, questions)
