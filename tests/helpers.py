@@ -287,3 +287,21 @@ def squad_file(path: Path, contexts: list[tuple[str, str, str]]) -> Path:
     ]
     path.write_text(json.dumps({"version": "1.1", "data": [{"title": "t", "paragraphs": qas}]}))
     return path
+
+
+def earlier_layout(recipe: dict[str, Any]) -> dict[str, Any]:
+    """A recipe's dict (``Recipe.to_dict()``) as earlier versions wrote it: every data key
+    flat in ``data``, ``init_from`` and ELECTRA's fields flat in ``model``, no tables."""
+    from scratchformer.config import MOVED_KEYS
+
+    flat = json.loads(json.dumps(recipe))
+    for old, new in MOVED_KEYS.items():
+        *tables, key = new.split(".")
+        body = flat
+        for table in tables:
+            body = body[table]
+        section, name = old.split(".")
+        flat[section][name] = body.pop(key)
+    for section in ("data", "model"):
+        flat[section] = {k: v for k, v in flat[section].items() if v != {}}
+    return flat

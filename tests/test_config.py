@@ -7,6 +7,7 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from helpers import RECIPES, earlier_layout
 from scratchformer import config, models, tasks
 from scratchformer.config import (
     MOVED_KEYS,
@@ -336,3 +337,10 @@ def test_every_moved_key_names_a_field_that_exists_now() -> None:
         for table in tables:
             body = body[table]
         assert name in body, new
+
+
+@pytest.mark.parametrize("path", sorted(RECIPES.glob("*.toml")), ids=lambda p: p.stem)
+def test_every_recipe_reads_alike_in_the_earlier_flat_layout(path: Path) -> None:
+    recipe = Recipe.load(path)
+    with pytest.warns(FutureWarning, match="keys of an earlier version"):
+        assert Recipe.from_dict(earlier_layout(recipe.to_dict()), source=str(path)) == recipe

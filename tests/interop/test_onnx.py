@@ -69,6 +69,19 @@ def test_the_exported_graph_computes_what_our_model_does(fields, tmp_path) -> No
         assert difference.abs().max() < TOLERANCE
 
 
+def test_an_export_of_an_earlier_version_runs_with_one_note(tmp_path: Path) -> None:
+    """An export whose model config holds ``init_from`` and ELECTRA's fields flat, as earlier
+    versions wrote them, runs as the export it is."""
+    model = build_model(ModelConfig(**SMALL, max_len=64, head="classification")).eval()
+    export_onnx(model, tmp_path, "{}", {"task": "test", "labels": None})
+    about = json.loads((tmp_path / "config.json").read_text())
+    about["model"] |= {"init_from": None, **about["model"].pop("rtd")}
+    (tmp_path / "config.json").write_text(json.dumps(about))
+    with pytest.warns(FutureWarning, match=r"model.init_from \(now train.init_from\)"):
+        exported = OnnxRuntimeModel(tmp_path)
+    assert exported.config == model.config
+
+
 def test_classify_through_onnx_prints_what_the_run_prints(
     classification_run, tmp_path, capsys, monkeypatch
 ) -> None:

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import RECIPES, TINY_MODEL, snapshot
-from scratchformer.config import MOVED_KEYS, DataConfig, Recipe
-from scratchformer.config import tables as config_tables
+from helpers import RECIPES, TINY_MODEL, earlier_layout, snapshot
+from scratchformer.config import Recipe
 from scratchformer.opening import load_run
 from scratchformer.run import train
 from scratchformer.training import rundir
@@ -114,17 +113,7 @@ def test_a_run_written_in_the_earlier_flat_layout_opens_with_one_note(
     old = tmp_path / "old"
     shutil.copytree(qa_run, old)
     recipe = json.loads((qa_run / rundir.CONFIG_FILE).read_text())
-    for flat, nested in MOVED_KEYS.items():
-        *tables, key = nested.split(".")
-        body = recipe
-        for table in tables:
-            body = body[table]
-        section, name = flat.split(".")
-        recipe[section][name] = body.pop(key)
-    for section, table in (("data", name) for name in config_tables(DataConfig)):
-        assert recipe[section].pop(table) == {}
-    assert recipe["model"].pop("rtd") == {}
-    (old / rundir.CONFIG_FILE).write_text(json.dumps(recipe))
+    (old / rundir.CONFIG_FILE).write_text(json.dumps(earlier_layout(recipe)))
     questions = ["Who won?\tThe winner is Ada. Then the rest."]
     task, model = load_run(qa_run)
     with pytest.warns(FutureWarning, match=r"config.json: keys of an earlier version, .*"):

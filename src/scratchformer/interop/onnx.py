@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..config import ModelConfig
+from ..config import ModelConfig, moved_keys
 from ..errors import require_extra
 from ..io import write_text
 from ..models.base import ModelOutput
@@ -148,7 +148,9 @@ class OnnxRuntimeModel(nn.Module):
 
         about = read_config(directory)
         self.about = about
-        self.config = ModelConfig.from_dict(about["model"])
+        # (an export of an earlier version may hold keys that now live elsewhere)
+        model = moved_keys({"model": about["model"]}, str(directory / CONFIG))["model"]
+        self.config = ModelConfig.from_dict(model)
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = threads or torch.get_num_threads()
         options.log_severity_level = 3
