@@ -294,6 +294,9 @@ def test_a_task_s_data_settings_are_a_table_of_their_own(tmp_path: Path) -> None
     recipe = tmp_path / "qa.toml"
     recipe.write_text('task = "qa"\n[data]\ndataset = "squad"\n[data.qa]\ndoc_stride = 64\n')
     loaded = Recipe.load(recipe, ["data.qa.max_answer_len=12", "data.pairs.mark_shared_words=true"])
+    values = {"task": "qa", "data": {"qa": {"doc_stride": 64}}}
+    Recipe.from_dict(values, ["data.qa.max_answer_len=12"])
+    assert values == {"task": "qa", "data": {"qa": {"doc_stride": 64}}}  # the caller's, as given
     assert loaded.data.qa == QuestionAnsweringOptions(doc_stride=64, max_answer_len=12)
     assert loaded.data.pairs.mark_shared_words
     assert Recipe.from_dict(json.loads(loaded.to_json())) == loaded  # the run's config.json

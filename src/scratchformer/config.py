@@ -9,6 +9,7 @@ module imports no torch.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import os
@@ -1072,9 +1073,10 @@ class Recipe:
 
 
 def moved_keys(values: dict[str, Any], source: str) -> dict[str, Any]:
-    """A copy of a recipe's ``values`` (two levels deep) with the keys of earlier versions
-    moved to where they live now (:data:`MOVED_KEYS`), and one note naming them."""
-    values = {k: {**v} if isinstance(v, dict) else v for k, v in values.items()}
+    """A copy of a recipe's ``values`` (nested tables too: the caller's stay as they were)
+    with the keys of earlier versions moved to where they live now (:data:`MOVED_KEYS`),
+    and one note naming them."""
+    values = copy.deepcopy(values)
     moved = []
     for old, new in MOVED_KEYS.items():
         section, key = old.split(".")
@@ -1107,8 +1109,6 @@ def _set(values: dict[str, Any], path: str, value: Any, taken: str | None = None
         body = body.setdefault(name, {})
         if not isinstance(body, dict):
             raise ValueError(f"{name} must be a table of settings, to hold {path}")
-        if name == tables_on_the_way[0]:
-            values[name] = body = {**body}  # (a copy: the caller's tables stay as they were)
     if taken is not None and key in body:
         raise ValueError(taken)
     body[key] = value
