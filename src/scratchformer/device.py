@@ -72,3 +72,11 @@ def model_device(model: torch.nn.Module) -> torch.device:
     for tensor in itertools.chain(model.parameters(), model.buffers()):
         return tensor.device
     return torch.device("cpu")
+
+
+def decoding_device(model: torch.nn.Module) -> torch.device:
+    """The device of the model's weights, where decoding runs. Decoding with dropout on
+    would be random and would break the cache's exactness, so training mode is an error."""
+    if model.training:
+        raise ValueError("the model is in training mode (dropout on); call model.eval() first")
+    return model_device(model)

@@ -181,6 +181,16 @@ GENERATE = Prediction(
             repeated=True,
         ),
         Option("seed", int, None, "for reproducible sampling"),
+        Option(
+            "logprobs",
+            int,
+            None,
+            "after the text, each new token's log-probability and the N likeliest at its "
+            "place (0 to 5)",
+            low=0,
+            high=5,
+            metavar="N",
+        ),
     ),
     decodes=True,
 )

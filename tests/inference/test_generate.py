@@ -187,7 +187,9 @@ def test_finished_rows_yield_none_while_others_go_on() -> None:
 
 def test_too_long_for_learned_positions_is_a_clear_error() -> None:
     model = tiny_lm("learned")
-    with pytest.raises(ValueError, match=r"\(6 tokens\) \+ max_new_tokens=27 exceeds"):
+    with pytest.raises(
+        ValueError, match=r"a row of 33 positions .* exceeds the model's max_len=32"
+    ):
         generate(model, PROMPTS, max_new_tokens=27)
     assert len(generate(model, PROMPTS, max_new_tokens=26, greedy=True)[2]) == 26
 

@@ -20,7 +20,7 @@ import pytest
 
 from helpers import http, live
 from scratchformer.cli import build_parser, main
-from scratchformer.inference import ContinuousBatcher
+from scratchformer.inference import Engine
 from scratchformer.serve import ServeOptions
 
 
@@ -86,15 +86,15 @@ def slow_steps(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Every decoding step takes 50 ms more, so that a request of :data:`TOKENS` tokens
     lasts seconds, and is counted: the list gets the number of live requests after each."""
     taken: list[int] = []
-    step = ContinuousBatcher.step
+    step = Engine.step
 
-    def slow_step(self: ContinuousBatcher) -> list:
+    def slow_step(self: Engine) -> list:
         time.sleep(0.05)
         moved = step(self)
         taken.append(len(self.live))
         return moved
 
-    monkeypatch.setattr(ContinuousBatcher, "step", slow_step)
+    monkeypatch.setattr(Engine, "step", slow_step)
     return taken
 
 

@@ -7,19 +7,19 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch import nn
 
-from ..device import default_device, model_device
+from ..data.tokenizer import Tokenizer
+from ..device import default_device
 from ..errors import LineError, UsageError, naming_the_source
-from ..inference.cache import SPARE
-from ..inference.compile_choice import choose, job_key, measured, say
-from ..inference.generate import stream
+from ..inference.compile_choice import Choice, choose, job_key, measured, say
+from ..inference.engine import Engine, Request, exported_step
+from ..inference.sampling import Sampling, TokenLogprob
 from ..predictions import PREDICTIONS
 from ..run import load_run
 from ..training.rundir import CONFIG_FILE
@@ -44,63 +44,45 @@ def evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-@contextmanager
-def compiled_as_chosen(
-    args: argparse.Namespace,
-    model: nn.Module,
-    units: float,
-    done: Callable[[], float] | None = None,
-    cache_positions: int | None = None,
-    **settings: Any,
-) -> Iterator[nn.Module]:
-    """The model for a job of ``units`` units: compiled if ``--compile`` says so or, by
+def compile_choice(
+    args: argparse.Namespace, model: nn.Module, units: float, **settings: Any
+) -> Choice:
+    """Whether a job of ``units`` units compiles its model: if ``--compile`` says so or, by
     default, if the job repays it on this machine
-    (:mod:`~scratchformer.inference.compile_choice`); the job's time is recorded, with
-    the units ``done`` counts if given. ``cache_positions``: the KV cache a generation
-    needs (see :func:`compiled`)."""
-    ahead = cache_positions is not None and exportable(model, cache_positions)
-    if ahead:
-        settings["ahead_of_time"] = True  # (compiled otherwise, so measured apart)
+    (:mod:`~scratchformer.inference.compile_choice`); said on stderr."""
     choice = choose(args.compile, job_key(model, args.command, **settings), units)
     say(choice, args.verbose)
+    if choice.compile and not args.quiet:
+        print(
+            "compiling the model: a minute or more the first time on this machine, "
+            "seconds once cached",
+            file=sys.stderr,
+        )
+    return choice
+
+
+@contextmanager
+def compiled_as_chosen(
+    args: argparse.Namespace, model: nn.Module, units: float, **settings: Any
+) -> Iterator[nn.Module]:
+    """The model for a job of ``units`` units, compiled through ``torch.compile`` as
+    :func:`compile_choice` chooses, so that the next process finds the code (int8 weights
+    compile frozen: their fused kernels need the weights as constants); the job's time is
+    recorded."""
+    choice = compile_choice(args, model, units, **settings)
     if choice.compile:
-        if not args.quiet:
-            print(
-                "compiling the model: a minute or more the first time on this machine, "
-                "seconds once cached",
-                file=sys.stderr,
-            )
-        model = compiled(model, ahead, cached=args.quantize is None)
-    with measured(choice, done, args.verbose, getattr(model, "compilation", None)):
+        from ..inference import CompiledModel  # (torch's compiler: imported when asked for)
+
+        model = CompiledModel(model, cached=args.quantize is None)
+    with measured(choice, None, args.verbose, None):
         yield model
-
-
-def exportable(model: nn.Module, cache_positions: int) -> bool:
-    """Whether a generation of ``model`` (a language model's run) that needs
-    ``cache_positions`` positions of KV cache takes
-    :class:`~scratchformer.inference.exported.ExportedLM`: on the CPU (where it was
-    measured), if the model's context holds them."""
-    return model_device(model).type == "cpu" and cache_positions <= model.config.max_len + SPARE
-
-
-def compiled(model: nn.Module, ahead: bool, cached: bool) -> nn.Module:
-    """``model`` compiled: a one-row decoding step compiled ahead of time, for the whole of
-    the model's context (one package kept per model and precision), if ``ahead``; else
-    through ``torch.compile``, so that the next process finds the code if ``cached``
-    (int8 weights compile frozen: their fused kernels need the weights as constants)."""
-    if ahead:
-        from ..inference.exported import ExportedLM  # (torch's compiler: imported when asked for)
-
-        bf16 = torch.is_autocast_enabled("cpu")
-        return ExportedLM(model, rows=1, context=model.config.max_len + SPARE, bf16=bf16)
-    from ..inference import CompiledModel
-
-    return CompiledModel(model, cached=cached)
 
 
 @in_precision
 def generate(args: argparse.Namespace) -> int:
-    """``scratchformer generate DIR --prompt TEXT``: stream a continuation to stdout."""
+    """``scratchformer generate DIR --prompt TEXT``: stream a continuation to stdout (the
+    decoding engine with one request), then, with ``--logprobs N``, a line for each new
+    token: its text, log-probability, and the N likeliest tokens at its place."""
     task, model = run_of(args, PREDICTIONS[args.command])
     tokenizer = task.tokenizer()
     try:
@@ -112,36 +94,57 @@ def generate(args: argparse.Namespace) -> int:
     stops = list(args.stop)
     if "" in stops:
         raise UsageError("--stop '' would stop before the first token: give it some text")
-    new: list[int] = []
+    sys.stdout.write(args.prompt)
+    if args.max_new_tokens == 0:
+        sys.stdout.write("\n")
+        return 0
+    sampling = Sampling(
+        args.temperature,
+        args.top_k,
+        args.top_p,
+        args.repetition_penalty,
+        args.no_repeat_ngram,
+        args.greedy,
+    )
+    request = Request(
+        prompt,
+        args.max_new_tokens,
+        sampling,
+        seed=args.seed,
+        eos_id=tokenizer.eos_id,
+        stop=(lambda ids: any(s in tokenizer.decode(ids) for s in stops)) if stops else None,
+        logprobs=args.logprobs,
+    )
+    needed = len(prompt) + args.max_new_tokens
+    choice = compile_choice(args, model, args.max_new_tokens, exported=exported_step(model, needed))
+    # compiled, a row holds the model's whole context: one compiled step serves every prompt
+    row = max(needed, model.config.max_len) if choice.compile else needed
+    try:
+        engine = Engine(model, 1, row, compiled=choice.compile)
+        engine.add(request)
+    except ValueError as error:
+        raise UsageError(f"--max-new-tokens: {error}") from None
+    compilation = getattr(engine.stepper, "compilation", None)
     shown = ""
-    units = args.max_new_tokens
-    positions = len(prompt) + args.max_new_tokens + SPARE
-    with compiled_as_chosen(args, model, units, lambda: len(new), positions) as model:
-        sys.stdout.write(args.prompt)
-        for step in stream(
-            model,
-            [prompt],
-            max_new_tokens=args.max_new_tokens,
-            temperature=args.temperature,
-            top_k=args.top_k,
-            top_p=args.top_p,
-            repetition_penalty=args.repetition_penalty,
-            no_repeat_ngram_size=args.no_repeat_ngram,
-            greedy=args.greedy,
-            eos_id=tokenizer.eos_id,
-            stop=(lambda ids: any(s in tokenizer.decode(ids) for s in stops)) if stops else None,
-            seed=args.seed,
-        ):
-            if step[0] is None:
-                break
-            new.append(step[0])
-            text = tokenizer.decode(new)
+    with measured(choice, lambda: len(request.tokens), args.verbose, compilation):
+        while not engine.idle:
+            engine.step()
+            text = tokenizer.decode(request.tokens)
             if not text.endswith("\ufffd"):  # print once a multi-byte character is whole
                 sys.stdout.write(text[len(shown) :])
                 sys.stdout.flush()
                 shown = text
-    sys.stdout.write(tokenizer.decode(new)[len(shown) :] + "\n")
+    sys.stdout.write(tokenizer.decode(request.tokens)[len(shown) :] + "\n")
+    if args.logprobs is not None:
+        sys.stdout.writelines(logprob_line(tokenizer, each) for each in request.token_logprobs)
     return 0
+
+
+def logprob_line(tokenizer: Tokenizer, scored: TokenLogprob) -> str:
+    """One token's line of ``generate --logprobs``: its text, its log-probability, then the
+    likeliest tokens at its place with theirs, tab-separated."""
+    top = "".join(f"\t{tokenizer.decode([t])!r} {value:.4f}" for t, value in scored.top)
+    return f"{tokenizer.decode([scored.token])!r}\t{scored.logprob:.4f}{top}\n"
 
 
 @in_precision

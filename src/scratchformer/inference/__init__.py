@@ -1,4 +1,4 @@
-"""Decoding: key/value caches, generation, beam search, continuous batching, the kernels
+"""Decoding: key/value caches, the decoding engine and generation, beam search, the kernels
 they install (``kernels``), int8 weights (``quantize``), and compiled decoding
 (``CompiledModel``, or ``CompiledLM`` by its older name, imported on first use: it brings
 in torch's compiler, which the other commands need not load)."""
@@ -7,30 +7,31 @@ from typing import Any
 
 from .beam import Hypothesis, beam_search, gnmt_penalty, greedy_decode
 from .cache import CrossKV, DecoderCache, KVCache
-from .continuous import ContinuousBatcher, Request
-from .generate import (
+from .engine import Engine, Request
+from .generate import generate, stream
+from .quantize import QuantizedLMHead, quantize
+from .sampling import (
     Sampling,
+    TokenLogprob,
     ban_repeated_ngrams,
     filter_top_k,
     filter_top_p,
-    generate,
     penalize_repetition,
     scale_temperature,
-    stream,
 )
-from .quantize import QuantizedLMHead, quantize
 
 __all__ = [
     "CompiledLM",
     "CompiledModel",
-    "ContinuousBatcher",
     "CrossKV",
     "DecoderCache",
+    "Engine",
     "Hypothesis",
     "KVCache",
     "QuantizedLMHead",
     "Request",
     "Sampling",
+    "TokenLogprob",
     "ban_repeated_ngrams",
     "beam_search",
     "filter_top_k",

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from ..device import decoding_device
 from .cache import SPARE, DecoderCache
-from .generate import decoding_device
 from .kernels import decoding_kernels
 
 EXTRA_LENGTH = 50  # default max_len: source length + this

@@ -66,8 +66,8 @@ from torch._inductor import list_mode_options
 from torch._inductor.constant_folding import add_dont_constant_fold
 from torch._inductor.cpp_builder import get_cpp_compiler
 
+from ..device import decoding_device
 from ..models.base import ModelOutput
-from .generate import decoding_device
 from .kernels import FEW_QUERIES, attention_kernels, installed
 
 MODE = "max-autotune-no-cudagraphs"

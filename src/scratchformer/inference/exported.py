@@ -18,7 +18,7 @@ loads it instead of compiling; a package that cannot be loaded is compiled again
 Its cache has a fixed capacity (``context`` positions a row), a constant of the step:
 :func:`~.generate.stream` makes the cache that size (:attr:`ExportedLM.cache_capacity`).
 The number of rows is fixed too, or dynamic between ``fewest_rows`` and ``rows`` (a
-server's continuous batcher, whose live rows come and go). Every other call, the prompt
+server's decoding engine, whose live rows come and go). Every other call, the prompt
 among them, runs the model eagerly.
 """
 
@@ -38,7 +38,7 @@ from torch._inductor import config as inductor_config
 from torch.export import Dim, ExportedProgram, export
 
 from ..caches import compiled_code_dir
-from ..device import bf16_autocast
+from ..device import bf16_autocast, decoding_device
 from ..io import atomic_write_bytes
 from ..models.base import ModelOutput
 from ..nn.quantized import product_dtype
@@ -46,7 +46,6 @@ from .cache import SPARE, DecoderCache
 from .compile_choice import Compilation
 from .compiled import QUIET_FROZEN, Compiled
 from .dynamic_rows import LEAST_ROWS
-from .generate import decoding_device
 from .kernels import FEW_QUERIES, attention_kernels, installed
 
 AUTOTUNED = {**QUIET_FROZEN, "max_autotune": True}

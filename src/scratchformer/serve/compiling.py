@@ -9,7 +9,7 @@ decoded, inputs run), and the compilation it paid at its start (:meth:`Serving.r
 
 A compiled server compiles before it answers, so that no request waits on a compilation.
 A language model's decoding step compiles when its
-:class:`~scratchformer.inference.ContinuousBatcher` is made (ahead of time, on the CPU) or
+:class:`~scratchformer.inference.Engine` is made (ahead of time, on the CPU) or
 in its warm-up (its rows and cache length are dynamic). Any other run's model compiles
 through its endpoint, called on :data:`WARM_UP`'s texts, a call each: one input, then one
 of another length, after which Dynamo holds the length dynamic, then several, after which
@@ -45,7 +45,7 @@ from ..inference.compile_choice import (
     record,
     say,
 )
-from ..inference.continuous import ContinuousBatcher
+from ..inference.engine import Engine
 from ..tasks.base import Task
 from .tasks import predicted
 from .workers import Usage
@@ -59,14 +59,14 @@ Work = Callable[[list[Any]], list[Any]]
 
 @dataclass(frozen=True)
 class Serving:
-    """What a server runs: for a language model, its continuous batcher; for the other
+    """What a server runs: for a language model, its decoding engine; for the other
     runs, the endpoint's work (``predict``, on its items) and the embeddings (``embed``,
     on texts), whichever the task has; all on the model or the model compiled, as
     ``choice`` says, and ``compiled`` what compiling took."""
 
     choice: Choice
     compiled: Compilation | None
-    batcher: ContinuousBatcher | None = None
+    engine: Engine | None = None
     predict: Work | None = None
     embed: Work | None = None
 
@@ -99,11 +99,11 @@ def ready(
         if context is None:
             raise ValueError("a language model is served with a context: positions a row")
         with computing():  # (a compiled step is compiled for the server's precision)
-            batcher = ContinuousBatcher(model, max_batch, context, choice.compile)
+            engine = Engine(model, max_batch, context, choice.compile)
             if choice.compile:
-                batcher.warm_up()
-        ahead = getattr(batcher.stepper, "compilation", None)  # (compiled ahead of time)
-        return Serving(choice, compilation_since(before, verbose, ahead), batcher)
+                engine.warm_up()
+        ahead = getattr(engine.stepper, "compilation", None)  # (compiled ahead of time)
+        return Serving(choice, compilation_since(before, verbose, ahead), engine)
     served = model
     if choice.compile:
         from ..inference import CompiledModel  # (torch's compiler: imported when asked for)

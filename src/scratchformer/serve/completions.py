@@ -22,8 +22,8 @@ from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from ..data.tokenizer import Tokenizer
-from ..inference.continuous import Request
-from ..inference.generate import Sampling
+from ..inference.engine import Request
+from ..inference.sampling import Sampling
 from ..training.rundir import CHAT_TEMPLATE_FILE
 from .errors import ApiError
 from .schema import ChatRequest, CompletionRequest, Sampled

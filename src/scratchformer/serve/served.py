@@ -103,8 +103,8 @@ def serve_run(run_dir: Path, options: ServeOptions) -> Served:
     name = run_dir.absolute().name
     threads: list[ModelThread] = []
     decoding = None
-    if serving.batcher is not None and context is not None:
-        worker = DecodingWorker(serving.batcher, options.max_queue, use)
+    if serving.engine is not None and context is not None:
+        worker = DecodingWorker(serving.engine, options.max_queue, use)
         chat_template = read_chat_template(run_dir)
         decoding = Decoding(
             task.tokenizer(), worker, context, name, options.timeout_s, chat_template

@@ -1,7 +1,8 @@
 """The threads that run the model for the server, so that its event loop never waits on
-it: a decoding thread that steps a :class:`~scratchformer.inference.ContinuousBatcher`
-(language models), or a batching thread that gathers the inputs of concurrent requests
-into one call of the model (every other endpoint). Either way the model is used by one
+it: a decoding thread that steps the decoding engine
+(:class:`~scratchformer.inference.Engine`, for language models), or a batching thread that
+gathers the inputs of concurrent requests into one call of the model (every other
+endpoint). Either way the model is used by one
 thread only, and a full queue is refused at once (:class:`Busy`) instead of growing.
 
 The event loop's thread never computes with the model, not even while the server starts:
@@ -23,7 +24,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ..inference.continuous import ContinuousBatcher, Request
+from ..inference.engine import Engine, Request
 from .metrics import Metrics
 
 T = TypeVar("T")
@@ -117,17 +118,17 @@ class ModelThread:
 
 
 class DecodingWorker(ModelThread):
-    """Steps ``batcher`` while any request is live or waiting; sleeps otherwise. At most
+    """Steps ``engine`` while any request is live or waiting; sleeps otherwise. At most
     ``max_queue`` requests wait for a row."""
 
     def __init__(
         self,
-        batcher: ContinuousBatcher,
+        engine: Engine,
         max_queue: int,
         use: ModelUse,
     ) -> None:
         super().__init__("decoding", use)
-        self.batcher = batcher
+        self.engine = engine
         self.max_queue = max_queue
         self.listeners: dict[Request, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
 
@@ -139,14 +140,14 @@ class DecodingWorker(ModelThread):
         queue: asyncio.Queue = asyncio.Queue()
         loop = asyncio.get_running_loop()
         with self.wake:
-            if len(self.batcher.waiting) + len(requests) > self.max_queue:
-                raise Busy(f"{len(self.batcher.waiting)} requests are waiting already")
+            if len(self.engine.waiting) + len(requests) > self.max_queue:
+                raise Busy(f"{len(self.engine.waiting)} requests are waiting already")
             for request in requests:
-                self.batcher.check(request)
+                self.engine.check(request)
             for request in requests:
                 self.listeners[request] = (loop, queue)
-                self.batcher.add(request)
-            self.metrics.queue_depth.set(len(self.batcher.waiting))
+                self.engine.add(request)
+            self.metrics.queue_depth.set(len(self.engine.waiting))
             self.wake.notify()
         return queue
 
@@ -154,14 +155,14 @@ class DecodingWorker(ModelThread):
         with self.context():
             while True:
                 with self.wake:
-                    while self.batcher.idle and not self.stopping:
+                    while self.engine.idle and not self.stopping:
                         self.wake.wait()
                     if self.stopping:
                         return
                 try:
                     with self.model_lock:
                         start = time.perf_counter()
-                        moved = self.batcher.step()
+                        moved = self.engine.step()
                         self.usage.add(time.perf_counter() - start, len(moved))
                 except Exception as error:  # every request hears of it
                     self.fail(f"{type(error).__name__}: {error}")
@@ -171,7 +172,7 @@ class DecodingWorker(ModelThread):
     def report(self, moved: list[Request]) -> None:
         with self.wake:
             self.metrics.batch_size.observe(len(moved))
-            self.metrics.queue_depth.set(len(self.batcher.waiting))
+            self.metrics.queue_depth.set(len(self.engine.waiting))
             for request in moved:
                 self.tell(request, Progress(len(request.tokens), request.finish_reason))
                 if request.done:
@@ -191,7 +192,7 @@ class DecodingWorker(ModelThread):
             for request in list(self.listeners):
                 self.tell(request, Progress(len(request.tokens), error=message))
             self.listeners.clear()
-            self.batcher.reset()
+            self.engine.reset()
 
 
 @dataclass

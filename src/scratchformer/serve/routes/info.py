@@ -21,8 +21,8 @@ def add_routes(app: FastAPI, served: Served) -> None:
         """Up, and for a language model the requests decoding and waiting."""
         state: dict[str, Any] = {"status": "ok", "model": served.name, "task": served.task.name}
         if served.decoding is not None:
-            batcher = served.decoding.worker.batcher
-            state |= {"running": len(batcher.live), "waiting": len(batcher.waiting)}
+            engine = served.decoding.worker.engine
+            state |= {"running": len(engine.live), "waiting": len(engine.waiting)}
         return state
 
     @app.get("/metrics")

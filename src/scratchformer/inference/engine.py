@@ -1,30 +1,36 @@
-"""Continuous batching: decoding requests that join and leave one running batch.
+"""The decoding engine: every language-model decoding runs here, for every caller.
 
-A server answers requests that arrive at any time and want different numbers of tokens.
-Decoding them one at a time leaves most of a step's work unshared; decoding them in fixed
-batches holds a short request behind the longest of its batch. Here every request owns a
-row (a *slot*) of one KV cache for as long as it decodes: it joins at a step boundary (its
-prompt run through the model alone, its keys and values copied into a free row) and leaves
-when it ends, its row free for the next request.
+``scratchformer generate`` and the Python :func:`~.generate.stream` are the engine with
+their prompts as requests; ``scratchformer serve`` steps it from its decoding thread while
+requests come and go. What a step runs (the model, compiled or exported ahead of time),
+how each token is chosen (:class:`~.sampling.Sampling`), where decoding stops and what a
+request learns of its tokens' log-probabilities are decided here, once.
+
+Every request owns a row (a *slot*) of one KV cache for as long as it decodes: it joins at
+a step boundary (its prompt run through the model alone, its keys and values copied into a
+free row) and leaves when it ends, its row free for the next request. A request with no
+new token to decode (``max_new_tokens=0``, its prompt scored) never takes a row.
 
 Rows are kept right-aligned: the tokens of every row end at the cache's shared length,
-each row starting where its own length puts it, the columns before masked out, as in the
-left-padded batches of :func:`~.generate.stream`. A step feeds every live row its last
-token at that row's own position and writes the keys and values at the shared length. A
-prompt longer than the shared length moves every row right (padding on the left); when the
-shared length reaches the end of the cache, the columns that no live row uses are cut from
-the left. Each row thus computes what it would compute alone, so greedy tokens do not
-depend on what else is in the batch.
+each row starting where its own length puts it, the columns before masked out. A step
+feeds every live row its last token at that row's own position and writes the keys and
+values at the shared length. A prompt longer than the shared length moves every row right
+(padding on the left); when the shared length reaches the end of the cache, the columns
+that no live row uses are cut from the left. Each row thus computes what it would compute
+alone, so greedy tokens do not depend on what else is in the batch.
 
 Compiled (``compiled=True``), the steps run on the CPU through an
 :class:`~.exported.ExportedLM` (the step compiled ahead of time, for any number of rows
 and any length of the cache), elsewhere through a :class:`~.compiled.CompiledModel`, their
 number of rows and the cache's length marked dynamic: one graph serves every step (but the
-very first of a batch, whose cache holds one token, which runs eagerly). The batcher
-compiles when it is made, or in :meth:`ContinuousBatcher.warm_up`, not for a request, under
-the caller's autocast. A step feeds at least two rows (a free one computes for nothing),
-since a dimension of size one is specialized. Prompts are prefilled eagerly, one per
-request, whose lengths would otherwise each compile a graph.
+very first of a batch, whose cache holds one token, which runs eagerly). The engine
+compiles when it is made, or in :meth:`Engine.warm_up`, not for a request, under the
+caller's autocast. A step feeds at least two rows of a batch of several (a free one
+computes for nothing), since a dimension of size one is specialized. Prompts are
+prefilled eagerly, one per request, whose lengths would otherwise each compile a graph.
+
+Without a cache (``use_cache=False``, for tests and benchmarks) every step recomputes the
+whole of every live row, left-padded into one batch.
 """
 
 from __future__ import annotations
@@ -36,10 +42,12 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
+from ..data.batching import pad_batch
+from ..device import decoding_device
 from .cache import SPARE, DecoderCache, KVCache
 from .dynamic_rows import LEAST_ROWS
-from .generate import NO_TOKEN, Sampling, decoding_device, ended_without_a_token
-from .kernels import attention_kernels, installed
+from .kernels import attention_kernels, installed, linear_kernels
+from .sampling import NO_TOKEN, Sampling, TokenLogprob, ended_without_a_token, token_logprobs
 
 GREEDY = Sampling(greedy=True)
 
@@ -50,9 +58,12 @@ class Request:
 
     ``tokens`` grows by one token a step; ``finish_reason`` becomes ``"stop"`` (at
     ``eos_id``, which is not kept, where the sampling's constraints leave no token, or
-    after a token for which ``stop(tokens)`` is true) or
-    ``"length"`` (``max_new_tokens`` reached). Setting ``cancelled`` frees the request's
-    row at the next step boundary."""
+    after a token for which ``stop(tokens)`` is true) or ``"length"`` (``max_new_tokens``
+    reached). With ``logprobs`` (how many of the likeliest tokens to give at each
+    position, 0 for none), ``token_logprobs`` holds a :class:`~.sampling.TokenLogprob` for
+    every new token and, with ``score_prompt`` too, ``prompt_logprobs`` one for every
+    prompt token but the first (which nothing precedes). ``max_new_tokens=0`` scores the
+    prompt alone. Setting ``cancelled`` frees the request's row at the next step boundary."""
 
     prompt: list[int]
     max_new_tokens: int
@@ -60,15 +71,22 @@ class Request:
     seed: int | None = None
     eos_id: int | None = None
     stop: Callable[[list[int]], bool] | None = None
+    logprobs: int | None = None
+    score_prompt: bool = False
     tokens: list[int] = field(default_factory=list)
+    token_logprobs: list[TokenLogprob] = field(default_factory=list)
+    prompt_logprobs: list[TokenLogprob] = field(default_factory=list)
     finish_reason: str | None = None
     cancelled: bool = False
 
     def __post_init__(self) -> None:
         if not self.prompt:
             raise ValueError("the prompt needs at least one token")
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens={self.max_new_tokens} must be >= 1")
+        least = 0 if self.score_prompt else 1
+        if self.max_new_tokens < least:
+            raise ValueError(f"max_new_tokens={self.max_new_tokens} must be >= {least}")
+        if self.score_prompt and self.logprobs is None:
+            raise ValueError("score_prompt needs logprobs (0 for the tokens' own only)")
         self.generator = torch.Generator()
         if self.seed is None:
             self.generator.seed()
@@ -91,15 +109,30 @@ class Request:
             self.finish_reason = "stop"
             return
         self.tokens.append(token)
+        if self.logprobs is not None:
+            self.token_logprobs += token_logprobs(
+                logits[None], torch.tensor([token]), self.logprobs
+            )
         if self.stop is not None and self.stop(self.tokens):
             self.finish_reason = "stop"
         elif len(self.tokens) >= self.max_new_tokens:
             self.finish_reason = "length"
 
+    def read_prompt(self, logits: Tensor) -> None:
+        """Take in the logits ``(prompt, vocab)`` of the whole prompt: its log-probabilities
+        if asked for, and the first new token (unless none is wanted)."""
+        if self.score_prompt:
+            follow = torch.tensor(self.prompt[1:], device=logits.device)
+            self.prompt_logprobs = token_logprobs(logits[:-1], follow, self.logprobs or 0)
+        if self.max_new_tokens == 0:
+            self.finish_reason = "length"
+        else:
+            self.choose(logits[-1].float())
+
 
 @dataclass
 class RowsCache:
-    """The first rows of the batcher's keys and values, as a decoder-only stack's cache."""
+    """The first rows of the engine's keys and values, as a decoder-only stack's cache."""
 
     self_attn: list[KVCache]
 
@@ -112,32 +145,52 @@ class RowsCache:
         return self.self_attn[0].length
 
 
-class ContinuousBatcher:
+class Engine:
     """Decode the requests :meth:`add` gives it, up to ``max_batch`` at once, in a KV cache
     of ``max_len`` positions a row: a request's prompt and new tokens must fit there.
-    :meth:`step` runs one step; the caller (a server's decoding thread) loops on it.
-    ``compiled``: the steps through ``torch.compile`` (see the module docstring)."""
+    :meth:`step` runs one step; the caller (a server's decoding thread, or
+    :func:`~.generate.stream`) loops on it. ``compiled``: the steps compiled (see the
+    module docstring); ``use_cache=False``: every step recomputes every row."""
 
     def __init__(
-        self, model: nn.Module, max_batch: int, max_len: int, compiled: bool = False
+        self,
+        model: nn.Module,
+        max_batch: int,
+        max_len: int,
+        compiled: bool = False,
+        use_cache: bool = True,
     ) -> None:
         self.model = model
         self.compiled = compiled
+        self.use_cache = use_cache
         self.device = decoding_device(model)
-        self.stepper = compiled_stepper(model, max_batch, max_len) if compiled else model
+        config = model.config
+        if config.positional == "learned" and max_len > config.max_len:
+            raise ValueError(
+                f"a row of {max_len} positions (a prompt and its new tokens) exceeds the "
+                f"model's max_len={config.max_len}"
+            )
+        capacity = max_len + SPARE
+        fixed = getattr(model, "cache_capacity", capacity)  # (an ExportedLM's is fixed)
+        if capacity > fixed:
+            raise ValueError(
+                f"a row of {max_len} positions needs a cache of {capacity}; "
+                f"the model's holds {fixed}"
+            )
+        self.stepper = compiled_stepper(model, max_batch, fixed) if compiled else model
         """What runs a step: the model, or the model compiled."""
         self.max_batch = max_batch
         self.max_len = max_len
         self.waiting: deque[Request] = deque()
         self.slots: list[Request | None] = [None] * max_batch
-        layout = DecoderCache(model.decoder, max_batch, max_len + SPARE)
-        self.buffers = [(cache.keys, cache.values) for cache in layout.self_attn]
+        layout = DecoderCache(model.decoder, max_batch, fixed).self_attn if use_cache else []
+        self.buffers = [(cache.keys, cache.values) for cache in layout]
         self.mask = torch.zeros(max_batch, max_len, dtype=torch.bool, device=self.device)
         self.positions = torch.zeros(max_batch, dtype=torch.long, device=self.device)
         self.last = torch.zeros(max_batch, dtype=torch.long, device=self.device)
         self.length = 0
         """The shared length: every live row's tokens end here."""
-        self.kernels = attention_kernels(model)
+        self.kernels = attention_kernels(model) + linear_kernels(model, max_batch)
         """Installed for each call of the model, found once."""
 
     def warm_up(self) -> None:
@@ -187,14 +240,13 @@ class ContinuousBatcher:
         for slot, request in enumerate(self.slots):
             if request is not None and request.cancelled:
                 self.free(slot)
-        moved = self.admit()
-        self.free_finished()
-        running = [(slot, request) for slot, request in enumerate(self.slots) if request]
-        if running:
-            with installed(self.kernels):
-                logits = self.decode_step(running[-1][0] + 1)
+        with installed(self.kernels):
+            moved = self.admit()
+            self.free_finished()
+            running = [(slot, request) for slot, request in enumerate(self.slots) if request]
+            if running:
+                self.advance(running)
             for slot, request in running:
-                request.choose(logits[slot])
                 self.last[slot] = request.tokens[-1] if request.tokens else 0
                 if request not in moved:
                     moved.append(request)
@@ -208,25 +260,47 @@ class ContinuousBatcher:
 
     def admit(self) -> list[Request]:
         """Give free rows to waiting requests: each prompt run alone, its first token
-        drawn, its keys and values copied in right-aligned."""
+        drawn, its keys and values copied in right-aligned. A request that only scores its
+        prompt is done with that, without a row."""
         joined = []
-        while self.waiting and None in self.slots:
+        while self.waiting and (None in self.slots or self.waiting[0].max_new_tokens == 0):
             request = self.waiting.popleft()
             if request.cancelled:
                 continue
+            joined.append(request)
+            if request.max_new_tokens == 0:
+                request.read_prompt(self.prompt_logits(request.prompt)[0])
+                continue
             slot = self.slots.index(None)
             self.slots[slot] = request
-            self.prefill(slot, request)
-            joined.append(request)
+            if self.use_cache:  # (else the first step reads the prompt)
+                self.prefill(slot, request)
         return joined
+
+    def advance(self, running: list[tuple[int, Request]]) -> None:
+        """Decode one token for each of the ``running`` ``(slot, request)`` pairs."""
+        rows = running[-1][0] + 1
+        if self.use_cache:
+            logits = self.decode_step(rows)
+            for slot, request in running:
+                request.choose(logits[slot])
+            return
+        logits = self.recompute(rows)
+        for slot, request in running:
+            if request.tokens:
+                request.choose(logits[slot, -1].float())
+            else:  # (its first step)
+                request.read_prompt(logits[slot, -len(request.prompt) :])
+
+    def prompt_logits(self, prompt: list[int], cache: DecoderCache | None = None) -> Tensor:
+        """The logits ``(1, prompt, vocab)`` of a prompt run alone (into ``cache``)."""
+        ids = torch.tensor([prompt], device=self.device)
+        return self.model(ids, torch.ones_like(ids, dtype=torch.bool), cache=cache).logits
 
     def prefill(self, slot: int, request: Request) -> None:
         size = len(request.prompt)
-        ids = torch.tensor([request.prompt], device=self.device)
         cache = DecoderCache(self.model.decoder, 1, size)
-        with installed(self.kernels):
-            output = self.model(ids, torch.ones_like(ids, dtype=torch.bool), cache=cache)
-        request.choose(output.logits[0, -1].float())
+        request.read_prompt(self.prompt_logits(request.prompt, cache)[0])
         if self.length == self.max_len:
             self.shift(-self.unused_columns())
         if self.length < size:  # (also after a cut: the live rows may be shorter)
@@ -263,6 +337,15 @@ class ContinuousBatcher:
         self.positions[:rows] += 1
         return output.logits[:, -1].float()
 
+    def recompute(self, rows: int) -> Tensor:
+        """The logits ``(rows, length, vocab)`` of rows ``0 .. rows - 1``, each row's prompt
+        and tokens so far run again, left-padded into one batch (a free row as one token)."""
+        sequences = [[0] if r is None else r.prompt + r.tokens for r in self.slots[:rows]]
+        ids, mask = pad_batch(sequences, 0, left=True)
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        positions = (mask.cumsum(1) - 1).clamp(min=0)
+        return self.model(ids, mask, positions=positions).logits
+
     def unused_columns(self) -> int:
         """Columns on the left that no live row reads (every column, with no live row)."""
         live = [slot for slot, request in enumerate(self.slots) if request is not None]
@@ -284,15 +367,23 @@ class ContinuousBatcher:
         self.mask[slot] = False
 
 
-def compiled_stepper(model: nn.Module, max_batch: int, max_len: int) -> nn.Module:
-    """``model`` compiled for the batcher's steps, under the caller's autocast: its step
-    compiled ahead of time on the CPU (where that was measured), else ``torch.compile``."""
-    if decoding_device(model).type == "cpu":
+def compiled_stepper(model: nn.Module, max_batch: int, capacity: int) -> nn.Module:
+    """``model`` compiled for the engine's steps on caches of ``capacity`` positions a row,
+    under the caller's autocast: its step compiled ahead of time on the CPU (where that was
+    measured) if the model's context holds them, else ``torch.compile``."""
+    if exported_step(model, capacity - SPARE):
         from .exported import ExportedLM  # (torch's compiler: imported when asked for)
 
         bf16 = torch.is_autocast_enabled("cpu")
         fewest = LEAST_ROWS if max_batch > 1 else None
-        return ExportedLM(model, max_batch, max_len + SPARE, bf16, fewest_rows=fewest)
+        return ExportedLM(model, max_batch, capacity, bf16, fewest_rows=fewest)
     from .compiled import CompiledModel
 
     return CompiledModel(model)
+
+
+def exported_step(model: nn.Module, max_len: int) -> bool:
+    """Whether the engine's compiled step for rows of ``max_len`` positions is an
+    :class:`~.exported.ExportedLM`: on the CPU (where it was measured), if the model's
+    context holds them."""
+    return decoding_device(model).type == "cpu" and max_len <= model.config.max_len

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from helpers import COMPILED, LATENT, TINY_VOCAB, tiny_lm
-from scratchformer.inference import ContinuousBatcher, Request, Sampling, generate
+from scratchformer.inference import Engine, Request, Sampling, generate
 from scratchformer.inference.exported import ExportedLM
 
 PROMPTS = [[5, 9, 2], [7], [3, 1, 4, 1, 5, 9, 2, 6], [8, 8], [1, 2, 3, 4], [6]]
@@ -17,13 +17,13 @@ LENGTHS = [7, 3, 5, 9, 2, 6]
 """New tokens asked of each prompt: rows leave the batch at different steps."""
 
 
-def run(batcher: ContinuousBatcher, joins: dict[int, list[Request]]) -> int:
-    """Step ``batcher`` until idle, adding ``joins[step]`` before each step; the steps."""
+def run(engine: Engine, joins: dict[int, list[Request]]) -> int:
+    """Step ``engine`` until idle, adding ``joins[step]`` before each step; the steps."""
     steps = 0
-    while steps <= max(joins) or not batcher.idle:
+    while steps <= max(joins) or not engine.idle:
         for request in joins.get(steps, []):
-            batcher.add(request)
-        batcher.step()
+            engine.add(request)
+        engine.step()
         steps += 1
     return steps
 
@@ -44,23 +44,23 @@ def test_requests_joining_and_leaving_get_their_tokens_alone(positional: str, fi
     # three rows for six requests: later ones wait for a free row; a long prompt joins
     # after short ones (the rows move right), and the cache of 16 positions fills up
     # (the columns no row uses are cut)
-    batcher = ContinuousBatcher(model, max_batch=3, max_len=16)
-    run(batcher, {0: requests[:2], 2: requests[2:4], 3: requests[4:]})
+    engine = Engine(model, max_batch=3, max_len=16)
+    run(engine, {0: requests[:2], 2: requests[2:4], 3: requests[4:]})
     assert [r.tokens for r in requests] == alone
     assert [r.finish_reason for r in requests] == ["length"] * len(requests)
-    assert batcher.length <= 16
+    assert engine.length <= 16
 
 
 def test_a_row_is_reused_and_the_batch_never_exceeds_its_rows() -> None:
     model = tiny_lm("rotary")
-    batcher = ContinuousBatcher(model, max_batch=2, max_len=12)
+    engine = Engine(model, max_batch=2, max_len=12)
     requests = [Request([1 + i], 4) for i in range(5)]
     for request in requests:
-        batcher.add(request)
+        engine.add(request)
     most = 0
-    while not batcher.idle:
-        batcher.step()
-        most = max(most, len(batcher.live))
+    while not engine.idle:
+        engine.step()
+        most = max(most, len(engine.live))
     assert most == 2
     assert all(len(r.tokens) == 4 for r in requests)
 
@@ -71,34 +71,34 @@ def test_eos_and_stop_end_a_request_and_cancelling_frees_its_row() -> None:
     at_eos = Request([3, 4], 6, eos_id=free_run[2])
     stopped = Request([3, 4], 6, stop=lambda tokens: len(tokens) == 2)
     cancelled = Request([3, 4], 6)
-    batcher = ContinuousBatcher(model, max_batch=3, max_len=12)
+    engine = Engine(model, max_batch=3, max_len=12)
     for request in (at_eos, stopped, cancelled):
-        batcher.add(request)
-    batcher.step()
+        engine.add(request)
+    engine.step()
     cancelled.cancelled = True
-    run(batcher, {0: []})
+    run(engine, {0: []})
     assert (at_eos.tokens, at_eos.finish_reason) == (free_run[:2], "stop")
     assert (stopped.tokens, stopped.finish_reason) == (free_run[:2], "stop")
     assert cancelled.finish_reason is None and len(cancelled.tokens) == 2
-    assert batcher.live == []
+    assert engine.live == []
 
 
 def test_seeded_sampling_repeats_whatever_else_is_in_the_batch() -> None:
     model = tiny_lm("rotary", peaked_by=1.0)
     sampling = Sampling(temperature=1.0, top_p=0.9)
     alone = Request([5, 9], 8, sampling, seed=7)
-    run(ContinuousBatcher(model, 1, 16), {0: [alone]})
+    run(Engine(model, 1, 16), {0: [alone]})
     crowded = Request([5, 9], 8, sampling, seed=7)
     others = [Request([i + 1] * (i + 1), 6, sampling) for i in range(3)]
-    run(ContinuousBatcher(model, 4, 16), {0: others, 1: [crowded]})
+    run(Engine(model, 4, 16), {0: others, 1: [crowded]})
     assert crowded.tokens == alone.tokens
     assert all(0 <= t < TINY_VOCAB for t in crowded.tokens)
 
 
 def test_a_request_longer_than_a_row_is_refused() -> None:
-    batcher = ContinuousBatcher(tiny_lm("rotary"), max_batch=2, max_len=8)
+    engine = Engine(tiny_lm("rotary"), max_batch=2, max_len=8)
     with pytest.raises(ValueError, match=r"prompt \(3 tokens\) \+ max_new_tokens=6 exceeds"):
-        batcher.add(Request([1, 2, 3], 6))
+        engine.add(Request([1, 2, 3], 6))
 
 
 def test_random_arrivals_in_a_small_cache_get_their_tokens_alone() -> None:
@@ -115,7 +115,7 @@ def test_random_arrivals_in_a_small_cache_get_their_tokens_alone() -> None:
     joins: dict[int, list[Request]] = {}
     for request in requests:
         joins.setdefault(draw.randrange(20), []).append(request)
-    run(ContinuousBatcher(model, max_batch=3, max_len=12), joins)
+    run(Engine(model, max_batch=3, max_len=12), joins)
     alone = [
         generate(model, [p], max_new_tokens=n, greedy=True)[0]
         for p, n in zip(prompts, lengths, strict=True)
@@ -128,8 +128,8 @@ def test_a_prompt_longer_than_the_live_rows_after_a_cut_moves_them_right() -> No
     # joining at step 7, finds the columns cut to B's 5, fewer than its prompt
     model = tiny_lm("rotary")
     a, b, c = Request([1], 7), Request([2], 7), Request([3, 4, 5, 6, 7, 8], 2)
-    batcher = ContinuousBatcher(model, max_batch=2, max_len=8)
-    run(batcher, {0: [a], 3: [b], 7: [c]})
+    engine = Engine(model, max_batch=2, max_len=8)
+    run(engine, {0: [a], 3: [b], 7: [c]})
     alone = [
         generate(model, [r.prompt], max_new_tokens=n, greedy=True)[0]
         for r, n in ((a, 7), (b, 7), (c, 2))
@@ -146,17 +146,17 @@ def test_compiled_steps_give_the_eager_tokens() -> None:
         generate(model, [prompt], max_new_tokens=n, greedy=True)[0]
         for prompt, n in zip(PROMPTS, LENGTHS, strict=True)
     ]
-    batcher = ContinuousBatcher(model, max_batch=3, max_len=16, compiled=True)
-    assert isinstance(batcher.stepper, ExportedLM)
-    compiled_step, rows = batcher.stepper.step, []
+    engine = Engine(model, max_batch=3, max_len=16, compiled=True)
+    assert isinstance(engine.stepper, ExportedLM)
+    compiled_step, rows = engine.stepper.step, []
 
     def counted(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         rows.append(len(inputs[0]))
         return compiled_step(inputs)
 
-    batcher.stepper.step = counted
+    engine.stepper.step = counted
     requests = [Request(p, n) for p, n in zip(PROMPTS, LENGTHS, strict=True)]
-    steps = run(batcher, {0: requests[:2], 2: requests[2:4], 3: requests[4:]})
+    steps = run(engine, {0: requests[:2], 2: requests[2:4], 3: requests[4:]})
     assert [r.tokens for r in requests] == alone
     assert set(rows) == {2, 3} and len(rows) >= steps - 2
 
@@ -164,10 +164,10 @@ def test_compiled_steps_give_the_eager_tokens() -> None:
 def test_a_request_whose_constraints_leave_no_token_stops_with_a_warning() -> None:
     model = tiny_lm("rotary")
     request = Request([1], 31, Sampling(no_repeat_ngram_size=1), seed=0)
-    batcher = ContinuousBatcher(model, max_batch=2, max_len=32)
-    batcher.add(request)
+    engine = Engine(model, max_batch=2, max_len=32)
+    engine.add(request)
     with pytest.warns(UserWarning, match="left no token to choose"):
-        while not batcher.idle:
-            batcher.step()
+        while not engine.idle:
+            engine.step()
     assert request.finish_reason == "stop" and len(request.tokens) == TINY_VOCAB - 1
     assert sorted(request.tokens) == [t for t in range(TINY_VOCAB) if t != 1]
