@@ -159,6 +159,14 @@ def test_generate_is_reproducible_with_a_seed(tmp_path, capsys, monkeypatch) -> 
     kept = run(capsys, monkeypatch, "", *greedy, "--compile", "--verbose")
     assert kept[:2] == eager[:2] and "(1 from the cache)" in kept[2]
     assert run(capsys, monkeypatch, "", *int8, "--compile")[:2] == quantized[:2]
+    # --logprobs 2: after the text, a line a new token, the greedy token the likeliest
+    status, out, _ = run(capsys, monkeypatch, "", *greedy, "--logprobs", "2")
+    text = len(eager[1])
+    assert status == 0 and out[:text] == eager[1] and 1 <= len(out) - text <= 20
+    for line in out[text:]:
+        token, logprob, first, second = line.split("\t")
+        assert first.startswith(token + " ") and float(first.rsplit(" ", 1)[1]) == float(logprob)
+        assert float(logprob) >= float(second.rsplit(" ", 1)[1])
 
 
 def test_standard_input_that_is_not_utf8_names_its_line(copy_run, capsys, monkeypatch) -> None:

@@ -95,6 +95,39 @@ def test_seeded_sampling_repeats_whatever_else_is_in_the_batch() -> None:
     assert all(0 <= t < TINY_VOCAB for t in crowded.tokens)
 
 
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_logprobs_are_the_models_log_softmax_whatever_shares_the_batch(use_cache: bool) -> None:
+    """Each new token's and each prompt token's log-probability, with the likeliest three
+    at its place, against the model's log-softmax over the whole sequence; a request of no
+    new tokens scores its prompt without taking a row."""
+    model = tiny_lm("rotary", peaked_by=1.0)
+    sampling = Sampling(temperature=1.0)
+    requests = [
+        Request(p, n, sampling, seed=i, logprobs=3, score_prompt=True)
+        for i, (p, n) in enumerate(zip(PROMPTS[:4], [5, 0, 3, 6], strict=True))
+    ]
+    engine = Engine(model, max_batch=2, max_len=16, use_cache=use_cache)
+    run(engine, {0: requests[:2], 1: requests[2:]})
+    for request in requests:
+        ids = request.prompt + request.tokens
+        with torch.no_grad():
+            reference = model(torch.tensor([ids])).logits[0, :-1].log_softmax(-1)
+        scored = request.prompt_logprobs + request.token_logprobs
+        assert [s.token for s in scored] == ids[1:]
+        found = torch.tensor([s.logprob for s in scored])
+        assert torch.allclose(
+            found, reference.gather(-1, torch.tensor(ids[1:])[:, None])[:, 0], atol=1e-5
+        )
+        best = reference.topk(3)
+        assert [[t for t, _ in s.top] for s in scored] == best.indices.tolist()
+        assert torch.allclose(
+            torch.tensor([[v for _, v in s.top] for s in scored]).reshape(-1, 3),
+            best.values,
+            atol=1e-5,
+        )
+    assert requests[1].tokens == [] and requests[1].finish_reason == "length"
+
+
 def test_a_request_longer_than_a_row_is_refused() -> None:
     engine = Engine(tiny_lm("rotary"), max_batch=2, max_len=8)
     with pytest.raises(ValueError, match=r"prompt \(3 tokens\) \+ max_new_tokens=6 exceeds"):

@@ -8,6 +8,7 @@ import shutil
 
 import openai
 import pytest
+import torch
 
 from helpers import live
 from scratchformer.inference import compile_choice, generate
@@ -119,14 +120,80 @@ def test_echo_puts_the_prompt_first(lm_url) -> None:
     assert answer.choices[0].text.startswith("to be")
 
 
+def model_logprobs(run_dir, ids: list[int]) -> torch.Tensor:
+    """The run's log-softmax ``(len(ids) - 1, vocab)`` after each token of ``ids`` but the
+    last: the reference for what the server gives."""
+    _, model = load_run(run_dir)
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits[0, :-1].float().log_softmax(-1)
+
+
+def test_logprobs_are_the_models_own_with_the_prompts_when_echoed(lm_url, lm_run) -> None:
+    tokenizer = load_run(lm_run)[0].tokenizer()
+    prompt = tokenizer.encode(PROMPTS[2])
+    answer = client(lm_url).completions.create(
+        model="lm", prompt=prompt, max_tokens=5, temperature=0, echo=True, logprobs=3
+    )
+    logprobs = answer.choices[0].logprobs
+    _, model = load_run(lm_run)
+    ids = prompt + generate(model, [prompt], max_new_tokens=5, greedy=True)[0]
+    reference = model_logprobs(lm_run, ids)
+    assert len(logprobs.tokens) == len(ids) and logprobs.token_logprobs[0] is None
+    assert logprobs.top_logprobs[0] is None
+    expected = reference.gather(-1, torch.tensor(ids[1:])[:, None]).squeeze(-1)
+    assert torch.allclose(torch.tensor(logprobs.token_logprobs[1:]), expected, atol=1e-4)
+    for place, top in enumerate(logprobs.top_logprobs[1:]):
+        best = reference[place].topk(3)
+        names = [tokenizer.decode([t]) for t in best.indices.tolist()]
+        assert list(top) == names  # likeliest first
+        assert torch.allclose(torch.tensor(list(top.values())), best.values, atol=1e-4)
+    texts = logprobs.tokens
+    assert "".join(texts) == answer.choices[0].text
+    assert logprobs.text_offset == [len("".join(texts[:i])) for i in range(len(texts))]
+
+
+def test_max_tokens_0_with_echo_scores_the_prompt_alone(lm_url, lm_run) -> None:
+    """lm-eval's call: every prompt of a batch scored, none generated."""
+    tokenizer = load_run(lm_run)[0].tokenizer()
+    answer = client(lm_url).completions.create(
+        model="lm", prompt=PROMPTS[:2], max_tokens=0, echo=True, logprobs=0, temperature=0
+    )
+    for prompt, choice in zip(PROMPTS, answer.choices, strict=False):
+        ids = tokenizer.encode(prompt)
+        expected = model_logprobs(lm_run, ids).gather(-1, torch.tensor(ids[1:])[:, None])
+        assert choice.text == prompt and choice.finish_reason == "length"
+        assert torch.allclose(
+            torch.tensor(choice.logprobs.token_logprobs[1:]), expected[:, 0], atol=1e-4
+        )
+        assert choice.logprobs.top_logprobs[1:] == [{}] * (len(ids) - 1)
+    assert answer.usage.completion_tokens == 0
+
+
+def test_streamed_logprobs_are_the_whole_ones_in_pieces(lm_url) -> None:
+    options = {
+        "model": "lm",
+        "prompt": PROMPTS[1],
+        "max_tokens": 8,
+        "temperature": 0,
+        "logprobs": 2,
+    }
+    whole = client(lm_url).completions.create(**options).choices[0].logprobs
+    chunks = list(client(lm_url).completions.create(**options, stream=True))
+    pieces = [chunk.choices[0].logprobs for chunk in chunks if chunk.choices[0].logprobs]
+    assert [t for p in pieces for t in p.tokens] == whole.tokens
+    # (equal but for rounding: other requests may share the batch)
+    assert [t for p in pieces for t in p.token_logprobs] == pytest.approx(whole.token_logprobs)
+    assert [t for p in pieces for t in p.text_offset] == whole.text_offset
+
+
 def test_bad_requests_are_400s_in_openai_shape(lm_url) -> None:
     api = client(lm_url)
     with pytest.raises(openai.BadRequestError, match="context is 64 tokens"):
         api.completions.create(model="lm", prompt="to be", max_tokens=1000)
     with pytest.raises(openai.BadRequestError, match="temperature"):
         api.completions.create(model="lm", prompt="to be", temperature=7)
-    with pytest.raises(openai.BadRequestError, match="logprobs: not supported"):
-        api.completions.create(model="lm", prompt="to be", logprobs=2)
+    with pytest.raises(openai.BadRequestError, match="logprobs"):
+        api.completions.create(model="lm", prompt="to be", logprobs=6)
     with pytest.raises(openai.BadRequestError, match="no chat template"):
         api.chat.completions.create(model="lm", messages=[{"role": "user", "content": "hi"}])
     with pytest.raises(openai.NotFoundError, match="'lm' run: /v1/embeddings needs"):
@@ -157,6 +224,31 @@ def test_chat_renders_the_runs_template_and_streams_deltas(lm_run, tmp_path) -> 
         )
         text = "".join(chunk.choices[0].delta.content or "" for chunk in stream)
         assert text == answer.choices[0].message.content
+        scored = (
+            api.chat.completions.create(
+                model="chat",
+                messages=messages,
+                max_tokens=6,
+                temperature=0,
+                logprobs=True,
+                top_logprobs=2,
+            )
+            .choices[0]
+            .logprobs.content
+        )
+        plain = (
+            api.completions.create(
+                model="chat", prompt=prompt, max_tokens=6, temperature=0, logprobs=2
+            )
+            .choices[0]
+            .logprobs
+        )
+        assert [entry.token for entry in scored] == plain.tokens
+        assert [entry.logprob for entry in scored] == pytest.approx(plain.token_logprobs)
+        for entry, top in zip(scored, plain.top_logprobs, strict=True):
+            assert {t.token: t.logprob for t in entry.top_logprobs} == pytest.approx(top)
+        with pytest.raises(openai.BadRequestError, match="top_logprobs needs logprobs"):
+            api.chat.completions.create(model="chat", messages=messages, top_logprobs=2)
         with pytest.raises(openai.BadRequestError, match="only text parts"):
             api.chat.completions.create(
                 model="chat",

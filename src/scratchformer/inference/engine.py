@@ -62,8 +62,8 @@ class Request:
     reached). With ``logprobs`` (how many of the likeliest tokens to give at each
     position, 0 for none), ``token_logprobs`` holds a :class:`~.sampling.TokenLogprob` for
     every new token and, with ``score_prompt`` too, ``prompt_logprobs`` one for every
-    prompt token but the first (which nothing precedes). ``max_new_tokens=0`` scores the
-    prompt alone. Setting ``cancelled`` frees the request's row at the next step boundary."""
+    prompt token but the first (which nothing precedes). ``max_new_tokens=0`` decodes
+    nothing (the prompt is scored if asked, and the request never takes a row). Setting ``cancelled`` frees the request's row at the next step boundary."""
 
     prompt: list[int]
     max_new_tokens: int
@@ -82,9 +82,8 @@ class Request:
     def __post_init__(self) -> None:
         if not self.prompt:
             raise ValueError("the prompt needs at least one token")
-        least = 0 if self.score_prompt else 1
-        if self.max_new_tokens < least:
-            raise ValueError(f"max_new_tokens={self.max_new_tokens} must be >= {least}")
+        if self.max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens={self.max_new_tokens} must be >= 0")
         if self.score_prompt and self.logprobs is None:
             raise ValueError("score_prompt needs logprobs (0 for the tokens' own only)")
         self.generator = torch.Generator()
@@ -268,8 +267,10 @@ class Engine:
             if request.cancelled:
                 continue
             joined.append(request)
-            if request.max_new_tokens == 0:
-                request.read_prompt(self.prompt_logits(request.prompt)[0])
+            if request.max_new_tokens == 0:  # (nothing to decode: the prompt scored, if asked)
+                if request.score_prompt:
+                    request.read_prompt(self.prompt_logits(request.prompt)[0])
+                request.finish_reason = "length"
                 continue
             slot = self.slots.index(None)
             self.slots[slot] = request

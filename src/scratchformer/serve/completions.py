@@ -23,7 +23,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from ..data.tokenizer import Tokenizer
 from ..inference.engine import Request
-from ..inference.sampling import Sampling
+from ..inference.sampling import Sampling, TokenLogprob
 from ..training.rundir import CHAT_TEMPLATE_FILE
 from .errors import ApiError
 from .schema import ChatRequest, CompletionRequest, Sampled
@@ -69,9 +69,16 @@ class TextOf:
         return bool(self.stops) and self.full(tokens)[1]
 
 
+Scored = tuple[int, TokenLogprob | None]
+"""A token of a choice's log-probabilities: its id, and what the model gave it (None for
+the prompt's first token, which nothing precedes)."""
+
+
 @dataclass
 class Choice:
-    """One choice of a response: its request to the decoder, and its text so far."""
+    """One choice of a response: its request to the decoder, its text so far, and the
+    log-probabilities of its tokens (if asked for), in ``pieces`` and ``scored`` a part for
+    each step it moved on."""
 
     index: int
     request: Request
@@ -79,6 +86,22 @@ class Choice:
     prefix: str = ""
     finish_reason: str | None = None
     pieces: list[str] = field(default_factory=list)
+    scored: list[list[Scored]] = field(default_factory=list)
+    logged: int = 0
+    """New tokens whose log-probabilities are in ``scored``."""
+    offset: int = 0
+    """Characters of the tokens whose log-probabilities were given out."""
+
+    def new_scores(self, count: int) -> list[Scored]:
+        """The log-probabilities not yet given out, up to the first ``count`` new tokens:
+        the prompt's first, if it was scored."""
+        request = self.request
+        prompt: list[Scored] = []
+        if request.score_prompt and not self.scored:
+            prompt = [(request.prompt[0], None), *((s.token, s) for s in request.prompt_logprobs)]
+        new = [(s.token, s) for s in request.token_logprobs[self.logged : count]]
+        self.logged = max(self.logged, count)
+        return prompt + new
 
 
 @dataclass
@@ -142,10 +165,18 @@ class Decoding:
         return ids
 
     def choices(
-        self, prompts: list[list[int]], body: Sampled, max_tokens: int | None, prefixes: list[str]
+        self,
+        prompts: list[list[int]],
+        body: Sampled,
+        max_tokens: int | None,
+        prefixes: list[str],
+        logprobs: int | None = None,
+        echo: bool = False,
     ) -> list[Choice]:
         """The requests of ``body``'s ``n`` choices for each prompt, with their stop
-        strings and sampling; refused with a 400 if they do not fit a row."""
+        strings and sampling, and the ``logprobs`` likeliest tokens at each place (None:
+        no log-probabilities; of the prompt's tokens too with ``echo``); refused with a
+        400 if they do not fit a row."""
         unsupported = body.unsupported()
         if unsupported:
             raise ApiError(
@@ -174,6 +205,8 @@ class Decoding:
                     seed=None if body.seed is None else body.seed + j,
                     eos_id=self.tokenizer.eos_id,
                     stop=text.stopped if stops else None,
+                    logprobs=logprobs,
+                    score_prompt=echo and logprobs is not None,
                 )
                 choices.append(Choice(p * body.n + j, request, text, prefix))
         return choices
@@ -214,10 +247,11 @@ class Decoding:
     async def complete(
         self,
         choices: list[Choice],
-        build: Callable[[Choice, str], dict[str, Any]],
+        build: Callable[[Choice, str, list[Scored]], dict[str, Any]],
         gone: Callable[[], Awaitable[bool]],
     ) -> list[dict[str, Any]]:
-        """Every choice run to its end: ``build(choice, text)`` of each, in order. A client
+        """Every choice run to its end: ``build(choice, text, scored)`` of each (its whole
+        text and log-probabilities), in order. A client
         that leaves before (``gone()`` is polled every :data:`GONE_POLL_S`) frees the rows
         at once, and hears a 499 it will never read."""
 
@@ -232,7 +266,14 @@ class Decoding:
                 work.cancel()  # progress's finally cancels the requests
                 raise ApiError(499, "the client went away before the answer", None)
         work.result()
-        return [build(choice, choice.prefix + "".join(choice.pieces)) for choice in choices]
+        return [
+            build(
+                choice,
+                choice.prefix + "".join(choice.pieces),
+                [s for part in choice.scored for s in part],
+            )
+            for choice in choices
+        ]
 
     def usage(self, choices: list[Choice], prompts: list[list[int]]) -> dict[str, int]:
         prompt_tokens = sum(len(p) for p in prompts)
@@ -249,8 +290,51 @@ def update(choice: Choice, progress: Progress) -> None:
     tokens = choice.request.tokens[: progress.count]
     done = progress.finish_reason is not None
     choice.pieces.append(choice.text.new(tokens, done))
+    if choice.request.logprobs is not None:
+        choice.scored.append(choice.new_scores(progress.count))
     if done:
         choice.finish_reason = progress.finish_reason
+
+
+def completion_logprobs(
+    tokenizer: Tokenizer, choice: Choice, scored: list[Scored]
+) -> dict[str, Any] | None:
+    """The next ``scored`` tokens of ``choice`` in a completion's ``logprobs``: each token's
+    text, log-probability, likeliest tokens at its place, and where its text begins in the
+    choice's (the text of each token decoded alone, as vLLM gives it)."""
+    if choice.request.logprobs is None:
+        return None
+    texts = [tokenizer.decode([token]) for token, _ in scored]
+    offsets = []
+    for text in texts:
+        offsets.append(choice.offset)
+        choice.offset += len(text)
+    return {
+        "tokens": texts,
+        "token_logprobs": [None if s is None else s.logprob for _, s in scored],
+        "top_logprobs": [
+            None if s is None else {tokenizer.decode([t]): value for t, value in s.top}
+            for _, s in scored
+        ],
+        "text_offset": offsets,
+    }
+
+
+def chat_logprobs(tokenizer: Tokenizer, choice: Choice, scored: list[Scored]) -> dict | None:
+    """The next ``scored`` tokens of ``choice`` in a chat completion's ``logprobs``."""
+    if choice.request.logprobs is None:
+        return None
+
+    def entry(token: int, logprob: float) -> dict[str, Any]:
+        text = tokenizer.decode([token])
+        return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
+
+    content = [
+        {**entry(token, s.logprob), "top_logprobs": [entry(t, value) for t, value in s.top]}
+        for token, s in scored
+        if s is not None
+    ]
+    return {"content": content, "refusal": None}
 
 
 def render_chat(template: str, messages: list[dict[str, Any]], specials: dict[str, str]) -> str:

@@ -32,7 +32,6 @@ class Sampled(Body):
     stream: bool = False
     stop: str | list[str] | None = None
     seed: int | None = None
-    logprobs: Any = None
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     logit_bias: dict[str, float] | None = None
@@ -48,7 +47,6 @@ class Sampled(Body):
     def unsupported(self) -> list[str]:
         """The fields set to what this server cannot do."""
         fields = {
-            "logprobs": self.logprobs not in (None, False, 0),
             "presence_penalty": self.presence_penalty != 0,
             "frequency_penalty": self.frequency_penalty != 0,
             "logit_bias": bool(self.logit_bias),
@@ -58,7 +56,12 @@ class Sampled(Body):
 
 class CompletionRequest(Sampled):
     prompt: Text | list[Text] | list[int] | list[list[int]]
+    max_tokens: int | None = Field(None, ge=0)
+    """0, with ``echo`` and ``logprobs``: the prompt scored, nothing generated."""
     echo: bool = False
+    logprobs: int | None = Field(None, ge=0, le=5)
+    """The log-probability of each token, and of the ``logprobs`` likeliest at its place
+    (of the prompt's tokens too, with ``echo``)."""
     best_of: int | None = None
     suffix: str | None = None
 
@@ -85,6 +88,13 @@ class Message(BaseModel):
 class ChatRequest(Sampled):
     messages: list[Message] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+
+    @property
+    def logprob_count(self) -> int | None:
+        """How many of the likeliest tokens to give at each place; None: no logprobs."""
+        return (self.top_logprobs or 0) if self.logprobs else None
 
 
 class EmbeddingRequest(Body):

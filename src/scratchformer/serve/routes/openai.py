@@ -4,6 +4,7 @@ the decoding worker), whole or streamed, and embeddings (a sentence encoder's ru
 from __future__ import annotations
 
 import base64
+import functools
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -11,14 +12,24 @@ import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from ...data.tokenizer import Tokenizer
 from .. import schema
-from ..completions import Choice, Decoding, identity, sse
+from ..completions import (
+    Choice,
+    Decoding,
+    Scored,
+    chat_logprobs,
+    completion_logprobs,
+    identity,
+    sse,
+)
 from ..errors import ApiError
 from ..http import post, run_batch
 from ..served import EMBED, Served
 
-Build = Callable[[Choice, str], dict[str, Any]]
-"""A choice and its new text -> its part of a response or chunk."""
+Build = Callable[[Choice, str, list[Scored]], dict[str, Any]]
+"""A choice, its new text and its new tokens' log-probabilities -> its part of a response
+or chunk."""
 
 
 def add_routes(app: FastAPI, served: Served) -> None:
@@ -34,11 +45,13 @@ def add_routes(app: FastAPI, served: Served) -> None:
         decoder = decoding("/v1/completions")
         prompts = decoder.prompts(body)
         prefixes = [decoder.tokenizer.decode(p) if body.echo else "" for p in prompts]
-        choices = decoder.choices(prompts, body, body.max_tokens or 16, prefixes)
+        max_tokens = 16 if body.max_tokens is None else body.max_tokens
+        choices = decoder.choices(prompts, body, max_tokens, prefixes, body.logprobs, body.echo)
         head = {**identity("cmpl"), "object": "text_completion", "model": served.name}
+        build = functools.partial(completion_choice, decoder.tokenizer)
         if body.stream:
-            return streaming(decoder, choices, head, completion_choice)
-        answers = await decoder.complete(choices, completion_choice, request.is_disconnected)
+            return streaming(decoder, choices, head, build)
+        answers = await decoder.complete(choices, build, request.is_disconnected)
         usage = decoder.usage(choices, prompts)
         return JSONResponse({**head, "choices": answers, "usage": usage})
 
@@ -47,12 +60,17 @@ def add_routes(app: FastAPI, served: Served) -> None:
         decoder = decoding("/v1/chat/completions")
         prompt = decoder.chat_prompt(body)
         max_tokens = body.max_completion_tokens or body.max_tokens
-        choices = decoder.choices([prompt], body, max_tokens, [""])
+        if body.top_logprobs is not None and not body.logprobs:
+            raise ApiError(400, "top_logprobs needs logprobs: true", "top_logprobs")
+        choices = decoder.choices([prompt], body, max_tokens, [""], body.logprob_count)
         head = {**identity("chatcmpl"), "object": "chat.completion", "model": served.name}
         if body.stream:
             chunk = {**head, "object": "chat.completion.chunk"}
-            return streaming(decoder, choices, chunk, chat_delta)
-        answers = await decoder.complete(choices, chat_message, request.is_disconnected)
+            return streaming(
+                decoder, choices, chunk, functools.partial(chat_delta, decoder.tokenizer)
+            )
+        build = functools.partial(chat_message, decoder.tokenizer)
+        answers = await decoder.complete(choices, build, request.is_disconnected)
         usage = decoder.usage(choices, [prompt])
         return JSONResponse({**head, "choices": answers, "usage": usage})
 
@@ -74,26 +92,39 @@ def add_routes(app: FastAPI, served: Served) -> None:
         return JSONResponse({"object": "list", "data": data, "model": served.name, "usage": usage})
 
 
-def completion_choice(choice: Choice, text: str) -> dict[str, Any]:
+def completion_choice(
+    tokenizer: Tokenizer, choice: Choice, text: str, scored: list[Scored]
+) -> dict[str, Any]:
     """A completion's choice, whole or as a chunk of a stream."""
-    reason = choice.finish_reason
-    return {"text": text, "index": choice.index, "logprobs": None, "finish_reason": reason}
-
-
-def chat_message(choice: Choice, text: str) -> dict[str, Any]:
-    """A chat completion's choice, whole."""
     return {
+        "text": text,
         "index": choice.index,
-        "message": {"role": "assistant", "content": text},
-        "logprobs": None,
+        "logprobs": completion_logprobs(tokenizer, choice, scored),
         "finish_reason": choice.finish_reason,
     }
 
 
-def chat_delta(choice: Choice, text: str) -> dict[str, Any]:
-    """A chat completion's choice in a chunk of a stream: its new text, if any."""
+def chat_message(
+    tokenizer: Tokenizer, choice: Choice, text: str, scored: list[Scored]
+) -> dict[str, Any]:
+    """A chat completion's choice, whole."""
+    return {
+        "index": choice.index,
+        "message": {"role": "assistant", "content": text},
+        "logprobs": chat_logprobs(tokenizer, choice, scored),
+        "finish_reason": choice.finish_reason,
+    }
+
+
+def chat_delta(
+    tokenizer: Tokenizer, choice: Choice, text: str, scored: list[Scored]
+) -> dict[str, Any]:
+    """A chat completion's choice in a chunk of a stream: its new text, if any, and its new
+    tokens' log-probabilities, if asked for."""
     content = {"role": "assistant", "content": text} if text else {}
-    return {"index": choice.index, "delta": content, "finish_reason": choice.finish_reason}
+    delta = {"index": choice.index, "delta": content, "finish_reason": choice.finish_reason}
+    logprobs = chat_logprobs(tokenizer, choice, scored)
+    return delta if logprobs is None else {**delta, "logprobs": logprobs}
 
 
 def encoded(vector: np.ndarray, encoding_format: str) -> list[float] | str:
@@ -117,8 +148,9 @@ def streaming(
                 text = "".join(choice.pieces[-1:])
                 if not choice.pieces[:-1] and choice.prefix:  # the echoed prompt, first
                     text = choice.prefix + text
-                if text or choice.finish_reason is not None:
-                    yield sse({**head, "choices": [build(choice, text)]})
+                scored = choice.scored[-1] if choice.scored else []
+                if text or scored or choice.finish_reason is not None:
+                    yield sse({**head, "choices": [build(choice, text, scored)]})
         except ApiError as error:
             yield sse(error.body())
         yield sse("[DONE]")
