@@ -290,6 +290,15 @@ COMMANDS = (
                 "model's max_len, at most 2048)",
             ),
             arg(
+                "--prefix-cache",
+                type=COUNT,
+                default=8192,
+                metavar="TOKENS",
+                help="tokens of recent prompts whose keys and values are kept, so that a "
+                "prompt that begins alike (a system prompt, few-shot examples) computes only "
+                "the rest (0: off)",
+            ),
+            arg(
                 "--timeout",
                 type=bounded(float, 0, above=True),
                 default=300.0,

@@ -40,6 +40,7 @@ def serve(args: argparse.Namespace) -> int:
         max_queue=args.max_queue,
         timeout_s=args.timeout,
         context=args.context,
+        prefix_cache=args.prefix_cache,
         verbose=not args.quiet,
     )
     listener = listening_socket(args.host, args.port)

@@ -47,6 +47,7 @@ from ..device import decoding_device
 from .cache import SPARE, DecoderCache, KVCache
 from .dynamic_rows import LEAST_ROWS
 from .kernels import attention_kernels, installed, linear_kernels
+from .prefix_cache import PrefixCache
 from .sampling import NO_TOKEN, Sampling, TokenLogprob, ended_without_a_token, token_logprobs
 
 GREEDY = Sampling(greedy=True)
@@ -63,7 +64,8 @@ class Request:
     position, 0 for none), ``token_logprobs`` holds a :class:`~.sampling.TokenLogprob` for
     every new token and, with ``score_prompt`` too, ``prompt_logprobs`` one for every
     prompt token but the first (which nothing precedes). ``max_new_tokens=0`` decodes
-    nothing (the prompt is scored if asked, and the request never takes a row). Setting ``cancelled`` frees the request's row at the next step boundary."""
+    nothing (the prompt is scored if asked, and the request never takes a row). Setting
+    ``cancelled`` frees the request's row at the next step boundary."""
 
     prompt: list[int]
     max_new_tokens: int
@@ -130,6 +132,16 @@ class Request:
 
 
 @dataclass
+class Prefilled:
+    """A prompt run through the model: its keys and values (one row), and the logits of its
+    positions computed (all of them if ``whole``; else the last ones, its start reused)."""
+
+    cache: DecoderCache
+    logits: Tensor
+    whole: bool
+
+
+@dataclass
 class RowsCache:
     """The first rows of the engine's keys and values, as a decoder-only stack's cache."""
 
@@ -149,7 +161,9 @@ class Engine:
     of ``max_len`` positions a row: a request's prompt and new tokens must fit there.
     :meth:`step` runs one step; the caller (a server's decoding thread, or
     :func:`~.generate.stream`) loops on it. ``compiled``: the steps compiled (see the
-    module docstring); ``use_cache=False``: every step recomputes every row."""
+    module docstring); ``use_cache=False``: every step recomputes every row; ``prefixes``:
+    a prompt that begins with one run before computes only the rest
+    (:mod:`~.prefix_cache`)."""
 
     def __init__(
         self,
@@ -158,9 +172,13 @@ class Engine:
         max_len: int,
         compiled: bool = False,
         use_cache: bool = True,
+        prefixes: PrefixCache | None = None,
     ) -> None:
         self.model = model
-        self.compiled = compiled
+        self.prefixes = prefixes if use_cache else None
+        """Where prompts' keys and values are kept for the prompts that begin alike."""
+        self.compiled = compiled or getattr(model, "is_compiled", False)
+        """Whether the steps run compiled (here, or by the caller: a ``Compiled`` model)."""
         self.use_cache = use_cache
         self.device = decoding_device(model)
         config = model.config
@@ -262,6 +280,8 @@ class Engine:
         drawn, its keys and values copied in right-aligned. A request that only scores its
         prompt is done with that, without a row."""
         joined = []
+        prompts: dict[tuple[int, ...], Prefilled] = {}
+        """The prompts run in this call, for the requests that share them (n choices)."""
         while self.waiting and (None in self.slots or self.waiting[0].max_new_tokens == 0):
             request = self.waiting.popleft()
             if request.cancelled:
@@ -275,7 +295,7 @@ class Engine:
             slot = self.slots.index(None)
             self.slots[slot] = request
             if self.use_cache:  # (else the first step reads the prompt)
-                self.prefill(slot, request)
+                self.prefill(slot, request, prompts)
         return joined
 
     def advance(self, running: list[tuple[int, Request]]) -> None:
@@ -294,20 +314,37 @@ class Engine:
                 request.read_prompt(logits[slot, -len(request.prompt) :])
 
     def prompt_logits(self, prompt: list[int], cache: DecoderCache | None = None) -> Tensor:
-        """The logits ``(1, prompt, vocab)`` of a prompt run alone (into ``cache``)."""
-        ids = torch.tensor([prompt], device=self.device)
-        return self.model(ids, torch.ones_like(ids, dtype=torch.bool), cache=cache).logits
+        """The logits ``(1, new, vocab)`` of the ``new`` tokens of a prompt run alone that
+        ``cache`` (if any) does not hold yet, computed into it."""
+        done = 0 if cache is None else cache.length
+        ids = torch.tensor([prompt[done:]], device=self.device)
+        mask = torch.ones(1, len(prompt), dtype=torch.bool, device=self.device)
+        return self.model(ids, mask, cache=cache).logits
 
-    def prefill(self, slot: int, request: Request) -> None:
-        size = len(request.prompt)
-        cache = DecoderCache(self.model.decoder, 1, size)
-        request.read_prompt(self.prompt_logits(request.prompt, cache)[0])
+    def prefill(
+        self, slot: int, request: Request, prompts: dict[tuple[int, ...], Prefilled]
+    ) -> None:
+        """Run ``request``'s prompt (whatever of it ``prompts`` or the prefix cache does not
+        hold) and copy its keys and values into row ``slot``, right-aligned."""
+        prompt = request.prompt
+        size = len(prompt)
+        prefilled = prompts.get(tuple(prompt))
+        if prefilled is None or (request.score_prompt and not prefilled.whole):
+            cache = DecoderCache(self.model.decoder, 1, size)
+            if self.prefixes is not None and not request.score_prompt:  # (scored: all logits)
+                self.prefixes.reuse(prompt, cache)
+            whole = cache.length == 0
+            prefilled = Prefilled(cache, self.prompt_logits(prompt, cache)[0], whole)
+            if self.prefixes is not None:
+                self.prefixes.keep(prompt, cache)
+            prompts[tuple(prompt)] = prefilled
+        request.read_prompt(prefilled.logits)
         if self.length == self.max_len:
             self.shift(-self.unused_columns())
         if self.length < size:  # (also after a cut: the live rows may be shorter)
             self.shift(size - self.length)
         start = self.length - size
-        for (keys, values), layer in zip(self.buffers, cache.self_attn, strict=True):
+        for (keys, values), layer in zip(self.buffers, prefilled.cache.self_attn, strict=True):
             keys[slot, :, start : self.length] = layer.keys[0]
             values[slot, :, start : self.length] = layer.values[0]
         self.mask[slot] = False

@@ -46,6 +46,7 @@ from ..inference.compile_choice import (
     say,
 )
 from ..inference.engine import Engine
+from ..inference.prefix_cache import PrefixCache
 from ..tasks.base import Task
 from .tasks import predicted
 from .workers import Usage
@@ -83,12 +84,14 @@ def ready(
     verbose: bool,
     max_batch: int,
     context: int | None,
+    prefix_cache: int = 0,
     **settings: Any,
 ) -> Serving:
     """``model`` made ready to serve ``task``: compiled or not (``setting``: "auto",
     "always" or "never"; the choice told on stderr under ``verbose``) and, compiled,
     warmed up in ``computing`` (the server's precision). ``context``: a language model's
-    positions a row; ``settings``: what else the model's speed depends on."""
+    positions a row, and the tokens of its prompts kept for the prompts that begin alike
+    (``prefix_cache``, 0: none); ``settings``: what else the model's speed depends on."""
     key = job_key(model, "serve", task=task.name, max_batch=max_batch, context=context, **settings)
     choice = choose(setting, key, last_units(key))
     say(choice, verbose)
@@ -99,7 +102,8 @@ def ready(
         if context is None:
             raise ValueError("a language model is served with a context: positions a row")
         with computing():  # (a compiled step is compiled for the server's precision)
-            engine = Engine(model, max_batch, context, choice.compile)
+            prefixes = PrefixCache(prefix_cache) if prefix_cache else None
+            engine = Engine(model, max_batch, context, choice.compile, prefixes=prefixes)
             if choice.compile:
                 engine.warm_up()
         ahead = getattr(engine.stepper, "compilation", None)  # (compiled ahead of time)

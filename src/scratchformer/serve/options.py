@@ -31,5 +31,9 @@ class ServeOptions:
     """Positions a request may use, prompt and new tokens (the KV cache holds this many
     for each of ``max_batch`` rows); None: the model's ``max_len``, at most
     :data:`~scratchformer.serve.served.DEFAULT_CONTEXT`."""
+    prefix_cache: int = 8192
+    """Tokens of recent prompts whose keys and values are kept, so that a prompt that
+    begins alike computes only the rest (:mod:`~scratchformer.inference.prefix_cache`);
+    0: none kept."""
     verbose: bool = False
     """Say on stderr whether the model compiles, why, and what compiling took."""

@@ -96,6 +96,7 @@ def serve_run(run_dir: Path, options: ServeOptions) -> Served:
             options.verbose,
             options.max_batch,
             context,
+            options.prefix_cache,
             quantize=options.quantize,
             bf16=bf16,
         )
