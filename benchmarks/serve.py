@@ -61,6 +61,11 @@ CONFIG_B = [
     "data.vocab_size=8192",
 ]
 TINY = ["model.n_layers=1", "model.d_model=32", "model.n_heads=2", "model.d_ff=64"]
+PREFIX, OWN, SHARING = 512, 16, 32
+"""The prefix workload: ``SHARING`` prompts of a shared prefix of ``PREFIX`` tokens (a
+system prompt, few-shot examples), each with ``OWN`` tokens of its own."""
+PREFIX_TARGET = 3.0
+"""The least speed-up of the mean time to first token with the prefix cache over without."""
 CONCURRENCY = (1, 8, 32)
 TARGETS = {"completions": 4.0, "classify": 5.0}
 ENDPOINTS = tuple(TARGETS)
@@ -97,13 +102,17 @@ def free_port() -> int:
 
 
 @contextmanager
-def served(run_dir: Path, max_batch: int, threads: int, compile: bool = False) -> Iterator[str]:
-    """The base URL of ``scratchformer serve run_dir --max-batch max_batch [--compile]``, in
-    a process of its own, until the block ends; the start-up time is printed."""
+def served(
+    run_dir: Path, max_batch: int, threads: int, compile: bool = False, *options: str
+) -> Iterator[str]:
+    """The base URL of ``scratchformer serve run_dir --max-batch max_batch [--compile]
+    [options]``, in a process of its own, until the block ends; the start-up time is
+    printed."""
     port = free_port()
     command = [sys.executable, "-m", "scratchformer", "--quiet", "serve", str(run_dir)]
     command += ["--port", str(port), "--max-batch", str(max_batch), "--max-queue", "1000"]
     command += ["--compile"] if compile else ["--no-compile"]
+    command += options
     environment = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     start = time.monotonic()
     server = subprocess.Popen(command, env=environment)
@@ -195,12 +204,90 @@ def health(url: str, concurrency: int, requests: int) -> Load:
     return plain_load(url, concurrency, requests, "/health")
 
 
+def first_tokens(url: str, prompts: list[list[int]], concurrency: int) -> Load:
+    """Each prompt (token ids) completed with one token, ``concurrency`` at once: each
+    latency is the request's time to its first token."""
+
+    async def run() -> Load:
+        client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
+
+        async def ask(i: int) -> float:
+            await client.completions.create(
+                model="b", prompt=prompts[i], max_tokens=1, temperature=0
+            )
+            return 1.0
+
+        result = await load(concurrency, len(prompts), ask)
+        await client.close()
+        return result
+
+    return asyncio.run(run())
+
+
+def prefix_reuse(run_dir: Path, threads: int) -> None:
+    """The mean time to first token of :data:`SHARING` prompts sharing a prefix, served with
+    the prefix cache and without, at concurrency 1 and 32; the same answers from both. The
+    prompts are token ids drawn at random below 256 (every byte-level vocabulary has them)."""
+    draw = torch.Generator().manual_seed(0)
+
+    def tokens(count: int) -> list[int]:
+        return torch.randint(1, 256, (count,), generator=draw).tolist()
+
+    warm_up = [tokens(PREFIX + OWN)]  # (allocations; another prefix than the load's)
+    means = {}
+    with contextlib.ExitStack() as stack:
+        urls = {
+            cached: stack.enter_context(
+                served(run_dir, 32, threads, False, "--prefix-cache", "8192" if cached else "0")
+            )
+            for cached in (True, False)
+        }
+        for concurrency in (1, SHARING):
+            shared = tokens(PREFIX)  # (a prefix of its own for each load)
+            prompts = [shared + tokens(OWN) for _ in range(SHARING)]
+            for cached, url in urls.items():
+                first_tokens(url, warm_up, 1)
+                result = first_tokens(url, prompts, concurrency)
+                means[cached, concurrency] = sum(result.latencies) / len(result.latencies)
+                mode = "with the prefix cache" if cached else "without it"
+                print(
+                    f"prefix       {mode:30} concurrency {concurrency:2}: mean time to first "
+                    f"token {means[cached, concurrency] * 1000:7.1f} ms"
+                )
+        check = [tokens(PREFIX) + tokens(OWN) for _ in range(2)]
+        texts = {
+            cached: [
+                openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
+                .completions.create(model="b", prompt=p, max_tokens=8, temperature=0)
+                .choices[0]
+                .text
+                for p in check + check
+            ]
+            for cached, url in urls.items()
+        }
+    if texts[True] != texts[False]:
+        raise SystemExit("the server with the prefix cache answers otherwise than without")
+    print("  the answers with the prefix cache equal those without")
+    for concurrency in (1, SHARING):
+        ratio = means[False, concurrency] / means[True, concurrency]
+        verdict = "met" if ratio >= PREFIX_TARGET else "missed"
+        print(
+            f"prefix, concurrency {concurrency}: mean time to first token {ratio:.2f}x better "
+            f"with the prefix cache (target >= {PREFIX_TARGET}x, {verdict})"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="tiny models, a few requests")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--max-tokens", type=int, default=64, help="new tokens a request")
-    parser.add_argument("--endpoint", choices=ENDPOINTS, action="append", help="(default: both)")
+    parser.add_argument(
+        "--endpoint",
+        choices=(*ENDPOINTS, "prefix"),
+        action="append",
+        help="(default: all; prefix: the prefix cache's workload)",
+    )
     parser.add_argument("--no-compile", action="store_true", help="leave out the compiled server")
     args = parser.parse_args()
     cpu = torch.device("cpu")
@@ -218,7 +305,13 @@ def main() -> None:
             "completions": (lm, "shakespeare-char.toml", [*CONFIG_B, "data.lm.block_size=64"]),
             "classify": (cls, "sst2.toml", []),
         }
-        for endpoint in args.endpoint or ENDPOINTS:
+        wanted = args.endpoint or [*ENDPOINTS, "prefix"]
+        if "prefix" in wanted:  # (a context that holds the shared prefix)
+            run_dir = Path(scratch) / "prefix"
+            context = [f"model.max_len={PREFIX + OWN + 64}"]
+            train(run_dir, "shakespeare-char.toml", [*CONFIG_B, *sizes, *context])
+            prefix_reuse(run_dir, args.threads)
+        for endpoint in [e for e in wanted if e != "prefix"]:
             run_dir, recipe, settings = runs[endpoint]
             train(run_dir, recipe, [*settings, *sizes])
             servers = [(32, False), (1, False)]
@@ -260,7 +353,7 @@ def main() -> None:
     print()
     top = CONCURRENCY[-1]
     at = {(e, b, c): r for e, b, c, n, r in rows if n == top}
-    for endpoint in args.endpoint or ENDPOINTS:
+    for endpoint in [e for e in wanted if e != "prefix"]:
         target = TARGETS[endpoint]
         ratio = at[endpoint, 32, False].rate() / at[endpoint, 1, False].rate()
         verdict = "met" if ratio >= target else "missed"

@@ -339,6 +339,8 @@ class Engine:
                 self.prefixes.keep(prompt, cache)
             prompts[tuple(prompt)] = prefilled
         request.read_prompt(prefilled.logits)
+        if not any(r is not None and r is not request for r in self.slots):
+            self.length = 0  # (no other row lives: nothing to move)
         if self.length == self.max_len:
             self.shift(-self.unused_columns())
         if self.length < size:  # (also after a cut: the live rows may be shorter)
