@@ -60,8 +60,9 @@ def draw(
     constraints: list[Constraint], tokenizer: Tokenizer, generator: torch.Generator
 ) -> list[list[int]]:
     """Token ids sampled from random logits (temperature 1) under the masks, all rows at
-    once, each up to its eos; checked at each step: only the tokenizer's ids are allowed,
-    eos exactly when the grammar is complete, and only eos once the grammar is finished."""
+    once, each up to its eos; checked at each step: only the tokenizer's ids are allowed and
+    no special token but eos, eos exactly when the grammar is complete, and only eos once
+    the grammar is finished."""
     ids: list[list[int]] = [[] for _ in constraints]
     active = list(range(len(constraints)))
     for _ in range(400):
@@ -70,8 +71,9 @@ def draw(
         rows = [constraints[i] for i in active]
         masks = torch.empty(len(rows), rows[0].vocab, dtype=torch.bool)
         fill_masks(rows, masks)
-        assert not masks[:, tokenizer.vocab_size :].any()
         eos = rows[0].eos_id
+        others = [i for i in tokenizer.special_ids if i != eos]
+        assert not masks[:, tokenizer.vocab_size :].any() and not masks[:, others].any()
         assert masks[:, eos].tolist() == [row.complete for row in rows]
         for row, mask in zip(rows, masks, strict=True):
             assert not row.finished or mask.sum() == 1

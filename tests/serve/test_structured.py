@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from scratchformer.data.tokenizer import Tokenizer
 from scratchformer.inference.grammar import Grammar
 from scratchformer.serve.errors import ApiError
-from scratchformer.serve.schema import ChatRequest, CompletionRequest
+from scratchformer.serve.schema import GRAMMAR_PARAMS, ChatRequest, CompletionRequest
 from scratchformer.serve.structured import request_grammar
 
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
@@ -47,6 +47,8 @@ def test_both_endpoints_read_the_grammar(fields, grammar) -> None:
     completion = CompletionRequest.model_validate({"prompt": "x", **fields})
     chat = ChatRequest.model_validate({**CHAT, **fields})
     assert completion.grammar() == chat.grammar() == grammar
+    named = [] if grammar is None else [GRAMMAR_PARAMS[grammar.kind]]
+    assert completion.unsupported() == chat.unsupported() == named  # refused until decoded
 
 
 @pytest.mark.parametrize(
