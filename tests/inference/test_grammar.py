@@ -28,14 +28,14 @@ DRAWS = 100
 SCHEMA = {
     "type": "object",
     "properties": {
-        "name": {"type": "string", "maxLength": 6},
+        "name": {"type": "string", "maxLength": 4},
         "age": {"type": "integer", "minimum": 0, "maximum": 150},
         "role": {"enum": ["admin", "user", 3]},
-        "tags": {"type": "array", "items": {"type": "string", "maxLength": 3}, "maxItems": 2},
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 2}, "maxItems": 2},
         "address": {
             "type": "object",
             "properties": {
-                "city": {"type": "string", "maxLength": 4},
+                "city": {"type": "string", "maxLength": 3},
                 "zip": {"type": "string", "pattern": "^[0-9]{5}$"},
                 "points": {"type": "array", "items": {"type": "number"}, "maxItems": 2},
             },
