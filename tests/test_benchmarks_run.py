@@ -65,3 +65,14 @@ def test_the_serving_benchmark_runs_quick() -> None:
     for endpoint in ("completions", "classify"):
         assert f"{endpoint}, concurrency 32: " in result.stdout
     assert "GET /health at concurrency 32" in result.stdout
+
+
+@pytest.mark.bench
+def test_the_grammar_benchmark_runs_quick() -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, str(SPEED.parent / "grammar.py"), "--quick", "--threads", "1"]
+    command += ["--new-tokens", "8"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=1200, env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "batch 8: decoding step" in result.stdout
+    assert "constrained step at most" in result.stdout

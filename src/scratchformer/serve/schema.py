@@ -8,8 +8,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
+from ..inference.grammar import Grammar
 from ..predictions import Option, Prediction
 
 Text = Annotated[str, Field(max_length=200_000)]
@@ -22,8 +31,49 @@ class Body(BaseModel):
     """Any name is taken: a server serves one run (``GET /v1/models`` names it)."""
 
 
+class JsonSchema(BaseModel):
+    """OpenAI's ``response_format.json_schema``: the schema the answer must follow.
+    ``strict`` is taken and changes nothing: the schema is always followed exactly."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    name: str = Field(max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    description: str | None = None
+    schema_: dict[str, Any] = Field(default_factory=dict, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    """OpenAI's ``response_format``: free text, any JSON object, or JSON following a
+    schema."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchema | None = None
+
+    @model_validator(mode="after")
+    def schema_given(self) -> ResponseFormat:
+        if (self.type == "json_schema") != (self.json_schema is not None):
+            raise ValueError("json_schema goes with type 'json_schema', and only with it")
+        return self
+
+
+GRAMMAR_PARAMS = {
+    "json_schema": "response_format",
+    "json_object": "response_format",
+    "regex": "guided_regex",
+    "choice": "guided_choice",
+}
+"""The request field that names each kind of grammar."""
+
+
 class Sampled(Body):
-    """The fields that decoding shares between completions and chat completions."""
+    """The fields that decoding shares between completions and chat completions.
+
+    Structured output: ``response_format`` as OpenAI defines it, or vLLM's ``guided_regex``
+    (the whole text matches it) or ``guided_choice`` (the text is one of them); at most one.
+    """
 
     max_tokens: int | None = Field(None, ge=1)
     temperature: float = Field(1.0, ge=0, le=2)
@@ -35,6 +85,34 @@ class Sampled(Body):
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     logit_bias: dict[str, float] | None = None
+    response_format: ResponseFormat | None = None
+    guided_regex: str | None = Field(None, min_length=1)
+    guided_choice: list[Annotated[str, Field(min_length=1)]] | None = Field(None, min_length=1)
+
+    @field_validator("guided_regex", "guided_choice")
+    @classmethod
+    def one_grammar(cls, value: Any, info: ValidationInfo) -> Any:
+        """At most one field says what the text must be (fields are read in order)."""
+        response_format = info.data.get("response_format")
+        earlier = info.data.get("guided_regex") is not None or (
+            response_format is not None and response_format.type != "text"
+        )
+        if value is not None and earlier:
+            raise ValueError("give only one of response_format, guided_regex, guided_choice")
+        return value
+
+    def grammar(self) -> Grammar | None:
+        """What the text must follow, or None for free text."""
+        if self.guided_regex is not None:
+            return Grammar("regex", self.guided_regex)
+        if self.guided_choice is not None:
+            return Grammar("choice", list(self.guided_choice))
+        found = self.response_format
+        if found is None or found.type == "text":
+            return None
+        if found.type == "json_object":
+            return Grammar("json_object")
+        return Grammar("json_schema", found.json_schema.schema_)
 
     @field_validator("stop")
     @classmethod
@@ -51,6 +129,9 @@ class Sampled(Body):
             "frequency_penalty": self.frequency_penalty != 0,
             "logit_bias": bool(self.logit_bias),
         }
+        grammar = self.grammar()
+        if grammar is not None:  # until the decoding loop follows a Constraint
+            fields[GRAMMAR_PARAMS[grammar.kind]] = True
         return [name for name, set_ in fields.items() if set_]
 
 
