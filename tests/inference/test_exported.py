@@ -66,7 +66,9 @@ def test_other_shapes_run_eagerly_and_limits_are_errors(exported) -> None:
     assert generate(lm, two, max_new_tokens=5, greedy=True) == generate(
         model, two, max_new_tokens=5, greedy=True
     )
-    with pytest.raises(ValueError, match="a row of 30 positions needs a cache of 31; the model's holds 30"):
+    with pytest.raises(
+        ValueError, match="a row of 30 positions needs a cache of 31; the model's holds 30"
+    ):
         generate(lm, PROMPTS, max_new_tokens=24, greedy=True)
     with (
         pytest.raises(ValueError, match=r"compiled for torch\.float32"),

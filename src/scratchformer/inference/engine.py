@@ -46,6 +46,7 @@ from ..data.batching import pad_batch
 from ..device import decoding_device
 from .cache import SPARE, DecoderCache, KVCache
 from .dynamic_rows import LEAST_ROWS
+from .grammar import Constraint, fill_masks
 from .kernels import attention_kernels, installed, linear_kernels
 from .prefix_cache import PrefixCache
 from .sampling import NO_TOKEN, Sampling, TokenLogprob, ended_without_a_token, token_logprobs
@@ -63,7 +64,9 @@ class Request:
     reached). With ``logprobs`` (how many of the likeliest tokens to give at each
     position, 0 for none), ``token_logprobs`` holds a :class:`~.sampling.TokenLogprob` for
     every new token and, with ``score_prompt`` too, ``prompt_logprobs`` one for every
-    prompt token but the first (which nothing precedes). ``max_new_tokens=0`` decodes
+    prompt token but the first (which nothing precedes): the model's own, before a
+    ``constraint`` (structured output, :mod:`~.grammar`) masks the tokens it does not allow;
+    a constrained request ends once nothing may follow. ``max_new_tokens=0`` decodes
     nothing (the prompt is scored if asked, and the request never takes a row). Setting
     ``cancelled`` frees the request's row at the next step boundary."""
 
@@ -75,6 +78,7 @@ class Request:
     stop: Callable[[list[int]], bool] | None = None
     logprobs: int | None = None
     score_prompt: bool = False
+    constraint: Constraint | None = None
     tokens: list[int] = field(default_factory=list)
     token_logprobs: list[TokenLogprob] = field(default_factory=list)
     prompt_logprobs: list[TokenLogprob] = field(default_factory=list)
@@ -98,12 +102,19 @@ class Request:
     def done(self) -> bool:
         return self.finish_reason is not None
 
-    def choose(self, logits: Tensor) -> None:
-        """Draw the next token from the logits ``(vocab,)`` of the last position, and
+    def choose(self, logits: Tensor, allowed: Tensor | None = None) -> None:
+        """Draw the next token from the logits ``(vocab,)`` of the last position, among
+        the tokens its constraint allows (``allowed``, if its mask is filled already), and
         finish if it ends the request."""
         history = self.prompt + self.tokens if self.sampling.reads_history else []
         ids = torch.tensor([history], dtype=torch.long)
-        token = int(self.sampling(logits[None], ids, torch.ones_like(ids), self.generator))
+        shown = logits
+        if self.constraint is not None:
+            if allowed is None:
+                allowed = torch.empty(logits.shape[-1], dtype=torch.bool)
+                self.constraint.fill(allowed)
+            shown = logits.masked_fill(~allowed.to(logits.device), float("-inf"))
+        token = int(self.sampling(shown[None], ids, torch.ones_like(ids), self.generator))
         if token == NO_TOKEN:
             ended_without_a_token()
         if token in (self.eos_id, NO_TOKEN):
@@ -111,10 +122,13 @@ class Request:
             return
         self.tokens.append(token)
         if self.logprobs is not None:
-            self.token_logprobs += token_logprobs(
-                logits[None], torch.tensor([token]), self.logprobs
-            )
-        if self.stop is not None and self.stop(self.tokens):
+            chosen = torch.tensor([token], device=logits.device)
+            self.token_logprobs += token_logprobs(logits[None], chosen, self.logprobs)
+        if self.constraint is not None:
+            self.constraint.advance(token)
+        if (self.stop is not None and self.stop(self.tokens)) or (
+            self.constraint is not None and self.constraint.finished
+        ):
             self.finish_reason = "stop"
         elif len(self.tokens) >= self.max_new_tokens:
             self.finish_reason = "length"
@@ -303,8 +317,9 @@ class Engine:
         rows = running[-1][0] + 1
         if self.use_cache:
             logits = self.decode_step(rows)
+            masks = allowed_tokens([request for _, request in running], logits.shape[-1])
             for slot, request in running:
-                request.choose(logits[slot])
+                request.choose(logits[slot], masks.get(request))
             return
         logits = self.recompute(rows)
         for slot, request in running:
@@ -405,6 +420,17 @@ class Engine:
     def free(self, slot: int) -> None:
         self.slots[slot] = None
         self.mask[slot] = False
+
+
+def allowed_tokens(requests: list[Request], vocab: int) -> dict[Request, Tensor]:
+    """The allowed-token masks ``(vocab,)`` of the constrained ``requests``' next tokens,
+    computed together (the grammar library's threads share the rows)."""
+    constrained = [request for request in requests if request.constraint is not None]
+    if not constrained:
+        return {}
+    masks = torch.empty(len(constrained), vocab, dtype=torch.bool)
+    fill_masks([request.constraint for request in constrained], masks)
+    return dict(zip(constrained, masks, strict=True))
 
 
 def compiled_stepper(model: nn.Module, max_batch: int, capacity: int) -> nn.Module:

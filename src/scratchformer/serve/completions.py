@@ -23,10 +23,12 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from ..data.tokenizer import Tokenizer
 from ..inference.engine import Request
+from ..inference.grammar import Constraint
 from ..inference.sampling import Sampling, TokenLogprob
 from ..training.rundir import CHAT_TEMPLATE_FILE
 from .errors import ApiError
 from .schema import ChatRequest, CompletionRequest, Sampled
+from .structured import request_grammar
 from .workers import Busy, DecodingWorker, Progress
 
 GONE_POLL_S = 0.1
@@ -174,14 +176,16 @@ class Decoding:
         echo: bool = False,
     ) -> list[Choice]:
         """The requests of ``body``'s ``n`` choices for each prompt, with their stop
-        strings and sampling, and the ``logprobs`` likeliest tokens at each place (None:
-        no log-probabilities; of the prompt's tokens too with ``echo``); refused with a
-        400 if they do not fit a row."""
+        strings, sampling and structured output, and the ``logprobs`` likeliest tokens at
+        each place (None: no log-probabilities; of the prompt's tokens too with ``echo``);
+        refused with a 400 if they do not fit a row."""
         unsupported = body.unsupported()
         if unsupported:
             raise ApiError(
                 400, f"{', '.join(unsupported)}: not supported by this server", unsupported[0]
             )
+        grammar = request_grammar(body, self.tokenizer)
+        vocab = self.worker.engine.model.config.vocab_size
         stops = body.stop or []
         sampling = Sampling(
             temperature=body.temperature, top_p=None if body.top_p == 1 else body.top_p
@@ -207,6 +211,7 @@ class Decoding:
                     stop=text.stopped if stops else None,
                     logprobs=logprobs,
                     score_prompt=echo and logprobs is not None,
+                    constraint=grammar and Constraint(grammar, self.tokenizer, vocab),
                 )
                 choices.append(Choice(p * body.n + j, request, text, prefix))
         return choices

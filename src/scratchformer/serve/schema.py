@@ -129,9 +129,6 @@ class Sampled(Body):
             "frequency_penalty": self.frequency_penalty != 0,
             "logit_bias": bool(self.logit_bias),
         }
-        grammar = self.grammar()
-        if grammar is not None:  # until the decoding loop follows a Constraint
-            fields[GRAMMAR_PARAMS[grammar.kind]] = True
         return [name for name, set_ in fields.items() if set_]
 
 
