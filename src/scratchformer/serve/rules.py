@@ -36,7 +36,10 @@ def install_rules(app: FastAPI, options: ServeOptions, metrics: Metrics) -> None
 
     @app.exception_handler(HTTPException)
     async def http_error(_: Request, error: HTTPException) -> JSONResponse:
-        return ApiError(error.status_code, str(error.detail)).response()
+        """Starlette's errors (404, 405), with their headers (a 405's ``Allow``)."""
+        response = ApiError(error.status_code, str(error.detail)).response()
+        response.headers.update(error.headers or {})
+        return response
 
     @app.exception_handler(Exception)
     async def failure(_: Request, error: Exception) -> JSONResponse:
