@@ -28,10 +28,22 @@ class Answer(BaseModel):
     model: str
 
 
+class CompletionLogprobs(BaseModel):
+    """A choice's tokens (each decoded alone), their log-probabilities, the likeliest
+    tokens at each place, and where each token's text begins in the choice's; None for a
+    prompt's first token, which nothing predicts."""
+
+    tokens: list[str]
+    token_logprobs: list[float | None]
+    top_logprobs: list[dict[str, float] | None]
+    text_offset: list[int]
+
+
 class CompletionChoice(BaseModel):
     text: str
     index: int = Field(ge=0)
-    logprobs: None
+    logprobs: CompletionLogprobs | None
+    """With ``logprobs`` asked for only."""
     finish_reason: FinishReason
 
 
@@ -53,10 +65,27 @@ class ChatMessage(BaseModel):
     content: str
 
 
+class TokenLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int]
+
+
+class ChatTokenLogprob(TokenLogprob):
+    top_logprobs: list[TokenLogprob]
+
+
+class ChatLogprobs(BaseModel):
+    """A chat choice's tokens with their log-probabilities (``logprobs: true``)."""
+
+    content: list[ChatTokenLogprob]
+    refusal: None
+
+
 class ChatChoice(BaseModel):
     index: int = Field(ge=0)
     message: ChatMessage
-    logprobs: None
+    logprobs: ChatLogprobs | None
     finish_reason: FinishReason
 
 
@@ -79,6 +108,8 @@ class ChatChunkChoice(BaseModel):
     index: int = Field(ge=0)
     delta: ChatDelta
     finish_reason: FinishReason
+    logprobs: ChatLogprobs | None = None
+    """The new tokens', with ``logprobs: true`` only."""
 
 
 class ChatChunk(Answer):
