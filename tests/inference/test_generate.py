@@ -45,7 +45,9 @@ def test_top_k_keeps_the_k_largest() -> None:
     assert torch.equal(filter_top_k(logits, 10), logits)
 
 
-@pytest.mark.parametrize(("p", "kept"), [(0.3, 1), (0.45, 1), (0.6, 2), (0.8, 3), (0.95, 4)])
+@pytest.mark.parametrize(
+    ("p", "kept"), [(5e-324, 1), (0.3, 1), (0.45, 1), (0.6, 2), (0.8, 3), (0.95, 4)]
+)
 def test_top_p_keeps_the_smallest_set_reaching_p(p: float, kept: int) -> None:
     logits = torch.tensor([[0.1, 0.5, 0.15, 0.25]]).log()  # by rank: 0.5, 0.25, 0.15, 0.1
     order = [1, 3, 2, 0]

@@ -16,6 +16,7 @@ import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+import openai
 import pytest
 
 from helpers import http, live
@@ -49,10 +50,32 @@ def test_malformed_bodies_are_400s_naming_the_field(lm_url) -> None:
     assert status == 400 and "token ids go from 0 to" in answer["error"]["message"]
 
 
-def test_a_body_over_the_limit_is_refused_unread(lm_run) -> None:
-    with live(lm_run, max_body_bytes=1000) as url:
-        status, answer = http(f"{url}/v1/completions", {"prompt": "to be " * 500})
-        assert status == 413 and "limit of 1000 bytes" in answer["error"]["message"]
+def test_a_body_over_the_limit_is_a_413_that_the_client_reads(lm_url) -> None:
+    """5 MB, over the default limit of 4 MB: urllib (which sends the whole body, then reads)
+    and OpenAI's client read a 413 in OpenAI's shape, not a reset connection; a client that
+    asks for ``100 Continue`` gets the 413 before it sends any of the body."""
+    body = {"prompt": "to be " * 900_000}
+    expected = {
+        "message": "the body is over the limit of 4000000 bytes",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": None,
+    }
+    assert http(f"{lm_url}/v1/completions", body) == (413, {"error": expected})
+    client = openai.OpenAI(base_url=f"{lm_url}/v1", api_key="none", max_retries=0)
+    with pytest.raises(openai.APIStatusError, match="over the limit") as raised:
+        client.completions.create(model="lm", **body)
+    assert raised.value.status_code == 413 and raised.value.body == expected
+    head = (
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "Content-Length: 5000000\r\nExpect: 100-continue\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", int(lm_url.rsplit(":", 1)[1]))) as client_:
+        client_.settimeout(10)
+        client_.sendall(head.encode())
+        answer = client_.makefile("rb").read()  # (the server closes: nothing else to send)
+    status_line, _, answer_body = answer.partition(b"\r\n\r\n")
+    assert status_line.startswith(b"HTTP/1.1 413 ") and json.loads(answer_body)["error"] == expected
 
 
 def test_a_full_queue_answers_429_with_retry_after(lm_run) -> None:

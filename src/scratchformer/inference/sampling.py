@@ -37,7 +37,9 @@ def filter_top_p(logits: Tensor, p: float) -> Tensor:
     ordered, order = logits.sort(dim=-1, descending=True)
     probs = ordered.softmax(dim=-1)
     before = probs.cumsum(dim=-1) - probs  # mass of the more likely tokens
-    ordered = ordered.masked_fill(before >= p, float("-inf"))
+    beyond = before >= p
+    beyond[..., 0] = False  # (a p too small for the dtype, 0 in it, keeps the likeliest)
+    ordered = ordered.masked_fill(beyond, float("-inf"))
     return torch.empty_like(logits).scatter(-1, order, ordered)
 
 

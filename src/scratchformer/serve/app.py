@@ -17,6 +17,7 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.telemetry import TelemetryConfig
 
+from .openapi import install_openapi
 from .options import ServeOptions
 from .routes import info, openai, tasks
 from .rules import install_rules
@@ -50,4 +51,5 @@ def create_app(run_dir: Path, options: ServeOptions | None = None) -> FastAPI:
     tasks.add_routes(app, served)  # first: the task endpoint is the busy route
     info.add_routes(app, served)
     openai.add_routes(app, served)
+    install_openapi(app)
     return app

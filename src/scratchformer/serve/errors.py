@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 
 TYPES = {
     400: "invalid_request_error",
@@ -22,6 +23,20 @@ RETRY_AFTER_S = 1
 """What a 429 asks the client to wait, in seconds."""
 
 
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None
+    """The field of the body at fault (``max_tokens``, ``messages.0.role``), if one is."""
+    code: str | None
+
+
+class ErrorAnswer(BaseModel):
+    """The answer of every error, as OpenAI's API sends it."""
+
+    error: ErrorDetail
+
+
 class ApiError(Exception):
     """A request the server answers with ``status`` and one line, ``message``, naming the
     field at fault (``param``) where there is one."""
@@ -33,6 +48,7 @@ class ApiError(Exception):
         self.param = param
 
     def body(self) -> dict[str, Any]:
+        """The error as :class:`ErrorAnswer` says."""
         kind = TYPES.get(self.status, "invalid_request_error")
         return {"error": {"message": self.message, "type": kind, "param": self.param, "code": None}}
 

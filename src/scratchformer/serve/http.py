@@ -3,17 +3,36 @@ worker's answers turned into HTTP errors."""
 
 from __future__ import annotations
 
+import inspect
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
+from starlette.routing import Route
 
 from .errors import ApiError
 from .workers import BatchWorker, Busy
 
 Handler = Callable[[Any, Request], Awaitable[Response]]
+
+
+class BodyRoute(Route):
+    """A plain POST route and the model of its body, which ``/openapi.json`` describes
+    (:mod:`.openapi`): FastAPI describes only its own routes."""
+
+    def __init__(
+        self,
+        path: str,
+        endpoint: Callable[[Request], Awaitable[Response]],
+        body: type[BaseModel],
+        description: str | None,
+    ) -> None:
+        super().__init__(path, endpoint, methods=["POST"])
+        self.body = body
+        self.description = description
 
 
 def post(app: FastAPI, path: str, body: type[BaseModel]) -> Callable[[Handler], Handler]:
@@ -25,18 +44,35 @@ def post(app: FastAPI, path: str, body: type[BaseModel]) -> Callable[[Handler], 
 
     def register(handler: Handler) -> Handler:
         async def endpoint(request: Request) -> Response:
+            raw = await request.body()
             try:
-                parsed = body.model_validate_json(await request.body())
+                parsed = body.model_validate_json(raw)
             except ValidationError as error:
                 first = error.errors()[0]
-                where = ".".join(str(part) for part in first["loc"]) or "body"
+                where = field_path(first["loc"], raw, first["type"] == "missing") or "body"
                 raise ApiError(400, f"{where}: {first['msg']}", where) from None
             return await handler(parsed, request)
 
-        app.router.add_route(path, endpoint, methods=["POST"])
+        app.router.routes.append(BodyRoute(path, endpoint, body, inspect.getdoc(handler)))
         return handler
 
     return register
+
+
+def field_path(loc: tuple[int | str, ...], raw: bytes, missing: bool) -> str:
+    """The path in the body (``messages.0.content``) of a pydantic error's location, less
+    the names pydantic gives the members of a union (``prompt.list[constrained-str]``),
+    which the body does not have; a field that is ``missing`` is named all the same."""
+    value = json.loads(raw) if loc else None
+    parts: list[str] = []
+    for i, part in enumerate(loc):
+        listed = isinstance(value, list) and isinstance(part, int) and part < len(value)
+        if listed or (isinstance(value, dict) and part in value):
+            value = value[part]
+        elif not (missing and i == len(loc) - 1):
+            continue  # a union member's name
+        parts.append(str(part))
+    return ".".join(parts)
 
 
 async def run_batch(worker: BatchWorker, items: list[Any]) -> list[Any]:

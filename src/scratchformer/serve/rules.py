@@ -3,6 +3,8 @@ OpenAI's shape."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hmac
 import time
 
@@ -17,6 +19,10 @@ from .options import ServeOptions
 
 OPEN_PATHS = {"/", "/health"}
 """Paths that need no API key."""
+DRAINED_BYTES = 64_000_000
+DRAINED_S = 10.0
+"""How much of a refused request's body is read and dropped, at most, before its
+connection closes (:func:`refuse`)."""
 
 
 def install_rules(app: FastAPI, options: ServeOptions, metrics: Metrics) -> None:
@@ -30,7 +36,10 @@ def install_rules(app: FastAPI, options: ServeOptions, metrics: Metrics) -> None
 
     @app.exception_handler(HTTPException)
     async def http_error(_: Request, error: HTTPException) -> JSONResponse:
-        return ApiError(error.status_code, str(error.detail)).response()
+        """Starlette's errors (404, 405), with their headers (a 405's ``Allow``)."""
+        response = ApiError(error.status_code, str(error.detail)).response()
+        response.headers.update(error.headers or {})
+        return response
 
     @app.exception_handler(Exception)
     async def failure(_: Request, error: Exception) -> JSONResponse:
@@ -59,12 +68,13 @@ class Rules:
                 status[0] = message["status"]
             await send(message)
 
-        refused = refusal(Request(scope), self.options)
+        request = Request(scope)
+        refused = refusal(request, self.options)
         try:
             if refused is None:
                 await self.app(scope, receive, sending)
             else:
-                await refused(scope, receive, sending)
+                await refuse(refused, request, receive, sending)
         finally:
             endpoint = scope["path"] if "endpoint" in scope else "other"  # (a route's)
             self.metrics.answered(endpoint, status[0], time.monotonic() - start)
@@ -85,3 +95,39 @@ def refusal(request: Request, options: ServeOptions) -> Response | None:
     if length is None and request.method == "POST":
         return ApiError(411, "a POST needs a Content-Length header").response()
     return None
+
+
+async def refuse(answer: Response, request: Request, receive: Receive, send: Send) -> None:
+    """Send ``answer`` to a request whose body is not wanted, then read and drop the body
+    (up to :data:`DRAINED_BYTES`, for :data:`DRAINED_S`) before the answer ends and the
+    connection closes. A client that sends its whole body before it reads (urllib,
+    requests) then reads the answer: closing a socket with data unread resets it, and the
+    client sees the reset, not the answer. A client that asked ``Expect: 100-continue``
+    has sent no body, and gets the answer at once."""
+    answer.headers["connection"] = "close"
+
+    async def sending(message: Message) -> None:
+        if message["type"] == "http.response.body" and not message.get("more_body"):
+            await send({**message, "more_body": True})
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(drain(request, receive), DRAINED_S)
+            message = {"type": "http.response.body", "body": b"", "more_body": False}
+        await send(message)
+
+    await answer(request.scope, receive, sending)
+
+
+async def drain(request: Request, receive: Receive) -> None:
+    """Read a request's body to its end, or to :data:`DRAINED_BYTES`; none if the client
+    waits for a ``100 Continue`` before it sends one (reading would ask for it)."""
+    if request.headers.get("expect", "").lower() == "100-continue":
+        return
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > DRAINED_BYTES:
+        return
+    read = 0
+    while read <= DRAINED_BYTES:
+        message = await receive()
+        read += len(message.get("body", b""))
+        if not message.get("more_body"):
+            return

@@ -22,6 +22,14 @@ from ..inference.grammar import Grammar
 from ..predictions import Option, Prediction
 
 Text = Annotated[str, Field(max_length=200_000)]
+NonEmptyText = Annotated[str, Field(min_length=1, max_length=200_000)]
+TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
+
+
+def only(*values: Any) -> Any:
+    """A field of OpenAI's that this server takes at ``values`` only, as its JSON schema
+    says; other values are refused by name (``unsupported()``)."""
+    return Field(values[0], json_schema_extra={"enum": list(values)})
 
 
 class Body(BaseModel):
@@ -80,11 +88,11 @@ class Sampled(Body):
     top_p: float = Field(1.0, gt=0, le=1)
     n: int = Field(1, ge=1, le=16)
     stream: bool = False
-    stop: str | list[str] | None = None
+    stop: NonEmptyText | Annotated[list[NonEmptyText], Field(max_length=4)] | None = None
     seed: int | None = None
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    logit_bias: dict[str, float] | None = None
+    presence_penalty: float = only(0.0)
+    frequency_penalty: float = only(0.0)
+    logit_bias: dict[str, float] | None = only(None, {})
     response_format: ResponseFormat | None = None
     guided_regex: str | None = Field(None, min_length=1)
     guided_choice: list[Annotated[str, Field(min_length=1)]] | None = Field(None, min_length=1)
@@ -116,11 +124,9 @@ class Sampled(Body):
 
     @field_validator("stop")
     @classmethod
-    def at_most_four_stops(cls, stop: str | list[str] | None) -> list[str]:
-        stops = [stop] if isinstance(stop, str) else list(stop or [])
-        if len(stops) > 4 or not all(stops):
-            raise ValueError("stop takes up to 4 non-empty strings")
-        return stops
+    def stops(cls, stop: str | list[str] | None) -> list[str]:
+        """The stop strings as a list (OpenAI takes one string, or up to four)."""
+        return [stop] if isinstance(stop, str) else list(stop or [])
 
     def unsupported(self) -> list[str]:
         """The fields set to what this server cannot do."""
@@ -133,15 +139,20 @@ class Sampled(Body):
 
 
 class CompletionRequest(Sampled):
-    prompt: Text | list[Text] | list[int] | list[list[int]]
+    prompt: (
+        NonEmptyText
+        | Annotated[list[NonEmptyText], Field(min_length=1)]
+        | TokenIds
+        | Annotated[list[TokenIds], Field(min_length=1)]
+    )
     max_tokens: int | None = Field(None, ge=0)
     """0, with ``echo`` and ``logprobs``: the prompt scored, nothing generated."""
     echo: bool = False
     logprobs: int | None = Field(None, ge=0, le=5)
     """The log-probability of each token, and of the ``logprobs`` likeliest at its place
     (of the prompt's tokens too, with ``echo``)."""
-    best_of: int | None = None
-    suffix: str | None = None
+    best_of: int | None = only(None, 1)
+    suffix: str | None = only(None, "")
 
     def unsupported(self) -> list[str]:
         extra = {"best_of": self.best_of not in (None, 1), "suffix": bool(self.suffix)}
@@ -178,18 +189,18 @@ class ChatRequest(Sampled):
 class EmbeddingRequest(Body):
     input: Text | list[Text] = Field(min_length=1)
     encoding_format: Literal["float", "base64"] = "float"
-    dimensions: int | None = None
+    dimensions: int | None = only(None)
 
 
 def task_body(prediction: Prediction) -> type[Body]:
     """The body of a prediction's endpoint: ``input``, one input or a list of them (a text
     as the command line reads a line, or an object of the prediction's fields), and the
     prediction's options, each bounded as declared (and by its limit for a request)."""
-    item: Any = Text
+    item: Any = NonEmptyText
     fields = prediction.reads.fields
     if fields:
         item = create_model(fields[0].title(), **{f: (Text, ...) for f in fields})
-    body: dict[str, Any] = {"input": (item | list[item], Field(min_length=1))}
+    body: dict[str, Any] = {"input": (item | Annotated[list[item], Field(min_length=1)], ...)}
     for option in prediction.options:
         if option.served:
             kind = option.type if option.default is not None else option.type | None

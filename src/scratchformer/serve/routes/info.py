@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import FastAPI
-from fastapi.responses import HTMLResponse, Response
+from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from ...training.rundir import CONFIG_FILE
+from ..answers import Health, ModelList
 from ..page import page
 from ..served import Served
 
@@ -16,7 +17,7 @@ from ..served import Served
 def add_routes(app: FastAPI, served: Served) -> None:
     """``GET /health``, ``/metrics``, ``/`` and ``/v1/models``."""
 
-    @app.get("/health")
+    @app.get("/health", response_model=None, responses={200: {"model": Health}})
     async def health() -> dict[str, Any]:
         """Up, and for a language model the requests decoding and waiting."""
         state: dict[str, Any] = {"status": "ok", "model": served.name, "task": served.task.name}
@@ -25,7 +26,7 @@ def add_routes(app: FastAPI, served: Served) -> None:
             state |= {"running": len(engine.live), "waiting": len(engine.waiting)}
         return state
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PlainTextResponse)
     async def prometheus() -> Response:
         return Response(served.metrics.text(), media_type=CONTENT_TYPE_LATEST)
 
@@ -33,7 +34,7 @@ def add_routes(app: FastAPI, served: Served) -> None:
     async def home() -> str:
         return page(served.name, served.task)
 
-    @app.get("/v1/models")
+    @app.get("/v1/models", response_model=None, responses={200: {"model": ModelList}})
     async def models() -> dict[str, Any]:
         created = int((served.run_dir / CONFIG_FILE).stat().st_mtime)
         card = {"id": served.name, "object": "model", "created": created}
