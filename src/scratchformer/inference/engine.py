@@ -63,11 +63,12 @@ class Request:
     after a token for which ``stop(tokens)`` is true) or ``"length"`` (``max_new_tokens``
     reached). With ``logprobs`` (how many of the likeliest tokens to give at each
     position, 0 for none), ``token_logprobs`` holds a :class:`~.sampling.TokenLogprob` for
-    every new token and, with ``score_prompt`` too, ``prompt_logprobs`` one for every
-    prompt token but the first (which nothing precedes): the model's own, before a
-    ``constraint`` (structured output, :mod:`~.grammar`) masks the tokens it does not allow;
-    a constrained request ends once nothing may follow. ``max_new_tokens=0`` decodes
-    nothing (the prompt is scored if asked, and the request never takes a row). Setting
+    every new token (and for the eos token that ended it, which is not in ``tokens``) and,
+    with ``score_prompt`` too, ``prompt_logprobs`` one for every prompt token but the
+    first (which nothing precedes): the model's own, before a ``constraint`` (structured
+    output, :mod:`~.grammar`) masks the tokens it does not allow; a constrained request
+    ends once nothing may follow. ``max_new_tokens=0`` decodes nothing (the prompt is
+    scored if asked, and the request never takes a row). Setting
     ``cancelled`` frees the request's row at the next step boundary."""
 
     prompt: list[int]
@@ -117,13 +118,13 @@ class Request:
         token = int(self.sampling(shown[None], ids, torch.ones_like(ids), self.generator))
         if token == NO_TOKEN:
             ended_without_a_token()
+        if token != NO_TOKEN and self.logprobs is not None:  # (eos's too: OpenAI's lists it)
+            chosen = torch.tensor([token], device=logits.device)
+            self.token_logprobs += token_logprobs(logits[None], chosen, self.logprobs)
         if token in (self.eos_id, NO_TOKEN):
             self.finish_reason = "stop"
             return
         self.tokens.append(token)
-        if self.logprobs is not None:
-            chosen = torch.tensor([token], device=logits.device)
-            self.token_logprobs += token_logprobs(logits[None], chosen, self.logprobs)
         if self.constraint is not None:
             self.constraint.advance(token)
         if (self.stop is not None and self.stop(self.tokens)) or (

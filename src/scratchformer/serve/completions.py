@@ -94,15 +94,17 @@ class Choice:
     offset: int = 0
     """Characters of the tokens whose log-probabilities were given out."""
 
-    def new_scores(self, count: int) -> list[Scored]:
-        """The log-probabilities not yet given out, up to the first ``count`` new tokens:
-        the prompt's first, if it was scored."""
+    def new_scores(self, count: int, done: bool) -> list[Scored]:
+        """The log-probabilities not yet given out, up to the first ``count`` new tokens
+        (all of them once ``done``: the eos token's too): the prompt's first, if it was
+        scored."""
         request = self.request
         prompt: list[Scored] = []
         if request.score_prompt and not self.scored:
             prompt = [(request.prompt[0], None), *((s.token, s) for s in request.prompt_logprobs)]
-        new = [(s.token, s) for s in request.token_logprobs[self.logged : count]]
-        self.logged = max(self.logged, count)
+        end = len(request.token_logprobs) if done else count
+        new = [(s.token, s) for s in request.token_logprobs[self.logged : end]]
+        self.logged = max(self.logged, end)
         return prompt + new
 
 
@@ -296,7 +298,7 @@ def update(choice: Choice, progress: Progress) -> None:
     done = progress.finish_reason is not None
     choice.pieces.append(choice.text.new(tokens, done))
     if choice.request.logprobs is not None:
-        choice.scored.append(choice.new_scores(progress.count))
+        choice.scored.append(choice.new_scores(progress.count, done))
     if done:
         choice.finish_reason = progress.finish_reason
 
