@@ -71,6 +71,11 @@ VOCAB = 8192
 MAX_LEN = 512
 PROMPT_LEN = 16
 BATCHES = (1, 8)
+NARROW = 48
+"""The width (and ``d_ff``) of the fixed-cost model: the same depth and vocabulary, so little
+arithmetic that a token's time is what every token costs whatever the width (the decoding
+loop, the step's kernel launches and threads)."""
+FIXED_COST_TARGET_MS = 0.25
 WARMUP_TOKENS = 16
 CACHED, HF, UNCACHED = "ours, KV cache", "Hugging Face", "ours, no cache"
 COMPILED, BF16_COMPILED, QUANTIZED = report.COMPILED, report.BF16_COMPILED, report.INT8_COMPILED
@@ -168,15 +173,15 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def our_model() -> nn.Module:
+def our_model(width: int = D_MODEL, d_ff: int = D_FF) -> nn.Module:
     """Our decoder-only LM in the GPT-2 layout (no sqrt(d_model) embedding scale)."""
     config = ModelConfig(
         arch="decoder",
         vocab_size=VOCAB,
-        d_model=D_MODEL,
+        d_model=width,
         n_heads=N_HEADS,
         n_layers=N_LAYERS,
-        d_ff=D_FF,
+        d_ff=d_ff,
         activation="gelu_tanh",
         norm_first=True,
         positional="learned",
@@ -364,6 +369,34 @@ def run_batch(cfg: Config, batch: int, mine: nn.Module, theirs: GPT2LMHeadModel)
     return results
 
 
+def fixed_costs(cfg: Config) -> list[Result]:
+    """The time a token at batch 1 of the :data:`NARROW` model: ours through the exported
+    step (the decoding engine's fastest path), and llama.cpp's f32 and q8_0 where it is
+    installed."""
+    narrow = our_model(NARROW, NARROW)
+    seeded = torch.Generator().manual_seed(0)
+    prompts = torch.randint(1, VOCAB, (1, cfg.prompt_len), generator=seeded)
+    candidates = [Candidate(EXPORTED, exported(narrow, prompts, cfg.new_tokens), cfg.repeats)]
+    with tempfile.TemporaryDirectory() as directory:
+        if LLAMA_CPP:
+            files = gguf_files(narrow, Path(directory))
+            candidates += [
+                Candidate(name, llama_cpp(path, prompts, cfg.threads), cfg.repeats)
+                for name, path in files.items()
+            ]
+        return interleaved_results(candidates, cfg, 1)
+
+
+def print_fixed_costs(results: list[Result]) -> None:
+    costs = ", ".join(f"{r.candidate} {r.median_s / r.new_tokens * 1000:.3f} ms" for r in results)
+    ours = results[0].median_s / results[0].new_tokens * 1000
+    verdict = "met" if ours <= FIXED_COST_TARGET_MS else "missed"
+    print(
+        f"fixed cost a token ({N_LAYERS} layers, {NARROW} wide, batch 1): {costs} "
+        f"(target for ours <= {FIXED_COST_TARGET_MS} ms: {verdict})"
+    )
+
+
 def comparison(results: list[Result]) -> dict[str, object]:
     """Speed-ups of ours with the cache (other's time / ours), whether it beats Hugging
     Face, how many rows greedy decoding gave the same tokens with and without cache, and
@@ -463,8 +496,11 @@ def print_batch(results: list[Result], summary: dict[str, object]) -> None:
     print(line)
 
 
-def write_json(path: Path, cfg: Config, batches: list[tuple[list[Result], dict]]) -> None:
+def write_json(
+    path: Path, cfg: Config, batches: list[tuple[list[Result], dict]], fixed: list[Result]
+) -> None:
     result = {
+        "fixed_cost_ms": {r.candidate: r.median_s / r.new_tokens * 1000 for r in fixed},
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "threads": torch.get_num_threads(),
@@ -493,8 +529,11 @@ def main() -> None:
         print_batch(*batches[-1])
     if not all(summary["beats_hf"] for _, summary in batches):
         print("goal missed: ours with the cache is not faster than Hugging Face at every batch")
+    fixed = fixed_costs(cfg) if cfg.compile else []
+    if fixed:
+        print_fixed_costs(fixed)
     if args.json is not None:
-        write_json(args.json, cfg, batches)
+        write_json(args.json, cfg, batches, fixed)
 
 
 if __name__ == "__main__":

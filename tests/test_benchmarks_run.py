@@ -65,6 +65,8 @@ def test_the_serving_benchmark_runs_quick() -> None:
     for endpoint in ("completions", "classify"):
         assert f"{endpoint}, concurrency 32: " in result.stdout
     assert "GET /health at concurrency 32" in result.stdout
+    assert "the answers with the prefix cache equal those without" in result.stdout
+    assert "prefix, concurrency 32: mean time to first token" in result.stdout
 
 
 @pytest.mark.bench

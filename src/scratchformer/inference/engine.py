@@ -52,6 +52,8 @@ from .prefix_cache import PrefixCache
 from .sampling import NO_TOKEN, Sampling, TokenLogprob, ended_without_a_token, token_logprobs
 
 GREEDY = Sampling(greedy=True)
+NO_HISTORY = torch.empty(1, 0, dtype=torch.long)
+"""The tokens so far, for a sampling that does not read them."""
 
 
 @dataclass(eq=False)
@@ -107,8 +109,9 @@ class Request:
         """Draw the next token from the logits ``(vocab,)`` of the last position, among
         the tokens its constraint allows (``allowed``, if its mask is filled already), and
         finish if it ends the request."""
-        history = self.prompt + self.tokens if self.sampling.reads_history else []
-        ids = torch.tensor([history], dtype=torch.long)
+        ids = NO_HISTORY
+        if self.sampling.reads_history:
+            ids = torch.tensor([self.prompt + self.tokens], dtype=torch.long)
         shown = logits
         if self.constraint is not None:
             if allowed is None:
@@ -154,6 +157,16 @@ class Prefilled:
     cache: DecoderCache
     logits: Tensor
     whole: bool
+
+
+@dataclass
+class Rows:
+    """The views of a step of the engine's first rows: their cache, its buffers (every
+    layer's keys, then every layer's values), and their next positions."""
+
+    cache: RowsCache
+    buffers: list[Tensor]
+    positions: Tensor
 
 
 @dataclass
@@ -211,6 +224,11 @@ class Engine:
             )
         self.stepper = compiled_stepper(model, max_batch, fixed) if compiled else model
         """What runs a step: the model, or the model compiled."""
+        self.direct = self.stepper if hasattr(self.stepper, "run_step") else None
+        """An ``ExportedLM``: its compiled step is called directly."""
+        self.dynamic = self.compiled and self.direct is None
+        """Whether the step goes through ``torch.compile``, the rows' number dynamic."""
+        self.rows_views: dict[int, Rows] = {}
         self.max_batch = max_batch
         self.max_len = max_len
         self.waiting: deque[Request] = deque()
@@ -219,7 +237,8 @@ class Engine:
         self.buffers = [(cache.keys, cache.values) for cache in layout]
         self.mask = torch.zeros(max_batch, max_len, dtype=torch.bool, device=self.device)
         self.positions = torch.zeros(max_batch, dtype=torch.long, device=self.device)
-        self.last = torch.zeros(max_batch, dtype=torch.long, device=self.device)
+        self.last = [0] * max_batch
+        """Each row's last token, which the next step feeds it."""
         self.length = 0
         """The shared length: every live row's tokens end here."""
         self.kernels = attention_kernels(model) + linear_kernels(model, max_batch)
@@ -274,14 +293,14 @@ class Engine:
                 self.free(slot)
         with installed(self.kernels):
             moved = self.admit()
-            self.free_finished()
-            running = [(slot, request) for slot, request in enumerate(self.slots) if request]
-            if running:
-                self.advance(running)
-            for slot, request in running:
-                self.last[slot] = request.tokens[-1] if request.tokens else 0
-                if request not in moved:
-                    moved.append(request)
+        self.free_finished()
+        running = [(slot, request) for slot, request in enumerate(self.slots) if request]
+        if running:
+            self.advance(running)
+        for slot, request in running:
+            self.last[slot] = request.tokens[-1] if request.tokens else 0
+            if request not in moved:
+                moved.append(request)
         self.free_finished()
         return moved
 
@@ -380,18 +399,35 @@ class Engine:
             self.shift(-self.unused_columns())
         end = self.length + 1
         self.mask[:rows, self.length] = True
-        cache = RowsCache([KVCache(k[:rows], v[:rows], self.length) for k, v in self.buffers])
-        inputs = self.last[:rows, None], self.positions[:rows, None]
-        mask = self.mask[:rows, :end]
-        if self.compiled:
-            mask = mask.contiguous()  # (the same strides at any length)
-            buffers = [t for layer in cache.self_attn for t in (layer.keys, layer.values)]
-            for tensor in (*inputs, mask, *buffers):  # (torch.compile's rows: any number)
-                torch._dynamo.maybe_mark_dynamic(tensor, 0)
-        output = self.stepper(inputs[0], mask, cache=cache, positions=inputs[1])
+        views = self.views(rows)
+        last = torch.tensor(self.last[:rows], device=self.device)[:, None]
+        mask = self.mask[:rows, :end].contiguous()  # (the same strides at any length)
+        if self.direct is not None and self.direct.takes(rows, self.length):
+            logits = self.direct.run_step(last, mask, views.positions, self.length, views.buffers)
+            logits = logits[0]
+        else:
+            for layer in views.cache.self_attn:
+                layer.length = self.length
+            if self.dynamic:  # (torch.compile's rows: any number)
+                for tensor in (last, views.positions, mask, *views.buffers):
+                    torch._dynamo.maybe_mark_dynamic(tensor, 0)
+            with installed(self.kernels):
+                output = self.stepper(last, mask, cache=views.cache, positions=views.positions)
+            logits = output.logits
         self.length = end
         self.positions[:rows] += 1
-        return output.logits[:, -1].float()
+        return logits[:, -1].float()
+
+    def views(self, rows: int) -> Rows:
+        """What a step of the first ``rows`` rows reads and writes, made once for each
+        number of rows: views of the engine's tensors, which stay where they are."""
+        found = self.rows_views.get(rows)
+        if found is None:
+            cache = RowsCache([KVCache(k[:rows], v[:rows]) for k, v in self.buffers])
+            layers = cache.self_attn
+            buffers = [layer.keys for layer in layers] + [layer.values for layer in layers]
+            found = self.rows_views[rows] = Rows(cache, buffers, self.positions[:rows, None])
+        return found
 
     def recompute(self, rows: int) -> Tensor:
         """The logits ``(rows, length, vocab)`` of rows ``0 .. rows - 1``, each row's prompt
@@ -400,7 +436,8 @@ class Engine:
         ids, mask = pad_batch(sequences, 0, left=True)
         ids, mask = ids.to(self.device), mask.to(self.device)
         positions = (mask.cumsum(1) - 1).clamp(min=0)
-        return self.model(ids, mask, positions=positions).logits
+        with installed(self.kernels):
+            return self.model(ids, mask, positions=positions).logits
 
     def unused_columns(self) -> int:
         """Columns on the left that no live row reads (every column, with no live row)."""

@@ -203,15 +203,13 @@ class ExportedLM(Compiled):
                 f"{self.cache_dtype}: decode under bfloat16 autocast exactly when bf16=True"
             )
         stepping = (
-            self.step is not None
-            and cache is not None
+            cache is not None
             and not options
             and attention_mask is not None
             and positions is not None
-            and self.fewest_rows <= input_ids.shape[0] <= self.rows
             and input_ids.shape[1] == 1
             and cache.self_attn[0].keys.shape[2] == self.cache_capacity
-            and cache.length >= LEAST_CACHED
+            and self.takes(input_ids.shape[0], cache.length)
         )
         if not stepping:
             with bf16_autocast(input_ids.device, self.bf16):
@@ -220,11 +218,37 @@ class ExportedLM(Compiled):
                 )
         keys = [layer.keys for layer in cache.self_attn]
         values = [layer.values for layer in cache.self_attn]
-        cached = torch.empty(cache.length, device=input_ids.device)
-        logits, hidden = self.step([input_ids, attention_mask, positions, cached, *keys, *values])
+        logits, hidden = self.run_step(
+            input_ids, attention_mask, positions, cache.length, [*keys, *values]
+        )
         for layer in cache.self_attn:  # (the step wrote the new position's keys and values)
             layer.length += 1
         return ModelOutput(logits=logits, last_hidden_state=hidden)
+
+    def takes(self, rows: int, length: int) -> bool:
+        """Whether the compiled step runs a step of ``rows`` rows on caches of ``length``
+        positions filled (of this step's capacity); other steps run the model eagerly."""
+        return (
+            self.step is not None
+            and self.fewest_rows <= rows <= self.rows
+            and (length >= LEAST_CACHED)
+        )
+
+    def run_step(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        positions: Tensor,
+        length: int,
+        buffers: list[Tensor],
+    ) -> tuple[Tensor, Tensor]:
+        """The logits and last hidden states of a step that :meth:`takes`, through the
+        compiled step alone: ``buffers`` are every layer's keys, then every layer's values
+        (of ``length`` positions filled), into which it writes the new position's. This is
+        what the decoding engine calls for every token: no Dynamo, no Python of the model."""
+        cached = torch.empty(length, device=input_ids.device)
+        logits, hidden = self.step([input_ids, attention_mask, positions, cached, *buffers])
+        return logits, hidden
 
 
 def packages_dir() -> Path:
