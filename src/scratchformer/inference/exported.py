@@ -16,7 +16,8 @@ settings and torch's version. The next process that exports the same step (a few
 loads it instead of compiling; a package that cannot be loaded is compiled again.
 
 Its cache has a fixed capacity (``context`` positions a row), a constant of the step:
-:func:`~.generate.stream` makes the cache that size (:attr:`ExportedLM.cache_capacity`).
+the decoding engine (:class:`~.engine.Engine`) makes its cache that size
+(:attr:`ExportedLM.cache_capacity`) and calls the step directly (:meth:`ExportedLM.run_step`).
 The number of rows is fixed too, or dynamic between ``fewest_rows`` and ``rows`` (a
 server's decoding engine, whose live rows come and go). Every other call, the prompt
 among them, runs the model eagerly.
