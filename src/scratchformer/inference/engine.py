@@ -38,6 +38,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
@@ -46,10 +47,12 @@ from ..data.batching import pad_batch
 from ..device import decoding_device
 from .cache import SPARE, DecoderCache, KVCache
 from .dynamic_rows import LEAST_ROWS
-from .grammar import Constraint, fill_masks
 from .kernels import attention_kernels, installed, linear_kernels
 from .prefix_cache import PrefixCache
 from .sampling import NO_TOKEN, Sampling, TokenLogprob, ended_without_a_token, token_logprobs
+
+if TYPE_CHECKING:
+    from .grammar import Constraint  # (the grammar library: loaded when a request has one)
 
 GREEDY = Sampling(greedy=True)
 NO_HISTORY = torch.empty(1, 0, dtype=torch.long)
@@ -202,10 +205,12 @@ class Engine:
         use_cache: bool = True,
         prefixes: PrefixCache | None = None,
     ) -> None:
-        self.model = model
+        given_compiled = getattr(model, "is_compiled", False)
+        self.model = model.model if given_compiled else model
+        """The model itself, which reads prompts eagerly (each length would compile)."""
         self.prefixes = prefixes if use_cache else None
         """Where prompts' keys and values are kept for the prompts that begin alike."""
-        self.compiled = compiled or getattr(model, "is_compiled", False)
+        self.compiled = compiled or given_compiled
         """Whether the steps run compiled (here, or by the caller: a ``Compiled`` model)."""
         self.use_cache = use_cache
         self.device = decoding_device(model)
@@ -222,8 +227,10 @@ class Engine:
                 f"a row of {max_len} positions needs a cache of {capacity}; "
                 f"the model's holds {fixed}"
             )
-        self.stepper = compiled_stepper(model, max_batch, fixed) if compiled else model
-        """What runs a step: the model, or the model compiled."""
+        self.stepper = model
+        """What runs a step: the model, or the model compiled (here or by the caller)."""
+        if compiled and not given_compiled:
+            self.stepper = compiled_stepper(model, max_batch, fixed)
         self.direct = self.stepper if hasattr(self.stepper, "run_step") else None
         """An ``ExportedLM``: its compiled step is called directly."""
         self.dynamic = self.compiled and self.direct is None
@@ -235,6 +242,8 @@ class Engine:
         self.slots: list[Request | None] = [None] * max_batch
         layout = DecoderCache(model.decoder, max_batch, fixed).self_attn if use_cache else []
         self.buffers = [(cache.keys, cache.values) for cache in layout]
+        if self.direct is not None and self.buffers:
+            self.direct.check_cache(self.buffers[0][0].dtype)
         self.mask = torch.zeros(max_batch, max_len, dtype=torch.bool, device=self.device)
         self.positions = torch.zeros(max_batch, dtype=torch.long, device=self.device)
         self.last = [0] * max_batch
@@ -466,6 +475,8 @@ def allowed_tokens(requests: list[Request], vocab: int) -> dict[Request, Tensor]
     constrained = [request for request in requests if request.constraint is not None]
     if not constrained:
         return {}
+    from .grammar import fill_masks
+
     masks = torch.empty(len(constrained), vocab, dtype=torch.bool)
     fill_masks([request.constraint for request in constrained], masks)
     return dict(zip(constrained, masks, strict=True))

@@ -194,15 +194,8 @@ class ExportedLM(Compiled):
         a cache of this model's shape, else eagerly."""
         if self.model.training:
             raise RuntimeError("the model was put in training mode after compiling")
-        if (
-            self.step is not None
-            and cache is not None
-            and cache.self_attn[0].keys.dtype != self.cache_dtype
-        ):
-            raise ValueError(
-                f"the cache holds {cache.self_attn[0].keys.dtype}, the step was compiled for "
-                f"{self.cache_dtype}: decode under bfloat16 autocast exactly when bf16=True"
-            )
+        if cache is not None:
+            self.check_cache(cache.self_attn[0].keys.dtype)
         stepping = (
             cache is not None
             and not options
@@ -225,6 +218,15 @@ class ExportedLM(Compiled):
         for layer in cache.self_attn:  # (the step wrote the new position's keys and values)
             layer.length += 1
         return ModelOutput(logits=logits, last_hidden_state=hidden)
+
+    def check_cache(self, dtype: torch.dtype) -> None:
+        """ValueError unless a cache of ``dtype`` is what the compiled step reads (a cache
+        made under the autocast setting it was compiled for)."""
+        if self.step is not None and dtype != self.cache_dtype:
+            raise ValueError(
+                f"the cache holds {dtype}, the step was compiled for {self.cache_dtype}: "
+                "decode under bfloat16 autocast exactly when bf16=True"
+            )
 
     def takes(self, rows: int, length: int) -> bool:
         """Whether the compiled step runs a step of ``rows`` rows on caches of ``length``
