@@ -221,8 +221,9 @@ def test_bits_per_byte_agrees_with_eval(
 
     ``scratchformer eval`` cuts the text's tokens into blocks of ``block_size`` targets, a
     block's inputs the token before its first target and the targets but its last; the
-    text's first token is never a target. It prints the mean loss in nats per target
-    token, so bits per byte is ``loss * targets / (ln 2 * bytes of the targets' text)``.
+    text's first token is never a target. Its ``bits_per_byte`` is the summed loss in bits
+    over the UTF-8 bytes of the targets' text; its mean loss in nats per target converts
+    to the same.
 
     lm-eval scores every token of a document, the first after a prefix token (by default
     the tokenizer's BOS or EOS), in windows of ``max_length`` targets for ``hf`` and of
@@ -245,9 +246,11 @@ def test_bits_per_byte_agrees_with_eval(
     scored = tmp_path / "val.txt"
     scored.write_text(text, encoding="utf-8")
     assert main(["--quiet", "eval", str(run), "--data", str(scored)]) == 0
-    loss = json.loads(capsys.readouterr().out)["loss"]
+    metrics = json.loads(capsys.readouterr().out)
     document = text[1:]
-    ours = loss * (len(ids) - 1) / (math.log(2) * len(document.encode("utf-8")))
+    ours = metrics["bits_per_byte"]
+    loss_in_bits = metrics["loss"] * (len(ids) - 1) / math.log(2)
+    assert ours == pytest.approx(loss_in_bits / len(document.encode("utf-8")), rel=1e-9)
 
     data = tmp_path / "document.jsonl"
     data.write_text(json.dumps({"text": document}) + "\n", encoding="utf-8")

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import gc
 import gzip
+import math
 import re
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -281,6 +283,39 @@ def test_language_model_blocks_predict_the_next_token(tmp_path: Path) -> None:
     assert torch.equal(task.global_batch(5, 2).targets, y), "batches are a function of the index"
     with pytest.raises(ValueError, match=r"set data\.dataset = .tinyshakespeare. or data\.test"):
         task.lines("test")
+
+
+class UniformLM(torch.nn.Module):
+    """A language model that gives every token of a ``vocab`` the same probability."""
+
+    def __init__(self, vocab: int) -> None:
+        super().__init__()
+        self.vocab = vocab
+
+    def forward(self, input_ids: torch.Tensor) -> SimpleNamespace:
+        return SimpleNamespace(logits=torch.zeros(*input_ids.shape, self.vocab))
+
+
+def test_language_model_bits_per_byte_counts_the_bytes_of_the_scored_text(
+    tmp_path: Path,
+) -> None:
+    """Uniform predictions cost ``log2(vocab)`` bits a target; the targets are every token
+    but the first, so their text is the file's without its first token: here "naïve"'s
+    "ï" and "—" are two and three bytes, split by byte-level BPE across tokens and blocks."""
+    line = "naïve café — Grüße\n"
+    text = tmp_path / "corpus.txt"
+    text.write_text(line * 20, encoding="utf-8")
+    data = {"train": str(text), "val": str(text), "vocab_size": 300, "lm": {"block_size": 7}}
+    task = build_task(recipe("lm", data=data, train={"batch_size": 2}))
+    task.prepare()
+    tokenizer = task.tokenizer()
+    ids = tokenizer.encode(line * 20)
+    first = tokenizer.decode(ids[:1])
+    assert (line * 20).startswith(first)
+    metrics = task.evaluate(UniformLM(tokenizer.vocab_size))
+    bits = (len(ids) - 1) * math.log2(tokenizer.vocab_size)
+    scored_bytes = len((line * 20).encode()) - len(first.encode())
+    assert metrics["bits_per_byte"] == pytest.approx(bits / scored_bytes, rel=1e-6)
 
 
 def test_language_model_streams_are_memory_mapped_token_files(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -13,8 +14,11 @@ from ..data.batching import TokenStream, lm_batch, lm_eval_blocks
 from ..data.corpus import TokenFiles
 from ..data.readers import iter_lines
 from ..data.registry import TextDataset, dataset_choice, named_dataset
+from ..nn.loss import IGNORE_INDEX
 from ..predictions import GENERATE
 from .base import Batch, Task, TokenLabels, register_task
+
+LN_2 = math.log(2)
 
 
 @register_task
@@ -80,6 +84,21 @@ class LanguageModelTask(Task):
             self.stream(split, path), self.train_config.batch_size, self.data.lm.block_size
         ):
             yield Batch({"input_ids": x}, y, x.numel())
+
+    def accumulate(self, totals: dict[str, Any], logits: Tensor, batch: Batch) -> None:
+        """The base sums, and the scored targets in order (for :meth:`summarize`'s bytes)."""
+        super().accumulate(totals, logits, batch)
+        targets = batch.targets[batch.targets != IGNORE_INDEX]
+        totals.setdefault("target_ids", []).extend(targets.tolist())
+
+    def summarize(self, totals: dict[str, Any]) -> dict[str, float]:
+        """The base metrics, and ``bits_per_byte``: the summed loss in bits over the UTF-8
+        bytes of the scored targets' text, a measure that does not depend on the
+        tokenizer (lm-evaluation-harness reports it for rolling log-likelihoods)."""
+        metrics = super().summarize(totals)
+        text = self.tokenizer().decode(totals["target_ids"])
+        metrics["bits_per_byte"] = totals["loss_sum"] / (LN_2 * max(len(text.encode()), 1))
+        return metrics
 
     def attention_inputs(self, text: str) -> tuple[dict[str, Tensor], TokenLabels]:
         """The tokens of ``text``, at most as many as the model reads in training."""
