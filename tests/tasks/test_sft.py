@@ -1,0 +1,107 @@
+"""Supervised chat fine-tuning of a language model of ours: the default template, the
+assistant's tokens as the only targets, the template in the run and in its Hugging Face
+export, and the refusals of bad data and settings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from helpers import set_options
+from scratchformer.cli import main
+from scratchformer.data.chat import DEFAULT_TEMPLATE
+from scratchformer.nn.loss import IGNORE_INDEX
+from scratchformer.run import export_hf, load_run
+
+CONVERSATIONS = [
+    [
+        {"role": "system", "content": "Speak as Hamlet."},
+        {"role": "user", "content": "What is the question?"},
+        {"role": "assistant", "content": "To be, or not to be."},
+    ],
+    [
+        {"role": "user", "content": "Whether 'tis nobler?"},
+        {"role": "assistant", "content": "In the mind to suffer."},
+        {"role": "user", "content": "And then?"},
+        {"role": "assistant", "content": "The slings and arrows."},
+    ],
+]
+
+
+def chat_file(path: Path, conversations=CONVERSATIONS) -> Path:
+    path.write_text("".join(json.dumps({"messages": c}) + "\n" for c in conversations))
+    return path
+
+
+def fine_tune(run_dir: Path, data: Path, *settings: str) -> int:
+    """``scratchformer train`` of an sft recipe on ``data``, a few steps."""
+    recipe = run_dir.parent / "sft.toml"
+    recipe.write_text('task = "sft"\n')
+    options = [f"data.train='{data}'", f"data.val='{data}'", "train.max_steps=2", *settings]
+    options += ["train.eval_every=2", "train.batch_size=2"]
+    return main(["--quiet", "train", str(recipe), "--out", str(run_dir), *set_options(options)])
+
+
+@pytest.fixture(scope="module")
+def sft_run(lm_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A full fine-tune of the tests' language model (``lm_run``) on :data:`CONVERSATIONS`."""
+    directory = tmp_path_factory.mktemp("sft")
+    data = chat_file(directory / "chat.jsonl")
+    assert fine_tune(directory / "run", data, f"train.init_from='{lm_run}'") == 0
+    return directory / "run"
+
+
+def test_only_the_assistants_turns_are_targets(sft_run: Path) -> None:
+    task, _ = load_run(sft_run)
+    assert task.chat_template == DEFAULT_TEMPLATE
+    assert (sft_run / "chat_template.jinja").read_text() == DEFAULT_TEMPLATE
+    tokenizer = task.tokenizer()
+    learnt = [
+        tokenizer.decode([t for t in example.targets if t != IGNORE_INDEX], skip_special=False)
+        for example in task.examples("train")
+    ]
+    assert learnt == [
+        "To be, or not to be.</s>",
+        "In the mind to suffer.</s>The slings and arrows.</s>",
+    ]
+
+
+def test_the_hugging_face_export_masks_as_we_do(sft_run: Path, tmp_path: Path) -> None:
+    """``transformers`` reads the template from the export and, by its ``{% generation %}``
+    marks, finds the assistant's tokens the task learnt."""
+    transformers = pytest.importorskip("transformers")
+    export_hf(sft_run, tmp_path / "hf")
+    assert json.loads((tmp_path / "hf/tokenizer_config.json").read_text())["chat_template"] == (
+        DEFAULT_TEMPLATE
+    )
+    theirs = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
+    task, _ = load_run(sft_run)
+    for conversation, example in zip(CONVERSATIONS, task.examples("train"), strict=True):
+        marked = theirs.apply_chat_template(
+            conversation, return_dict=True, return_assistant_tokens_mask=True
+        )
+        assert marked["input_ids"][:-1] == example.ids
+        ids, mask = marked["input_ids"], marked["assistant_masks"]
+        learnt = [t if m else IGNORE_INDEX for t, m in zip(ids, mask, strict=True)]
+        assert learnt[1:] == example.targets
+
+
+def test_bad_data_and_settings_are_refused_in_one_line(lm_run: Path, tmp_path: Path, capsys):
+    start = f"train.init_from='{lm_run}'"
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text(json.dumps({"messages": CONVERSATIONS[0]}) + '\n{"messages": [}\n')
+    refusing = tmp_path / "template.jinja"
+    refusing.write_text("{{ raise_exception('one turn only') if messages | length > 3 }}")
+    cases = [
+        (broken, [start], f"{broken}:2: not valid JSON"),
+        (chat_file(tmp_path / "ok.jsonl"), [], "set train.init_from to a run"),
+        (tmp_path / "ok.jsonl", [start, f"data.chat.template='{refusing}'"], "ok.jsonl:2: the"),
+        (tmp_path / "ok.jsonl", [start, "data.chat.template='missing.jinja'"], "missing.jinja"),
+    ]
+    for number, (data, settings, message) in enumerate(cases):
+        capsys.readouterr()
+        assert fine_tune(tmp_path / f"run{number}", data, *settings) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, err
