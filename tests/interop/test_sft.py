@@ -101,10 +101,11 @@ def test_its_gguf_file_formats_chats_with_the_template(chat_run: Path, tmp_path:
     tokenizer = task.tokenizer()
     model = llama_cpp.Llama(model_path=str(out), n_ctx=128, n_threads=2, verbose=False)
     try:
-        assert model.metadata["tokenizer.chat_template"] == QWEN_TEMPLATE
-        formatter = llama_cpp.llama_chat_format.Jinja2ChatFormatter(
-            QWEN_TEMPLATE, eos_token="<|im_end|>", bos_token="<|im_end|>"
-        )
+        template = model.metadata["tokenizer.chat_template"]
+        assert template == QWEN_TEMPLATE
+        assert model.chat_format == "chat_template.default"  # what create_chat_completion uses
+        eos = model.detokenize([model.token_eos()], special=True).decode()
+        formatter = llama_cpp.llama_chat_format.Jinja2ChatFormatter(template, eos, eos)
         formatted = formatter(messages=ASKED).prompt
         assert formatted == render(QWEN_TEMPLATE, ASKED, tokenizer, add_generation_prompt=True)
         tokens = model.tokenize(formatted.encode(), add_bos=False, special=True)

@@ -9,48 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from helpers import set_options
-from scratchformer.cli import main
+from helpers import CHAT, chat_file, fine_tune
 from scratchformer.data.chat import DEFAULT_TEMPLATE
 from scratchformer.nn.loss import IGNORE_INDEX
 from scratchformer.run import export_hf, load_run
-
-CONVERSATIONS = [
-    [
-        {"role": "system", "content": "Speak as Hamlet."},
-        {"role": "user", "content": "What is the question?"},
-        {"role": "assistant", "content": "To be, or not to be."},
-    ],
-    [
-        {"role": "user", "content": "Whether 'tis nobler?"},
-        {"role": "assistant", "content": "In the mind to suffer."},
-        {"role": "user", "content": "And then?"},
-        {"role": "assistant", "content": "The slings and arrows."},
-    ],
-]
-
-
-def chat_file(path: Path, conversations=CONVERSATIONS) -> Path:
-    path.write_text("".join(json.dumps({"messages": c}) + "\n" for c in conversations))
-    return path
-
-
-def fine_tune(run_dir: Path, data: Path, *settings: str) -> int:
-    """``scratchformer train`` of an sft recipe on ``data``, a few steps."""
-    recipe = run_dir.parent / "sft.toml"
-    recipe.write_text('task = "sft"\n')
-    options = [f"data.train='{data}'", f"data.val='{data}'", "train.max_steps=2", *settings]
-    options += ["train.eval_every=2", "train.batch_size=2"]
-    return main(["--quiet", "train", str(recipe), "--out", str(run_dir), *set_options(options)])
-
-
-@pytest.fixture(scope="module")
-def sft_run(lm_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A full fine-tune of the tests' language model (``lm_run``) on :data:`CONVERSATIONS`."""
-    directory = tmp_path_factory.mktemp("sft")
-    data = chat_file(directory / "chat.jsonl")
-    assert fine_tune(directory / "run", data, f"train.init_from='{lm_run}'") == 0
-    return directory / "run"
 
 
 def test_only_the_assistants_turns_are_targets(sft_run: Path) -> None:
@@ -78,7 +40,7 @@ def test_the_hugging_face_export_masks_as_we_do(sft_run: Path, tmp_path: Path) -
     )
     theirs = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
     task, _ = load_run(sft_run)
-    for conversation, example in zip(CONVERSATIONS, task.examples("train"), strict=True):
+    for conversation, example in zip(CHAT, task.examples("train"), strict=True):
         marked = theirs.apply_chat_template(
             conversation, return_dict=True, return_assistant_tokens_mask=True
         )
@@ -91,7 +53,7 @@ def test_the_hugging_face_export_masks_as_we_do(sft_run: Path, tmp_path: Path) -
 def test_bad_data_and_settings_are_refused_in_one_line(lm_run: Path, tmp_path: Path, capsys):
     start = f"train.init_from='{lm_run}'"
     broken = tmp_path / "broken.jsonl"
-    broken.write_text(json.dumps({"messages": CONVERSATIONS[0]}) + '\n{"messages": [}\n')
+    broken.write_text(json.dumps({"messages": CHAT[0]}) + '\n{"messages": [}\n')
     refusing = tmp_path / "template.jinja"
     refusing.write_text("{{ raise_exception('one turn only') if messages | length > 3 }}")
     cases = [
