@@ -23,7 +23,7 @@ import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from functools import lru_cache
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NoReturn
 
 from jinja2 import Template, TemplateError, nodes
 from jinja2.ext import Extension, loopcontrols
@@ -62,7 +62,8 @@ class GenerationMarks(Extension):
         return parser.parse_statements(("name:endgeneration",), drop_needle=True)
 
 
-def raise_exception(message: str) -> None:
+def raise_exception(message: str) -> NoReturn:
+    """A template's way to refuse what it is given."""
     raise TemplateError(message)
 
 
