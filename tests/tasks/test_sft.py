@@ -30,6 +30,13 @@ def test_only_the_assistants_turns_are_targets(sft_run: Path) -> None:
     ]
 
 
+def test_a_template_whose_turns_do_not_end_with_eos_is_warned_of(sft_run: Path) -> None:
+    task, _ = load_run(sft_run)
+    task.chat_template = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    with pytest.warns(UserWarning, match=r"turns with \['.'\], not with the eos token \['</s>'\]"):
+        task.encode(task.read("train"))
+
+
 def test_the_hugging_face_export_masks_as_we_do(sft_run: Path, tmp_path: Path) -> None:
     """``transformers`` reads the template from the export and, by its ``{% generation %}``
     marks, finds the assistant's tokens the task learnt."""

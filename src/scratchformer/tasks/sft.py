@@ -18,6 +18,7 @@ bucketing loses little to padding.
 from __future__ import annotations
 
 import warnings
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,9 +98,11 @@ class ChatTuningTask(ExampleTask):
 
     def encode(self, raw: Sequence[Conversation]) -> list[Encoded]:
         """Each conversation rendered and encoded, cut to ``data.max_len`` input tokens; one
-        left without an assistant's token by the cut is left out, with a warning."""
+        left without an assistant's token by the cut is left out, with a warning. A
+        template whose assistant turns never end with the eos token, where decoding stops,
+        is warned of."""
         tokenizer, limit, template = self.tokenizer(), self.data.max_len, self.template()
-        encoded, unlearnt = [], []
+        encoded, unlearnt, ends = [], [], Counter[int]()
         for conversation in raw:
             try:
                 ids, mask = encode_chat(template, conversation.messages, tokenizer)
@@ -108,6 +111,7 @@ class ChatTuningTask(ExampleTask):
                 raise DataError.at(conversation.path, conversation.line, reason) from None
             except ValueError as error:
                 raise DataError.at(conversation.path, conversation.line, str(error)) from None
+            ends.update(turn_ends(ids, mask))
             ids, mask = ids[: limit + 1], mask[: limit + 1]
             targets = [
                 t if learnt else IGNORE_INDEX for t, learnt in zip(ids[1:], mask[1:], strict=True)
@@ -116,6 +120,14 @@ class ChatTuningTask(ExampleTask):
                 unlearnt.append(f"{conversation.path}:{conversation.line}")
                 continue
             encoded.append(Encoded(ids[:-1], targets))
+        if ends and tokenizer.eos_id not in ends:
+            (end, _), eos = ends.most_common(1)[0], tokenizer.tokens([tokenizer.eos_id])
+            warnings.warn(
+                f"the chat template ends the assistant's turns with {tokenizer.tokens([end])}, "
+                f"not with the eos token {eos}, where decoding stops: declare the turns' end "
+                "the eos token (eos_token in the checkpoint's tokenizer_config.json)",
+                stacklevel=3,
+            )
         if unlearnt:
             shown = ", ".join(unlearnt[:5]) + (" ..." if len(unlearnt) > 5 else "")
             warnings.warn(
@@ -134,3 +146,9 @@ class ChatTuningTask(ExampleTask):
         ids, real = pad_batch([e.ids for e in examples], self.tokenizer().eos_id)
         targets, _ = pad_batch([e.targets for e in examples], IGNORE_INDEX)
         return Batch({"input_ids": ids}, targets, int(real.sum()))
+
+
+def turn_ends(ids: Sequence[int], mask: Sequence[bool]) -> list[int]:
+    """The last token of each assistant turn: of each run of the tokens ``mask`` marks."""
+    last = len(ids) - 1
+    return [ids[i] for i in range(len(ids)) if mask[i] and (i == last or not mask[i + 1])]
