@@ -74,3 +74,11 @@ def test_bad_data_and_settings_are_refused_in_one_line(lm_run: Path, tmp_path: P
         assert fine_tune(tmp_path / f"run{number}", data, *settings) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and message in err, err
+
+
+def test_its_attention_is_that_of_a_language_model(sft_run: Path) -> None:
+    task, model = load_run(sft_run)
+    weights, labels = task.attention(model, "to be or not")
+    tokens = len(task.tokenizer().encode("to be or not"))
+    assert weights["decoder"][0].shape[-2:] == (tokens, tokens)
+    assert labels["decoder"][0] == task.tokenizer().labels(task.tokenizer().encode("to be or not"))

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jinja2 import TemplateError
+from torch import Tensor
 
 from ..data.batching import pad_batch
 from ..data.chat import DEFAULT_TEMPLATE, compiled, encode_chat
@@ -31,7 +32,8 @@ from ..data.readers import Conversation, DataError, read_chat
 from ..errors import DataSettingsError
 from ..nn.loss import IGNORE_INDEX
 from ..predictions import GENERATE
-from .base import Batch, ExampleTask, register_task
+from .base import Batch, ExampleTask, TokenLabels, register_task
+from .lm import text_attention_inputs
 
 
 @dataclass(frozen=True)
@@ -139,6 +141,11 @@ class ChatTuningTask(ExampleTask):
 
     def length(self, example: Encoded) -> int:
         return len(example.ids)
+
+    def attention_inputs(self, text: str) -> tuple[dict[str, Tensor], TokenLabels]:
+        """The tokens of ``text``, at most as many as the model reads in training."""
+        limit = min(self.data.max_len, self.recipe.model.max_len)
+        return text_attention_inputs(self.tokenizer(), text, limit)
 
     def collate(self, examples: Sequence[Encoded]) -> Batch:
         """Right-padded ids (padding comes after each text, which causal attention never
