@@ -25,7 +25,17 @@ from typing import Any
 import pytest
 import torch
 
-from helpers import CONLL, FAULTS_PROPERTY, FILLER, pretrain_t5, squad_file, train, unavailable
+from helpers import (
+    CONLL,
+    FAULTS_PROPERTY,
+    FILLER,
+    chat_file,
+    fine_tune,
+    pretrain_t5,
+    squad_file,
+    train,
+    unavailable,
+)
 from scratchformer.inference import compile_choice, exported
 from scratchformer.kernels import kernels_available, quantized
 
@@ -306,6 +316,15 @@ def lm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "train.eval_every=60",
     )
     return run_dir
+
+
+@pytest.fixture(scope="session")
+def sft_run(lm_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A chat fine-tune of :func:`lm_run` (its default template) on :data:`helpers.CHAT`."""
+    directory = tmp_path_factory.mktemp("sft")
+    data = chat_file(directory / "chat.jsonl")
+    assert fine_tune(directory / "run", data, f"train.init_from='{lm_run}'") == 0
+    return directory / "run"
 
 
 INJECTED: Counter[str] = Counter()

@@ -266,6 +266,38 @@ FILLER = " ".join(f"w{i}" for i in range(60))
 """Sixty distinct words, to pad contexts and stretch them past a window."""
 
 
+CHAT = [
+    [
+        {"role": "system", "content": "Speak as Hamlet."},
+        {"role": "user", "content": "What is the question?"},
+        {"role": "assistant", "content": "To be, or not to be."},
+    ],
+    [
+        {"role": "user", "content": "Whether 'tis nobler?"},
+        {"role": "assistant", "content": "In the mind to suffer."},
+        {"role": "user", "content": "And then?"},
+        {"role": "assistant", "content": "The slings and arrows."},
+    ],
+]
+"""Two conversations for chat fine-tuning, in the words of ``lm_run``'s text."""
+
+
+def chat_file(path: Path, conversations: list[list[dict[str, str]]] = CHAT) -> Path:
+    """A JSONL file of ``conversations``, one a line."""
+    path.write_text("".join(json.dumps({"messages": c}) + "\n" for c in conversations))
+    return path
+
+
+def fine_tune(run_dir: Path, data: Path, *settings: str) -> int:
+    """``scratchformer train`` of a chat fine-tune (``task = "sft"``) on ``data`` for two
+    steps; the command's status."""
+    recipe = run_dir.parent / "sft.toml"
+    recipe.write_text('task = "sft"\n')
+    options = [f"data.train='{data}'", f"data.val='{data}'", "train.max_steps=2", *settings]
+    options += ["train.eval_every=2", "train.batch_size=2"]
+    return main(["--quiet", "train", str(recipe), "--out", str(run_dir), *set_options(options)])
+
+
 CONLL = "Peter B-PER\nwent O\nto O\nParis B-LOC\n\nAnna B-PER\nsings O\n\n"
 """Two sentences of CoNLL-2003's layout (a word and its tag a line): a tiny tagger's data."""
 

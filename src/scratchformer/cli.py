@@ -364,7 +364,8 @@ COMMANDS = (
         + ", ".join(f"{family.name} ({family.summary})" for family in FAMILIES.values())
         + ". Others fail naming what differs. transformers.AutoModel(ForCausalLM, "
         "ForMaskedLM, ForQuestionAnswering, ForSeq2SeqLM).from_pretrained(HF_DIR) loads the "
-        "result. HF_DIR may not be a run directory.",
+        "result; the run's chat template, if it has one, is tokenizer_config.json's "
+        "chat_template. HF_DIR may not be a run directory.",
     ),
     Command(
         "export-onnx",
@@ -402,7 +403,7 @@ COMMANDS = (
             arg(
                 "run",
                 type=path,
-                help="run directory of a language model (task lm, data.tokenizer=bpe)",
+                help="run directory of a language model (task lm or sft, byte-level BPE)",
             ),
             arg("--out", required=True, type=path, help="the .gguf file to write"),
             arg(
@@ -420,7 +421,8 @@ COMMANDS = (
         "(train with data.tokenizer=bpe), int8 runs (export the run they were quantized "
         "from), and settings llama.cpp does not compute as ours (post-LN, rotary with "
         "LayerNorm, GELU's erf form, ALiBi, T5's relative positions, sliding windows). A LoRA "
-        "run's adapters are merged first. llama_cpp.Llama(FILE) loads the result.",
+        "run's adapters are merged first; the run's chat template, if it has one, is "
+        "tokenizer.chat_template. llama_cpp.Llama(FILE) loads the result.",
     ),
     Command(
         "attention",

@@ -752,6 +752,20 @@ class SyntheticOptions(ConfigBase):
 
 
 @dataclass
+class ChatOptions(ConfigBase):
+    """``[data.chat]``: supervised chat fine-tuning (``sft``)."""
+
+    template: str | None = None
+    """A Jinja file of the chat template that renders the conversations (in
+    ``transformers``' dialect), which the run keeps and serves chats with; ``None``: the
+    template of the model started from (``train.init_from``), else ChatML's layout with
+    the tokenizer's eos token ending each turn."""
+
+    def __post_init__(self) -> None:
+        self._check_types()
+
+
+@dataclass
 class DataConfig(ConfigBase):
     """Where the examples come from and how they become token ids.
 
@@ -770,7 +784,7 @@ class DataConfig(ConfigBase):
     train: str | list[str] | None = None
     """Training file: text (``lm``, the pretraining tasks), ``[source, target]``
     (``translation``), TSV (``classification``, ``regression``, ``similarity``), CoNLL
-    (``tagging``) or SQuAD JSON (``qa``)."""
+    (``tagging``), SQuAD JSON (``qa``) or JSONL of conversations (``sft``)."""
     val: str | list[str] | None = None
     """Validation file, in the format of ``train``; it selects the best weights."""
     test: str | list[str] | None = None
@@ -814,6 +828,8 @@ class DataConfig(ConfigBase):
     """``[data.span_corruption]``: T5's noise."""
     synthetic: SyntheticOptions = table(SyntheticOptions, "synthetic")
     """``[data.synthetic]``: the synthetic task's examples."""
+    chat: ChatOptions = table(ChatOptions, "sft")
+    """``[data.chat]``: the chat template of supervised chat fine-tuning."""
 
     def __post_init__(self) -> None:
         self._check_types()

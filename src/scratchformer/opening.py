@@ -18,7 +18,7 @@ from torch import nn
 from .config import Recipe
 from .data.tokenizer import Tokenizer
 from .inference import quantize
-from .interop.hf import from_pretrained
+from .interop.hf import chat_template, from_pretrained
 from .io import load_model, load_weights
 from .models import build_model
 from .tasks import Task, build_task
@@ -29,6 +29,7 @@ from .training.rundir import (
     MODEL_FILE,
     check_format,
     is_run,
+    read_chat_template,
     read_tokenizers,
     saved_quantization,
     trained_model,
@@ -46,6 +47,7 @@ def open_task(run_dir: Path, overrides: list[str] | None = None) -> tuple[Task, 
     recipe = Recipe.load(run_dir / CONFIG_FILE, overrides or [])
     task = build_task(recipe)
     task.tokenizers = read_tokenizers(run_dir)
+    task.chat_template = read_chat_template(run_dir)
     if recipe.model.arch in PADDED_ARCHS:
         for name, tokenizer in task.tokenizers.items():
             if tokenizer.pad_id is None:
@@ -105,6 +107,13 @@ def pretrained(name: str) -> tuple[nn.Module, Tokenizer | None]:
         task, model = load_run(path, need_head=False)
         return model, task.tokenizer()
     return from_pretrained(path)
+
+
+def pretrained_chat_template(name: str) -> str | None:
+    """The chat template of what ``train.init_from = name`` starts from, if it has one: a
+    run's of ours, or a Hugging Face checkpoint's."""
+    path = checkpoint_dir(name)
+    return read_chat_template(path) if is_run(path) else chat_template(path)
 
 
 def run_model(recipe: Recipe, pretrained_weights: bool) -> nn.Module:

@@ -65,6 +65,7 @@ TASKS = declare(
     "rtd",
     "span_corruption",
     "contrastive",
+    "sft",
 )
 """``scratchformer.tasks.TASKS``: ``Recipe.task``."""
 SCHEDULES = declare("schedule", "noam", "cosine", "constant", "inverse_sqrt")

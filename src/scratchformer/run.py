@@ -25,7 +25,7 @@ from .interop.onnx import check_destination
 from .interop.onnx import export_onnx as write_onnx
 from .interop.peft import save_adapter
 from .io import atomic_write_dir
-from .opening import load_run, open_task, pretrained, run_model
+from .opening import load_run, open_task, pretrained, pretrained_chat_template, run_model
 from .tasks import Task, build_task
 from .training.checkpoint import latest_checkpoint
 from .training.distributed import setup
@@ -41,7 +41,6 @@ from .training.rundir import (
     claim,
     is_run,
     is_run_file,
-    read_chat_template,
     saved_quantization,
     write_run,
     write_run_info,
@@ -67,22 +66,23 @@ unigram model)."""
 
 def start_run(recipe: Recipe, run_dir: Path) -> tuple[Task, nn.Module]:
     """Learn the task's tokenizers (and labels) from the training data -- or take the
-    pretrained model's for a fine-tune -- complete the recipe's model section, and write
-    both to ``run_dir``. Returns the task and the model to train: initialised from
-    ``train.seed``, with the pretrained weights of ``train.init_from`` when there is one,
-    adapted as ``train.lora_*`` say. ``recipe`` itself is left as it was: the task holds
-    the completed copy (``task.recipe``)."""
+    pretrained model's for a fine-tune, and its chat template -- complete the recipe's
+    model section, and write them to ``run_dir``. Returns the task and the model to train:
+    initialised from ``train.seed``, with the pretrained weights of ``train.init_from`` when
+    there is one, adapted as ``train.lora_*`` say. ``recipe`` itself is left as it was: the
+    task holds the completed copy (``task.recipe``)."""
     recipe = copy.deepcopy(recipe)
     task = build_task(recipe)
     start = None
     if recipe.train.init_from is not None:
         start, task.pretrained_tokenizer = pretrained(recipe.train.init_from)
+        task.chat_template = pretrained_chat_template(recipe.train.init_from)
         # the fine-tune's decoder starts from the pretrained one's token, which the
         # tokenizer must have
         recipe.model.decoder_start = start.config.decoder_start
     task.prepare()
     recipe.model = task.model_config(None if start is None else start.config)
-    write_run(run_dir, recipe, task.tokenizers)
+    write_run(run_dir, recipe, task.tokenizers, chat_template=task.chat_template)
     model = new_model(recipe)
     if start is not None:
         copy_pretrained(model, start, recipe.train.init_from)
@@ -191,7 +191,7 @@ def merge(run_dir: Path, out_dir: Path) -> None:
     task, model = load_run(run_dir, need_head=False)
     if not is_adapted(model):
         raise ValueError(f"{run_dir} is not a LoRA run (train.lora_rank is unset): no adapters")
-    _save_run(task, merge_lora(model), run_dir, out_dir)
+    _save_run(task, merge_lora(model), out_dir)
 
 
 def quantize_run(run_dir: Path, out_dir: Path, quantization: str = "int8") -> None:
@@ -203,22 +203,18 @@ def quantize_run(run_dir: Path, out_dir: Path, quantization: str = "int8") -> No
     ``out_dir`` must be new or empty."""
     check_empty(out_dir)
     task, model = load_run(run_dir, need_head=False, quantization=quantization)
-    _save_run(task, model, run_dir, out_dir, {QUANTIZATION_KEY: quantization})
+    _save_run(task, model, out_dir, {QUANTIZATION_KEY: quantization})
 
 
 def _save_run(
-    task: Task,
-    model: nn.Module,
-    run_dir: Path,
-    out_dir: Path,
-    metadata: dict[str, str] | None = None,
+    task: Task, model: nn.Module, out_dir: Path, metadata: dict[str, str] | None = None
 ) -> None:
     """Write a run directory ``out_dir`` of ``task`` (its recipe with ``train.lora_rank``
-    unset, its tokenizers), of the whole of ``model``, with ``metadata`` in the weights'
-    header, and of the chat template of ``run_dir``, the run they come from."""
+    unset, its tokenizers and chat template), of the whole of ``model``, with ``metadata``
+    in the weights' header."""
     recipe = task.recipe
     recipe = dataclasses.replace(recipe, train=dataclasses.replace(recipe.train, lora_rank=None))
-    write_run(out_dir, recipe, task.tokenizers, model, metadata, read_chat_template(run_dir))
+    write_run(out_dir, recipe, task.tokenizers, model, metadata, task.chat_template)
 
 
 def import_hf(hf_dir: Path, run_dir: Path, overrides: Sequence[str] = ()) -> Recipe:
@@ -284,7 +280,7 @@ def export_hf(run_dir: Path, hf_dir: Path) -> None:
         raise ValueError(f"{hf_dir} is a run directory: write the checkpoint elsewhere")
     task, model = full_weights(run_dir, "which no Hugging Face checkpoint of ours holds", False)
     try:
-        save_pretrained(model, hf_dir, task.tokenizers.get("tokenizer"))  # type: ignore[arg-type]
+        save_pretrained(model, hf_dir, task.tokenizers.get("tokenizer"), task.chat_template)  # type: ignore[arg-type]
     except ValueError as error:  # (a model no family expresses: the run is at fault)
         raise ValueError(f"{run_dir}: {error}") from None
     for reads, setting in (
@@ -349,6 +345,7 @@ def export_gguf(run_dir: Path, out: Path, type: str = "f16") -> str:
     refusal = "which GGUF's types do not hold as ours (--type q8_0 quantizes for llama.cpp)"
     task, model = full_weights(run_dir, refusal, False)
     try:
-        return save_gguf(model, task.tokenizers.get("tokenizer"), out, type, run_dir.name)
+        tokenizer = task.tokenizers.get("tokenizer")
+        return save_gguf(model, tokenizer, out, type, run_dir.name, task.chat_template)
     except ValueError as error:
         raise ValueError(f"{run_dir}: {error}") from None

@@ -8,6 +8,7 @@ from scratchformer.data import (
     DataError,
     LabeledText,
     TaggedSentence,
+    read_chat,
     read_conll,
     read_lines,
     read_parallel,
@@ -244,3 +245,36 @@ def test_malformed_squad_names_file_and_key(tmp_path, content, message: str) -> 
 def test_squad_that_is_not_json_names_its_line(tmp_path) -> None:
     path = write(tmp_path / "s.json", '{"data": [\n  oops\n]}')
     assert error(read_squad, path).startswith(f"{path}:2: not valid JSON")
+
+
+# --- chat JSONL ------------------------------------------------------------------------------
+
+USER = {"role": "user", "content": "hi"}
+ASSISTANT = {"role": "assistant", "content": "hello", "name": "bot"}
+
+
+def test_chat_lines_are_conversations_with_their_lines(tmp_path) -> None:
+    lines = [{"messages": [USER, ASSISTANT]}, {"messages": [ASSISTANT]}]
+    path = write(tmp_path / "chat.jsonl.gz", "\n".join(map(json.dumps, lines)) + "\n\n")
+    read = read_chat(path)
+    assert [(c.messages, c.line) for c in read] == [((USER, ASSISTANT), 1), ((ASSISTANT,), 2)]
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ('{"messages": [', "not valid JSON"),
+        ("[1]", 'expected {"messages": [...]}, a non-empty list'),
+        ('{"messages": []}', 'expected {"messages": [...]}, a non-empty list'),
+        ('{"messages": ["hi"]}', "messages[0]: expected an object, found 'hi'"),
+        ('{"messages": [{"role": "tool", "content": "x"}]}', "messages[0]: role 'tool' is not"),
+        ('{"messages": [{"role": "user", "content": 3}]}', "content must be a string, found 3"),
+        ('{"messages": [{"role": "user", "content": "hi"}]}', "no assistant message"),
+    ],
+)
+def test_malformed_chat_lines_name_file_and_line(tmp_path, line: str, message: str) -> None:
+    path = write(
+        tmp_path / "chat.jsonl", json.dumps({"messages": [USER, ASSISTANT]}) + f"\n{line}\n"
+    )
+    assert error(read_chat, path).startswith(f"{path}:2: ")
+    assert message in error(read_chat, path)

@@ -1,4 +1,4 @@
-"""The data files of every task (TSV, CoNLL, SQuAD JSON, plain text), damaged, read by
+"""The data files of every task (TSV, CoNLL, SQuAD JSON, plain text, chat JSONL), damaged, read by
 ``eval --data``; standard input of any bytes, read by classify, tag, answer, fill-mask,
 fill-spans and translate; and any prompt, continued by generate. Each command answers, or
 refuses in one line that names the file (standard input) or option."""
@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fuzz.strategies import assert_sound_or_refused, cli, examples
-from helpers import CONLL
+from helpers import CHAT, CONLL
 
 FIXTURE = [HealthCheck.function_scoped_fixture]
 
@@ -30,6 +30,7 @@ VALID = {
     "tagging": CONLL,
     "qa": squad("The winner is Ada. Then more.", "Who won?", "Ada", 14),
     "mlm": "the cat sat on the mat .\na dog ran under the old tree .\n",
+    "sft": "".join(json.dumps({"messages": conversation}) + "\n" for conversation in CHAT),
 }
 """A valid data file of each run's task, to damage."""
 
@@ -68,15 +69,16 @@ def damaged(draw: st.DrawFn, text: str) -> bytes:
 @settings(max_examples=examples(8), deadline=None, suppress_health_check=FIXTURE)
 @given(data=st.data())
 def test_a_damaged_data_file_is_evaluated_or_refused_naming_it(
-    task, classification_run, tagging_run, qa_run, mlm_run, data
+    task, classification_run, tagging_run, qa_run, mlm_run, sft_run, data
 ) -> None:
     runs = {
         "classification": classification_run,
         "tagging": tagging_run,
         "qa": qa_run,
         "mlm": mlm_run,
+        "sft": sft_run,
     }
-    suffix = {"qa": ".json", "mlm": ".txt", "tagging": ".txt"}.get(task, ".tsv")
+    suffix = {"qa": ".json", "mlm": ".txt", "tagging": ".txt", "sft": ".jsonl"}.get(task, ".tsv")
     with tempfile.TemporaryDirectory() as scratch:
         path = Path(scratch) / f"data{suffix}"
         path.write_bytes(data.draw(damaged(VALID[task])))

@@ -27,9 +27,14 @@ SMALL_CORPUS = ["data.pretraining.corpus=['stsb']"]
 every named corpus is read in ``tests/data/test_corpus.py``)."""
 
 
+WITHOUT_RECIPE = {"sft"}
+"""Tasks whose data no named dataset gives yet: supervised chat fine-tuning reads the
+user's conversations (docs/recipes.md shows its recipe); its tests write their own."""
+
+
 def test_there_is_a_recipe_per_task_kind() -> None:
     tasks = {Recipe.load(path).task for path in RECIPES}
-    assert tasks == set(TASKS)
+    assert tasks == set(TASKS) - WITHOUT_RECIPE
 
 
 @pytest.fixture(scope="module")

@@ -3,10 +3,12 @@ registry that finds named datasets without a network. Knows nothing of models.""
 
 from .readers import (
     Answer,
+    Conversation,
     DataError,
     LabeledText,
     Question,
     TaggedSentence,
+    read_chat,
     read_conll,
     read_lines,
     read_parallel,
@@ -30,6 +32,7 @@ from .registry import (
 __all__ = [
     "DATASETS",
     "Answer",
+    "Conversation",
     "DataError",
     "DatasetNotFoundError",
     "DatasetSpec",
@@ -43,6 +46,7 @@ __all__ = [
     "TextDataset",
     "dataset_file",
     "dataset_spec",
+    "read_chat",
     "read_conll",
     "read_lines",
     "read_parallel",

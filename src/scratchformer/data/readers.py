@@ -1,4 +1,4 @@
-"""Readers for plain text, parallel text, TSV, CoNLL and SQuAD JSON files.
+"""Readers for plain text, parallel text, TSV, CoNLL, SQuAD JSON and chat JSONL files.
 
 Files are UTF-8 (a leading byte-order mark is dropped), plain or gzip (``.gz``); CRLF line
 endings are read as LF. Every malformed input raises :class:`DataError` with a message that
@@ -77,6 +77,19 @@ class Question:
     context: str
     answers: tuple[Answer, ...]
     key: str
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """A chat's messages (``role`` and ``content``, and whatever else the line gave them),
+    read from line ``line`` of ``path``."""
+
+    messages: tuple[dict[str, Any], ...]
+    path: str
+    line: int
+
+
+CHAT_ROLES = ("system", "user", "assistant")
 
 
 def read_text(path: str | Path) -> str:
@@ -272,6 +285,44 @@ def read_squad(path: str | Path) -> list[Question]:
     if not questions:
         raise DataError.at(path, None, "no questions")
     return questions
+
+
+def read_chat(path: str | Path) -> list[Conversation]:
+    """The conversations of a JSONL file, one a line, in OpenAI's and Hugging Face's
+    format: ``{"messages": [{"role": "system" | "user" | "assistant", "content": "..."},
+    ...]}``, each with at least one assistant message. Blank lines are skipped."""
+    conversations = []
+    for number, line in enumerate(iter_lines(path), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise DataError.at(path, number, f"not valid JSON ({err.msg})") from None
+        messages = record.get("messages") if isinstance(record, dict) else None
+        if not isinstance(messages, list) or not messages:
+            raise DataError.at(path, number, 'expected {"messages": [...]}, a non-empty list')
+        for i, message in enumerate(messages):
+            problem = _message_problem(message)
+            if problem is not None:
+                raise DataError.at(path, number, f"messages[{i}]: {problem}")
+        if not any(message["role"] == "assistant" for message in messages):
+            raise DataError.at(path, number, "no assistant message: nothing to learn")
+        conversations.append(Conversation(tuple(messages), str(path), number))
+    if not conversations:
+        raise DataError.at(path, None, "no conversations")
+    return conversations
+
+
+def _message_problem(message: Any) -> str | None:
+    """What is wrong with a chat message, if anything."""
+    if not isinstance(message, dict):
+        return f"expected an object, found {message!r}"
+    if message.get("role") not in CHAT_ROLES:
+        return f"role {message.get('role')!r} is not one of {', '.join(CHAT_ROLES)}"
+    if not isinstance(message.get("content"), str):
+        return f"content must be a string, found {message.get('content')!r}"
+    return None
 
 
 def _field(path: Path, where: str, node: Any, name: str, kind: type | tuple[type, ...]) -> Any:

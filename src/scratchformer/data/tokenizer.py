@@ -7,12 +7,15 @@ loading it recovers the roles; BERT's (``[PAD]``, ``[UNK]``) and GPT-2's
 (``<|endoftext|>``) strings are recognised too (:data:`RECOGNISED`), and roles can be
 given explicitly. Specials are only ever inserted by this class (``add_bos``,
 :meth:`Tokenizer.encode_pair`): the text ``"<s>"`` in the input is encoded as ordinary
-text, never as the bos token. A tokenizer may also hold sentinels, T5's ``<extra_id_N>``
-special tokens, which span corruption puts in place of the spans it hides.
+text, never as the bos token -- but in the text a chat template renders
+(:meth:`Tokenizer.encode_rendered`), where the template writes the special tokens. A
+tokenizer may also hold sentinels, T5's ``<extra_id_N>`` special tokens, which span
+corruption puts in place of the spans it hides.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -335,6 +338,24 @@ class Tokenizer:
                 end -= 1
             offsets.append((start, end))
         return encoding.ids, offsets
+
+    def encode_rendered(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """Token ids of a text rendered from a chat template, in which the special tokens'
+        strings stand for those tokens (as ``transformers`` reads a rendered chat), and the
+        characters ``(start, end)`` of ``text`` each token stands for, untrimmed.
+        Specials are not added."""
+        try:
+            encoding = self._reading_specials.encode(text, add_special_tokens=False)
+        except Exception as error:  # the library raises a bare Exception
+            raise self._encode_error([text], error) from None
+        return encoding.ids, encoding.offsets
+
+    @functools.cached_property
+    def _reading_specials(self) -> _Backend:
+        """A copy of the backend that reads special tokens' strings as those tokens."""
+        backend = _Backend.from_str(self._backend.to_str())
+        backend.encode_special_tokens = False
+        return backend
 
     def encode_words(self, words: Sequence[str]) -> tuple[list[int], list[int]]:
         """Encode pre-split words (NER): sub-word ids and, per id, the index of its word.

@@ -365,13 +365,19 @@ def encoded(name: str, tensor: Tensor, type: str) -> tuple[np.ndarray, gguf.GGML
 
 
 def save_gguf(
-    model: DecoderModel, tokenizer: Tokenizer | None, path: str | Path, type: str, name: str
+    model: DecoderModel,
+    tokenizer: Tokenizer | None,
+    path: str | Path,
+    type: str,
+    name: str,
+    chat_template: str | None = None,
 ) -> str:
     """Write ``model`` and ``tokenizer`` as a GGUF file at ``path`` (atomically), its
     weight matrices in ``type`` (``f32``, ``f16`` or ``q8_0``); ``name`` is the model's
-    ``general.name``. Returns llama.cpp's architecture. A model or tokenizer that llama.cpp
-    cannot run as ours is a ``ValueError`` naming every field that stands in the way,
-    before anything is written."""
+    ``general.name``, the ``chat_template`` its ``tokenizer.chat_template`` (which
+    llama.cpp formats chats with). Returns llama.cpp's architecture. A model or tokenizer
+    that llama.cpp cannot run as ours is a ``ValueError`` naming every field that stands in
+    the way, before anything is written."""
     if type not in QUANTIZATION:
         raise ValueError(f"type={type!r} must be one of {', '.join(QUANTIZATION)}")
     config = model.config
@@ -390,6 +396,8 @@ def save_gguf(
     writer = gguf.GGUFWriter(None, arch.name)
     write_settings(writer, config, arch, type, name)
     write_tokenizer(writer, tokenizer, config.vocab_size)
+    if chat_template is not None:
+        writer.add_chat_template(chat_template)
     with torch.no_grad():
         for tensor_name, tensor in model_tensors(model).items():
             data, quantization = encoded(tensor_name, tensor, type)

@@ -102,11 +102,18 @@ def tied_embedding(config: ModelConfig, table: Table) -> str:
     return next(table[name].names[0] for name in table if state[name] is head)
 
 
-def save_pretrained(model: Model, path: str | Path, tokenizer: Tokenizer | None = None) -> None:
+def save_pretrained(
+    model: Model,
+    path: str | Path,
+    tokenizer: Tokenizer | None = None,
+    chat_template: str | None = None,
+) -> None:
     """Write ``model`` (and its tokenizer) as a Hugging Face checkpoint directory:
     ``config.json``, ``model.safetensors`` and, with a tokenizer, ``tokenizer.json`` with
-    its special tokens. Models that no supported family can express raise ``ValueError``
-    naming the fields that differ, before anything is written."""
+    its special tokens and the ``chat_template`` in ``tokenizer_config.json`` (where every
+    version of ``transformers`` since chat templates reads it). Models that no supported
+    family can express raise ``ValueError`` naming the fields that differ, before anything
+    is written."""
     config = model.config
     hf = hf_config(config, tokenizer)
     family = family_of(hf)
@@ -132,6 +139,8 @@ def save_pretrained(model: Model, path: str | Path, tokenizer: Tokenizer | None 
             "model_max_length": config.max_len,
             "model_input_names": inputs,
         }
+        if chat_template is not None:
+            settings["chat_template"] = chat_template
         atomic_write_json(directory / TOKENIZER_CONFIG_FILE, settings | tokens)
     atomic_write_json(directory / CONFIG_FILE, hf)
 

@@ -4,8 +4,8 @@ turned back into text (stop strings cut, whole characters only), whole or stream
 server-sent events.
 
 A chat is rendered to one prompt by the run's chat template (``chat_template.jinja`` in
-the run directory, which ``import-hf`` copies from a checkpoint)
-in a sandboxed Jinja environment, as ``transformers``' ``apply_chat_template`` renders it.
+the run directory: an imported checkpoint's, or the one a chat fine-tune trained on), by
+:mod:`scratchformer.data.chat`, as ``transformers``' ``apply_chat_template`` renders it.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jinja2 import TemplateError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from ..data.chat import prompt_ids
 from ..data.tokenizer import Tokenizer
 from ..inference.engine import Request
 from ..inference.grammar import Constraint
@@ -148,7 +148,6 @@ class Decoding:
                 "directory): use /v1/completions",
                 "messages",
             )
-        tokenizer = self.tokenizer
         messages = []
         for message in body.messages:
             try:
@@ -156,14 +155,12 @@ class Decoding:
             except ValueError as error:
                 raise ApiError(400, str(error), "messages") from None
             messages.append({**message.model_dump(exclude_none=True), "content": content})
-        specials = {f"{role}_token": token for role, token in tokenizer.special_tokens.items()}
         try:
-            text = render_chat(self.chat_template, messages, specials)
+            ids = prompt_ids(self.chat_template, messages, self.tokenizer)
         except TemplateError as error:
             raise ApiError(
                 400, f"the chat template refused the messages: {error}", "messages"
             ) from None
-        ids = tokenizer.encode(text)
         if not ids:
             raise ApiError(400, "the chat renders to no tokens", "messages")
         return ids
@@ -342,20 +339,6 @@ def chat_logprobs(tokenizer: Tokenizer, choice: Choice, scored: list[Scored]) ->
         if s is not None
     ]
     return {"content": content, "refusal": None}
-
-
-def render_chat(template: str, messages: list[dict[str, Any]], specials: dict[str, str]) -> str:
-    """``messages`` rendered as ``transformers`` renders a chat template: trimmed blocks,
-    a generation prompt for the assistant's turn, the special tokens by role."""
-    environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-    environment.globals["raise_exception"] = raise_template_error
-    return environment.from_string(template).render(
-        messages=messages, add_generation_prompt=True, **specials
-    )
-
-
-def raise_template_error(message: str) -> None:
-    raise TemplateError(message)
 
 
 def identity(kind: str) -> dict[str, Any]:

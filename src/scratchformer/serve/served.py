@@ -18,7 +18,6 @@ from torch import nn
 from ..device import bf16_autocast, default_device, uses_bf16
 from ..opening import load_run
 from ..tasks.base import Task
-from ..training.rundir import read_chat_template
 from ..viz import attention_page, capture_attention
 from .compiling import Serving, ready
 from .completions import Decoding
@@ -106,9 +105,8 @@ def serve_run(run_dir: Path, options: ServeOptions) -> Served:
     decoding = None
     if serving.engine is not None and context is not None:
         worker = DecodingWorker(serving.engine, options.max_queue, use)
-        chat_template = read_chat_template(run_dir)
         decoding = Decoding(
-            task.tokenizer(), worker, context, name, options.timeout_s, chat_template
+            task.tokenizer(), worker, context, name, options.timeout_s, task.chat_template
         )
         threads.append(worker)
     work = batch_work(task, model, serving, usage, name)

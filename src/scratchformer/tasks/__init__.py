@@ -16,6 +16,7 @@ from .lm import LanguageModelTask
 from .mlm import MaskedLMTask
 from .qa import QuestionAnsweringTask
 from .rtd import ReplacedTokenTask
+from .sft import ChatTuningTask
 from .similarity import SimilarityTask
 from .span_corruption import SpanCorruptionTask
 from .synthetic import SyntheticTask
@@ -34,6 +35,7 @@ def build_task(recipe: Recipe) -> Task:
 __all__ = [
     "TASKS",
     "Batch",
+    "ChatTuningTask",
     "ClassificationTask",
     "ContrastiveTask",
     "ExampleTask",

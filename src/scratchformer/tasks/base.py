@@ -102,6 +102,11 @@ class Task(ABC):
         """By file stem: ``tokenizer``, or ``tokenizer-src`` and ``tokenizer-tgt``."""
         self.pretrained_tokenizer: Tokenizer | None = None
         """Set before :meth:`prepare` to fine-tune with a pretrained model's tokenizer."""
+        self.chat_template: str | None = None
+        """The chat template of the task's models (:mod:`scratchformer.data.chat`), which
+        their run keeps and the server renders chats with: set before :meth:`prepare` to a
+        pretrained model's, which a task may replace (a chat fine-tune's own), and read
+        back with the run."""
         if recipe.train.token_dropout and self.arch != "encoder":
             raise ValueError(
                 f"[train] token_dropout={recipe.train.token_dropout}: only encoder tasks "

@@ -14,6 +14,7 @@ from ..data.batching import TokenStream, lm_batch, lm_eval_blocks
 from ..data.corpus import TokenFiles
 from ..data.readers import iter_lines
 from ..data.registry import TextDataset, dataset_choice, named_dataset
+from ..data.tokenizer import Tokenizer
 from ..nn.loss import IGNORE_INDEX
 from ..predictions import GENERATE
 from .base import Batch, Task, TokenLabels, register_task
@@ -102,13 +103,20 @@ class LanguageModelTask(Task):
 
     def attention_inputs(self, text: str) -> tuple[dict[str, Tensor], TokenLabels]:
         """The tokens of ``text``, at most as many as the model reads in training."""
-        tokenizer = self.tokenizer()
         limit = min(self.data.lm.block_size, self.recipe.model.max_len)
-        ids = tokenizer.encode(text)
-        if len(ids) > limit:
-            warnings.warn(
-                f"the text has {len(ids)} tokens: the model sees its first {limit}", stacklevel=4
-            )
-            ids = ids[:limit]
-        labels = tokenizer.labels(ids)
-        return {"input_ids": torch.tensor([ids])}, {"decoder": (labels, labels)}
+        return text_attention_inputs(self.tokenizer(), text, limit)
+
+
+def text_attention_inputs(
+    tokenizer: Tokenizer, text: str, limit: int
+) -> tuple[dict[str, Tensor], TokenLabels]:
+    """A language model's inputs of ``text`` alone, its first ``limit`` tokens (a warning
+    if it has more), and the labels of its tokens."""
+    ids = tokenizer.encode(text)
+    if len(ids) > limit:
+        warnings.warn(
+            f"the text has {len(ids)} tokens: the model sees its first {limit}", stacklevel=5
+        )
+        ids = ids[:limit]
+    labels = tokenizer.labels(ids)
+    return {"input_ids": torch.tensor([ids])}, {"decoder": (labels, labels)}

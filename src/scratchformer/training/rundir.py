@@ -7,7 +7,7 @@ What a run directory holds::
     config.json                 the recipe, its model section completed by the data
     tokenizer*.json             the task's tokenizers (``tokenizer-src``, ``tokenizer-tgt``)
     model.safetensors           the best weights by the task's metric
-    chat_template.jinja         an imported language model's chat template, when it has one
+    chat_template.jinja         a language model's chat template, when it has one
     metrics.jsonl               the training log, one JSON record a line
     tensorboard/                the same log for TensorBoard, when asked for
     trainer_state.json          the latest checkpoint's path, its step and trainer state
@@ -72,8 +72,9 @@ TOKENIZER_FILES = "tokenizer*.json"
 METRICS_FILE = "metrics.jsonl"
 """The run directory's log, one JSON record per line, appended as training goes."""
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
-"""An imported language model's chat template (the name ``transformers`` gives it), which
-the server's chat completions render."""
+"""A language model's chat template (the name ``transformers`` gives it): an imported
+checkpoint's, the pretrained model's of a fine-tune, or the one a chat fine-tune trained
+on; the server's chat completions render it."""
 TENSORBOARD_DIR = "tensorboard"
 TRAINER_STATE = "trainer_state.json"
 CHECKPOINTS = "checkpoints"

@@ -1,0 +1,116 @@
+"""Supervised chat fine-tuning of an imported checkpoint, end to end: a tiny Qwen2 with a
+ChatML template, imported, fine-tuned by LoRA on conversations, merged, served to OpenAI's
+client, and exported to GGUF, whose template llama.cpp formats chats with."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import openai
+import pytest
+
+from helpers import live, set_options
+from scratchformer.cli import main
+from scratchformer.data.chat import prompt_ids, render
+from scratchformer.inference import generate
+from scratchformer.run import export_gguf, load_run
+
+gguf = pytest.importorskip("gguf")
+llama_cpp = pytest.importorskip("llama_cpp")
+
+QWEN_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+"""Qwen2-Instruct's layout (ChatML), without its default system message."""
+ANSWERS = {"the quick brown fox?": "jumps over", "the lazy dog?": "sleeps", "Hello?": "world"}
+SYSTEM = {"role": "system", "content": "Answer in two words."}
+ASKED = [SYSTEM, {"role": "user", "content": "the lazy dog?"}]
+
+
+@pytest.fixture(scope="module")
+def chat_run(llama_checkpoint, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny Qwen2-Instruct-like checkpoint (its eos ``<|im_end|>``, a ChatML template)
+    imported, then fine-tuned by LoRA on :data:`ANSWERS` for a few steps."""
+    directory = tmp_path_factory.mktemp("sft")
+    checkpoint = llama_checkpoint("qwen2", directory / "hf")
+    settings = {"chat_template": QWEN_TEMPLATE, "eos_token": "<|im_end|>"}
+    (checkpoint / "tokenizer_config.json").write_text(json.dumps(settings))
+    assert main(["--quiet", "import-hf", str(checkpoint), "--out", str(directory / "qwen")]) == 0
+    data = directory / "chat.jsonl"
+    lines = [
+        {"messages": [SYSTEM, {"role": "user", "content": q}, {"role": "assistant", "content": a}]}
+        for q, a in ANSWERS.items()
+    ]
+    data.write_text("".join(json.dumps(line) + "\n" for line in lines) * 2)
+    recipe = directory / "sft.toml"
+    recipe.write_text('task = "sft"\n')
+    options = [
+        f"train.init_from='{directory / 'qwen'}'",
+        f"data.train='{data}'",
+        f"data.val='{data}'",
+        "train.lora_rank=4",
+        "train.lora_targets=['qkv_proj', 'out_proj', 'w1', 'w2', 'w3']",
+        "model.dropout=0.0",
+        "train.lr=1e-2",
+        "train.warmup_steps=0",
+        "train.max_steps=8",
+        "train.eval_every=4",
+        "train.batch_size=3",
+    ]
+    run_dir = directory / "run"
+    args = ["--quiet", "train", str(recipe), "--out", str(run_dir), *set_options(options)]
+    assert main(args) == 0
+    return run_dir
+
+
+def test_the_run_learns_the_answers_and_keeps_the_template(chat_run: Path) -> None:
+    losses = [
+        record["loss"]
+        for record in map(json.loads, (chat_run / "metrics.jsonl").read_text().splitlines())
+        if record.get("split") == "val"
+    ]
+    assert len(losses) == 2 and losses[1] < losses[0]
+    assert (chat_run / "chat_template.jinja").read_text() == QWEN_TEMPLATE
+
+
+def test_merged_and_served_it_answers_openais_client(chat_run: Path, tmp_path: Path) -> None:
+    merged = tmp_path / "merged"
+    assert main(["--quiet", "merge", str(chat_run), "--out", str(merged)]) == 0
+    assert (merged / "chat_template.jinja").read_text() == QWEN_TEMPLATE
+    task, model = load_run(merged)
+    tokenizer = task.tokenizer()
+    prompt = prompt_ids(QWEN_TEMPLATE, ASKED, tokenizer)
+    assert prompt[0] == tokenizer.backend.token_to_id("<|im_start|>")  # a token, not text
+    greedy = generate(model, [prompt], max_new_tokens=6, greedy=True, eos_id=tokenizer.eos_id)
+    with live(merged) as url:
+        api = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
+        answer = api.chat.completions.create(
+            model="merged", messages=ASKED, max_tokens=6, temperature=0
+        )
+    assert answer.usage.prompt_tokens == len(prompt)
+    assert answer.choices[0].message.content == tokenizer.decode(greedy[0])
+
+
+def test_its_gguf_file_formats_chats_with_the_template(chat_run: Path, tmp_path: Path) -> None:
+    out = tmp_path / "chat.gguf"
+    assert export_gguf(chat_run, out, "f32") == "llama"
+    task, _ = load_run(chat_run)
+    tokenizer = task.tokenizer()
+    model = llama_cpp.Llama(model_path=str(out), n_ctx=128, n_threads=2, verbose=False)
+    try:
+        template = model.metadata["tokenizer.chat_template"]
+        assert template == QWEN_TEMPLATE
+        assert model.chat_format == "chat_template.default"  # what create_chat_completion uses
+        eos = model.detokenize([model.token_eos()], special=True).decode()
+        formatter = llama_cpp.llama_chat_format.Jinja2ChatFormatter(template, eos, eos)
+        formatted = formatter(messages=ASKED).prompt
+        assert formatted == render(QWEN_TEMPLATE, ASKED, tokenizer, add_generation_prompt=True)
+        tokens = model.tokenize(formatted.encode(), add_bos=False, special=True)
+        assert tokens == prompt_ids(QWEN_TEMPLATE, ASKED, tokenizer)
+        answer = model.create_chat_completion(messages=ASKED, max_tokens=4, temperature=0.0)
+        assert answer["usage"]["prompt_tokens"] == len(tokens)
+    finally:
+        model.close()
