@@ -12,9 +12,9 @@ rank ``r`` per part of the output, stacked (``A`` holds the parts' rows one afte
 the output parts: exactly separate rank-``r`` adapters of the query, key and value maps, as
 PEFT holds them for a checkpoint with separate projections.
 
-Within :func:`adapters_disabled`, an adapted model computes as its base alone: under LoRA,
-that is the frozen model training started from (preference training's reference), with no
-second copy of its weights.
+Within :func:`adapters_disabled`, an adapted model computes as its base alone: for
+adapters that started at zero, the frozen model that training started from (preference
+training's reference), with no second copy of its weights.
 """
 
 from __future__ import annotations

@@ -77,10 +77,10 @@ def dpo_loss(
     - ref_r)])`` per pair (the paper's equation 7)."""
     if not beta > 0:
         raise ValueError(f"beta={beta} must be positive")
-    shapes = {tuple(t.shape) for t in (policy_chosen, policy_rejected, reference_chosen)}
-    shapes.add(tuple(reference_rejected.shape))
-    if len(shapes) != 1 or len(next(iter(shapes))) != 1:
-        raise ValueError(f"the four log-probabilities must be (pairs,) alike, not {sorted(shapes)}")
+    scores = (policy_chosen, policy_rejected, reference_chosen, reference_rejected)
+    if policy_chosen.dim() != 1 or any(t.shape != policy_chosen.shape for t in scores):
+        shapes = ", ".join(str(tuple(t.shape)) for t in scores)
+        raise ValueError(f"the four log-probabilities must be (pairs,) alike, not {shapes}")
     chosen_ratios = policy_chosen - reference_chosen
     rejected_ratios = policy_rejected - reference_rejected
     losses = -F.logsigmoid(beta * (chosen_ratios - rejected_ratios))
