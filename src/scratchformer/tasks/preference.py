@@ -1,9 +1,15 @@
-"""The frozen reference of preference training: the model as training started, scoring the
-same responses as the policy (:mod:`scratchformer.nn.preference`).
+"""What preference training (DPO) adds to a language model's task: the frozen reference,
+and the loss of a batch of pairs (:mod:`scratchformer.nn.preference`).
 
-When only LoRA adapters train and they change nothing yet, the reference is the policy
-itself with its adapters switched off (:func:`~scratchformer.nn.lora.adapters_disabled`):
-no second copy of the weights. Otherwise it is a frozen copy of the starting weights.
+The reference is the model as training started. When only LoRA adapters train and they
+change nothing yet, it is the policy itself with its adapters switched off
+(:func:`~scratchformer.nn.lora.adapters_disabled`): no second copy of the weights.
+Otherwise it is a frozen copy of the starting weights.
+
+A batch of pairs holds its inputs and targets as ``(pairs, 2, seq)``, the chosen response's
+row before the rejected one's, so that slicing a batch into micro-batches or for processes
+(:meth:`~scratchformer.tasks.base.Batch.slice`, which cuts the first dimension) keeps each
+pair whole.
 """
 
 from __future__ import annotations
@@ -15,7 +21,8 @@ import torch
 from torch import Tensor, nn
 
 from ..nn.lora import LoRALinear, adapters_disabled
-from ..nn.preference import sequence_logprobs
+from ..nn.preference import PreferenceLoss, dpo_loss, sequence_logprobs
+from .base import Batch
 
 
 @dataclass(frozen=True)
@@ -62,3 +69,17 @@ def _adapters_only(model: nn.Module) -> bool:
         and all(id(p) in adapters for p in trained)
         and not any(layer.lora_B.any() for layer in layers)
     )
+
+
+def preference_loss(
+    model: nn.Module, reference: Reference, batch: Batch, beta: float
+) -> PreferenceLoss:
+    """DPO's loss of a batch of pairs (inputs and targets ``(pairs, 2, seq)``, targets
+    ``IGNORE_INDEX`` but at the response tokens): the policy ``model`` and the
+    ``reference`` each score both responses of every pair in one forward pass."""
+    pairs = batch.targets.shape[0]
+    inputs = {name: value.flatten(0, 1) for name, value in batch.inputs.items()}
+    targets = batch.targets.flatten(0, 1)
+    policy = sequence_logprobs(model(**inputs).logits, targets).view(pairs, 2)
+    frozen = reference.logprobs(inputs, targets).view(pairs, 2)
+    return dpo_loss(policy[:, 0], policy[:, 1], frozen[:, 0], frozen[:, 1], beta)

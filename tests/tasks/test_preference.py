@@ -1,5 +1,6 @@
-"""The frozen reference of preference training: under LoRA the policy with its adapters off
-(equal to the base model, no copy of the weights), else a frozen copy; no gradient from it."""
+"""Preference training's pieces: the frozen reference (under LoRA the policy with its
+adapters off, equal to the base model, no copy of the weights; else a frozen copy; no
+gradient from it) and the loss of a batch of pairs, which slicing keeps whole."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from helpers import decoder
 from scratchformer.config import TrainConfig
 from scratchformer.nn.loss import IGNORE_INDEX
 from scratchformer.nn.preference import dpo_loss, sequence_logprobs
-from scratchformer.tasks.reference import reference_for
+from scratchformer.tasks.base import Batch
+from scratchformer.tasks.preference import preference_loss, reference_for
 from scratchformer.training.lora import apply_lora
 
 IDS = torch.tensor([[3, 7, 9, 4, 11, 2], [5, 6, 8, 12, 0, 0]])
@@ -88,3 +90,26 @@ def test_no_gradient_reaches_the_reference() -> None:
         assert all(p.grad is None for p in model.parameters() if not p.requires_grad)
         if not reference.shared:
             assert all(p.grad is None for p in reference.model.parameters())
+
+
+def test_a_batch_of_pairs_scores_each_pair_s_two_rows_and_slices_pair_by_pair() -> None:
+    """Four pairs ``(pairs, 2, seq)``: the loss is :func:`dpo_loss` of each row's
+    log-probabilities, the chosen row first; halves of the batch hold whole pairs, so the
+    mean of their losses is the batch's."""
+    model = policy(lora=True)
+    reference = reference_for(model)
+    trained(model)
+    model.eval()
+    ids = torch.cat([IDS, IDS.flip(0), IDS.roll(1, -1), IDS]).view(4, 2, -1)
+    targets = torch.cat([TARGETS, TARGETS.flip(0), TARGETS, TARGETS.flip(0)]).view(4, 2, -1)
+    batch = Batch({"input_ids": ids, "attention_mask": ids != 0}, targets, int((ids != 0).sum()))
+    found = preference_loss(model, reference, batch, beta=0.5)
+    rows = {"input_ids": ids.flatten(0, 1), "attention_mask": ids.flatten(0, 1) != 0}
+    with torch.no_grad():
+        scores = sequence_logprobs(model(**rows).logits, targets.flatten(0, 1))
+    against = reference.logprobs(rows, targets.flatten(0, 1))
+    expected = dpo_loss(scores[0::2], scores[1::2], against[0::2], against[1::2], beta=0.5)
+    assert torch.allclose(found.losses, expected.losses)
+    assert torch.allclose(found.chosen_rewards, expected.chosen_rewards)
+    halves = [preference_loss(model, reference, batch.slice(i, 2), 0.5).loss for i in (0, 1)]
+    assert torch.allclose((halves[0] + halves[1]) / 2, found.loss)
