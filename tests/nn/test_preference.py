@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import math
-import warnings
 from pathlib import Path
 
 import pytest
@@ -94,6 +93,7 @@ PAIRS = {
 """Four pairs whose prompts and responses differ in length, so that rows are padded."""
 
 
+@pytest.mark.filterwarnings("ignore")  # TRL's and transformers' own deprecations
 def test_loss_rewards_and_gradients_equal_trl_s(tmp_path: Path) -> None:
     """A tiny random Llama in float64 as the reference and a perturbed copy as the policy:
     TRL's ``DPOTrainer`` computes its loss from its own batch (prompt + response rows, the
@@ -134,15 +134,13 @@ def test_loss_rewards_and_gradients_equal_trl_s(tmp_path: Path) -> None:
     args = DPOConfig(  # no bf16, which TRL's reference model would otherwise run in
         output_dir=str(tmp_path), beta=beta, bf16=False, report_to=[], use_cpu=True
     )
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        trainer = DPOTrainer(
-            model=policy,
-            ref_model=reference,
-            args=args,
-            train_dataset=Dataset.from_dict(PAIRS),
-            processing_class=tokenizer,
-        )
+    trainer = DPOTrainer(
+        model=policy,
+        ref_model=reference,
+        args=args,
+        train_dataset=Dataset.from_dict(PAIRS),
+        processing_class=tokenizer,
+    )
     trainer.model.train()
     examples = [trainer.train_dataset[i] for i in range(len(PAIRS["prompt"]))]
 
