@@ -1,12 +1,13 @@
 """LoRALinear: equal to its base at the start, merged equal to adapted, per-part adapters
-of a fused projection equal to separate adapters of its parts."""
+of a fused projection equal to separate adapters of its parts; with its adapters disabled,
+its base."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from scratchformer.nn import Linear, LoRALinear
+from scratchformer.nn import Linear, LoRALinear, adapters_disabled
 
 
 def adapted(parts: tuple[int, ...] | None = None, rank: int = 3) -> LoRALinear:
@@ -78,3 +79,32 @@ def test_a_fused_projection_is_adapted_part_by_part() -> None:
 def test_bad_settings_are_errors(rank, parts, message) -> None:
     with pytest.raises(ValueError, match=message):
         LoRALinear(Linear(8, 12), rank=rank, alpha=1.0, parts=parts)
+
+
+def test_with_adapters_disabled_a_model_computes_as_its_base_until_the_block_ends() -> None:
+    base = torch.nn.Sequential(Linear(8, 12), torch.nn.ReLU(), Linear(12, 8))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        LoRALinear(base[0], rank=2, alpha=4.0, dropout=0.5), base[1], LoRALinear(base[2], 2, 4.0)
+    )
+    with torch.no_grad():
+        for layer in (model[0], model[2]):
+            layer.lora_B.normal_(std=0.1)  # as after some training
+    x = torch.randn(3, 8)
+    adapted = model.eval()(x)
+    model.train()  # the adapter's dropout: not drawn while disabled
+    with adapters_disabled(model) as inside:
+        assert inside is model
+        assert torch.equal(model(x), base(x))
+        with adapters_disabled(model):  # nested: leaving it restores the outer block's state
+            pass
+        assert torch.equal(model(x), base(x))
+    assert torch.equal(model.eval()(x), adapted)
+    with pytest.raises(RuntimeError, match="inside"), adapters_disabled(model):
+        raise RuntimeError("inside")
+    assert torch.equal(model(x), adapted)
+
+
+def test_disabling_the_adapters_of_a_model_without_any_is_an_error() -> None:
+    with pytest.raises(ValueError, match="no LoRA adapters"), adapters_disabled(Linear(2, 2)):
+        pass

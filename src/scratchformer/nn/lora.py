@@ -11,12 +11,17 @@ rank ``r`` per part of the output, stacked (``A`` holds the parts' rows one afte
 ``B`` the parts' rows with their own ``r`` columns). The update is then block-diagonal in
 the output parts: exactly separate rank-``r`` adapters of the query, key and value maps, as
 PEFT holds them for a checkpoint with separate projections.
+
+Within :func:`adapters_disabled`, an adapted model computes as its base alone: for
+adapters that started at zero, the frozen model that training started from (preference
+training's reference), with no second copy of its weights.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
@@ -63,6 +68,8 @@ class LoRALinear(Linear):
         self.lora_A = nn.Parameter(torch.empty(len(parts) * rank, base.in_features, **like))
         self.lora_B = nn.Parameter(torch.zeros(base.out_features, rank, **like))
         self.lora_dropout = Dropout(dropout)
+        self.active = True
+        """Whether the update is added (:func:`adapters_disabled` turns it off)."""
         nn.init.kaiming_uniform_(self.lora_A, a=math.sqrt(5), generator=generator)
 
     def adapters(self) -> list[tuple[Tensor, Tensor]]:
@@ -76,6 +83,8 @@ class LoRALinear(Linear):
         return torch.cat([b @ a for a, b in self.adapters()]) * self.scale
 
     def forward(self, x: Tensor) -> Tensor:
+        if not self.active:
+            return super().forward(x)
         h = F.linear(self.lora_dropout(x), self.lora_A).split(self.rank, dim=-1)
         update = [F.linear(h_part, b) for h_part, (_, b) in zip(h, self.adapters(), strict=True)]
         return super().forward(x) + torch.cat(update, dim=-1) * self.scale
@@ -93,3 +102,21 @@ class LoRALinear(Linear):
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, rank={self.rank}, scale={self.scale:g}, parts={self.parts}"
+
+
+@contextmanager
+def adapters_disabled(model: nn.Module) -> Iterator[nn.Module]:
+    """``model`` computing as its base within the block: each :class:`LoRALinear` in it
+    gives its base map's output alone (no update, no adapter dropout), until the block ends,
+    by an exception too, when each is as it was before."""
+    layers = [module for module in model.modules() if isinstance(module, LoRALinear)]
+    if not layers:
+        raise ValueError(f"the {type(model).__name__} has no LoRA adapters to disable")
+    before = [layer.active for layer in layers]
+    for layer in layers:
+        layer.active = False
+    try:
+        yield model
+    finally:
+        for layer, active in zip(layers, before, strict=True):
+            layer.active = active
