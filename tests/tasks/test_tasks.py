@@ -452,7 +452,7 @@ def test_a_cross_encoder_marks_the_words_a_pair_shares(name: str, tmp_path: Path
 
     def marked(texts: tuple[str, str], max_len: int = 128) -> list[tuple[str, int]]:
         task.data.max_len = max_len
-        example = task.encode_texts(texts)
+        [example] = task.encode_inputs([texts], [0])
         return list(zip(tokenizer.tokens(example.ids), example.segments, strict=True))
 
     tokens = marked(("A man plays", "a MAN sings"))

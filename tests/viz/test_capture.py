@@ -89,7 +89,7 @@ def test_sentence_pairs_use_their_segments(tmp_path: Path) -> None:
     maps = capture_attention(task, model, "a man plays\tthe dog")
     tokens = maps.queries["encoder"]
     assert tokens[0] == "[CLS]" and tokens.count("[SEP]") == 2
-    encoded = task.encode_texts(["a man plays", "the dog"])
+    [encoded] = task.encode_inputs([["a man plays", "the dog"]], [0])
     out = model(
         torch.tensor([encoded.ids]),
         token_type_ids=torch.tensor([encoded.segments]),

@@ -62,11 +62,18 @@ class CrossEncoderTask(SentenceTask):
         needed = pair_segments(self.data.pairs.mark_shared_words) if self._has_pairs() else 0
         return max(self.recipe.model.type_vocab_size, needed)
 
-    def pieces(self, texts: Sequence[str]) -> list[list[int]]:
+    def pieces(self, inputs: Sequence[Sequence[str]]) -> list[list[list[int]]]:
         """The token ids of each text, uncut; with ``data.pairs.mark_shared_words``, a pair's as
         :class:`MarkedIds`."""
-        if not (self.data.pairs.mark_shared_words and len(texts) == 2):
-            return super().pieces(texts)
+        if not self.data.pairs.mark_shared_words:
+            return super().pieces(inputs)
+        return [
+            self.marked(texts) if len(texts) == 2 else super().pieces([texts])[0]
+            for texts in inputs
+        ]
+
+    def marked(self, texts: Sequence[str]) -> list[list[int]]:
+        """A pair's token ids, each text's with the words it shares with the other marked."""
         tokenizer = self.tokenizer()
         encoded = [tokenizer.encode_offsets(text) for text in texts]
         return [
@@ -136,7 +143,7 @@ class CrossEncoderTask(SentenceTask):
     def attention_inputs(self, text: str) -> tuple[dict[str, Tensor], TokenLabels]:
         """A sentence, or for pair tasks ``first<TAB>second`` (in that order), as in
         training."""
-        inputs = self.collate([self.encode_texts(self.split_line(text))]).inputs
+        inputs = self.collate(self.encode_inputs([self.split_line(text)], [0])).inputs
         inputs = {k: v[:, 0] if v.dim() == 3 else v for k, v in inputs.items()}  # one order
         words = self.tokenizer().labels(inputs["input_ids"][0].tolist())
         return inputs, {"encoder": (words, words)}
@@ -170,7 +177,8 @@ class ClassificationTask(CrossEncoderTask):
 
     def encode(self, raw: Sequence[LabeledText]) -> list[Encoded]:
         index = {label: i for i, label in enumerate(self.labels())}
-        return [self.encode_texts(example.texts, index[str(example.label)]) for example in raw]
+        labels = [index[str(example.label)] for example in raw]
+        return self.encode_inputs([example.texts for example in raw], labels)
 
     def records(self, model: nn.Module, inputs: list[str], *, progress: bool) -> list[Label]:
         """For each text (a sentence, or two tab-separated sentences for pair tasks): the
