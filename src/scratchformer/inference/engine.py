@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 
 GREEDY = Sampling(greedy=True)
 NO_HISTORY = torch.empty(1, 0, dtype=torch.long)
-"""The tokens so far, for a sampling that does not read them."""
+"""The tokens so far (and their mask), for a sampling that does not read them."""
 
 
 @dataclass(eq=False)
@@ -112,16 +112,17 @@ class Request:
         """Draw the next token from the logits ``(vocab,)`` of the last position, among
         the tokens its constraint allows (``allowed``, if its mask is filled already), and
         finish if it ends the request."""
-        ids = NO_HISTORY
+        ids = mask = NO_HISTORY
         if self.sampling.reads_history:
             ids = torch.tensor([self.prompt + self.tokens], dtype=torch.long)
+            mask = torch.ones_like(ids)
         shown = logits
         if self.constraint is not None:
             if allowed is None:
                 allowed = torch.empty(logits.shape[-1], dtype=torch.bool)
                 self.constraint.fill(allowed)
             shown = logits.masked_fill(~allowed.to(logits.device), float("-inf"))
-        token = int(self.sampling(shown[None], ids, torch.ones_like(ids), self.generator))
+        token = int(self.sampling(shown[None], ids, mask, self.generator))
         if token == NO_TOKEN:
             ended_without_a_token()
         if token != NO_TOKEN and self.logprobs is not None:  # (eos's too: OpenAI's lists it)
@@ -300,9 +301,11 @@ class Engine:
         for slot, request in enumerate(self.slots):
             if request is not None and request.cancelled:
                 self.free(slot)
-        with installed(self.kernels):
-            moved = self.admit()
-        self.free_finished()
+        moved = []
+        if self.waiting:
+            with installed(self.kernels):
+                moved = self.admit()
+            self.free_finished()
         running = [(slot, request) for slot, request in enumerate(self.slots) if request]
         if running:
             self.advance(running)
