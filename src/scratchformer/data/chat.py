@@ -1,6 +1,6 @@
 """Chats rendered by a chat template into the text a language model reads, and which of
-its tokens are the assistant's: the one place that renders templates, for supervised
-fine-tuning (``tasks/sft.py``) and the server's chat completions alike.
+its tokens are the assistant's: the one place that renders templates, for chat
+fine-tuning (``tasks/sft.py``, ``tasks/dpo.py``) and the server's chat completions alike.
 
 Templates are Jinja, rendered as ``transformers``' ``apply_chat_template`` renders them: a
 sandboxed environment, ``trim_blocks`` and ``lstrip_blocks``, ``raise_exception``,
