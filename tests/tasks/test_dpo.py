@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import set_options
+from helpers import PREFERENCES, RAMBLING, dpo, pairs_file
 from scratchformer.cli import main
 from scratchformer.data.preferences import PreferencePair
 from scratchformer.nn.loss import IGNORE_INDEX
@@ -20,24 +20,6 @@ from scratchformer.opening import open_task
 from scratchformer.run import load_run, merge
 from scratchformer.tasks import build_task
 from scratchformer.tasks.dpo import Located, PreferenceTask
-
-QUESTIONS = ["What is the question?", "Whether 'tis nobler?", "And then?", "To be?", "Or not?"]
-ANSWERS = ["To be.", "Not to be.", "In the mind.", "The question.", "Nobler."]
-RAMBLING = "whether whether whether the the the mind mind"
-"""The rejected response of every pair: a fixed ramble, easy to learn to disprefer."""
-
-
-def pairs_file(path: Path, lines: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    return path
-
-
-def dpo(run_dir: Path, data: Path, *settings: str) -> int:
-    """``scratchformer train`` of a ``task = "dpo"`` run on ``data``; the command's status."""
-    recipe = run_dir.parent / "dpo.toml"
-    recipe.write_text('task = "dpo"\n')
-    options = [f"data.train='{data}'", f"data.val='{data}'", "train.batch_size=2", *settings]
-    return main(["--quiet", "train", str(recipe), "--out", str(run_dir), *set_options(options)])
 
 
 def dpo_task(sft_run: Path, template: bool = True) -> PreferenceTask:
@@ -87,31 +69,21 @@ def test_a_pairs_rows_count_its_responses_only(sft_run: Path) -> None:
         task.encode(pairs[:1])
 
 
-def test_a_lora_run_learns_a_clear_preference(sft_run: Path, tmp_path: Path, capsys) -> None:
-    def lines(questions: list[str], answers: list[str]) -> list[dict]:
-        return [
-            {"prompt": q, "chosen": a, "rejected": RAMBLING}
-            for q, a in zip(questions, answers, strict=True)
-        ]
-
-    train = pairs_file(tmp_path / "train.jsonl", lines(QUESTIONS[:3], ANSWERS[:3]))
-    held = pairs_file(tmp_path / "held.jsonl", lines(QUESTIONS[3:], ANSWERS[3:]))
-    settings = ["train.lora_rank=4", "train.lr=1e-2", "train.warmup_steps=0"]
-    settings += ["train.max_steps=6", "train.eval_every=6", "train.log_every=1"]
-    assert dpo(tmp_path / "run", train, f"train.init_from='{sft_run}'", *settings) == 0
-    records = [
-        json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()
-    ]
+def test_a_lora_run_learns_a_clear_preference(
+    dpo_run: Path, sft_run: Path, tmp_path: Path, capsys
+) -> None:
+    records = [json.loads(line) for line in (dpo_run / "metrics.jsonl").read_text().splitlines()]
     first = records[0]
     assert first["split"] == "train" and first["loss"] == pytest.approx(math.log(2), abs=1e-5)
     assert first["rewards/margins"] == pytest.approx(0, abs=1e-5)
 
+    held = pairs_file(tmp_path / "held.jsonl", PREFERENCES[3:])
     capsys.readouterr()
-    assert main(["eval", str(tmp_path / "run"), "--data", str(held)]) == 0
+    assert main(["eval", str(dpo_run), "--data", str(held)]) == 0
     held_out = json.loads(capsys.readouterr().out)
     assert held_out["rewards/accuracies"] > 0.5 and held_out["loss"] < math.log(2)
 
-    merge(tmp_path / "run", tmp_path / "merged")
+    merge(dpo_run, tmp_path / "merged")
     task, _ = load_run(tmp_path / "merged")
     assert task.chat_template == dpo_task(sft_run).chat_template
 
