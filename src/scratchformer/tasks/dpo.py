@@ -27,7 +27,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from ..config import ModelConfig
+from ..config import ModelConfig, Recipe
 from ..data.chat import DEFAULT_TEMPLATE
 from ..data.preferences import PreferencePair, iter_preferences
 from ..data.readers import DataError
@@ -68,7 +68,7 @@ class PreferenceTask(ChatTuningTask):
     keeps_starting_model = True
     examples_are = "preference pairs"
 
-    def __init__(self, recipe: Any) -> None:
+    def __init__(self, recipe: Recipe) -> None:
         super().__init__(recipe)
         self.reference: Reference | None = None
         self._train_metrics: dict[str, float] = {}
@@ -149,6 +149,7 @@ class PreferenceTask(ChatTuningTask):
         return Batch(inputs, rows.targets.view(pairs, 2, -1), rows.tokens)
 
     def starting_reference(self) -> Reference:
+        """The reference that :meth:`prepare_model` made."""
         if self.reference is None:
             raise RuntimeError("the dpo task has no reference yet: call prepare_model()")
         return self.reference
