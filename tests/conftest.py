@@ -29,8 +29,11 @@ from helpers import (
     CONLL,
     FAULTS_PROPERTY,
     FILLER,
+    PREFERENCES,
     chat_file,
+    dpo,
     fine_tune,
+    pairs_file,
     pretrain_t5,
     squad_file,
     train,
@@ -324,6 +327,18 @@ def sft_run(lm_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = tmp_path_factory.mktemp("sft")
     data = chat_file(directory / "chat.jsonl")
     assert fine_tune(directory / "run", data, f"train.init_from='{lm_run}'") == 0
+    return directory / "run"
+
+
+@pytest.fixture(scope="session")
+def dpo_run(sft_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A LoRA preference tuning of :func:`sft_run` on the first three of
+    :data:`helpers.PREFERENCES`, six steps, every one logged."""
+    directory = tmp_path_factory.mktemp("dpo")
+    data = pairs_file(directory / "pairs.jsonl", PREFERENCES[:3])
+    settings = ["train.lora_rank=4", "train.lr=1e-2", "train.warmup_steps=0"]
+    settings += ["train.max_steps=6", "train.eval_every=6", "train.log_every=1"]
+    assert dpo(directory / "run", data, f"train.init_from='{sft_run}'", *settings) == 0
     return directory / "run"
 
 

@@ -298,6 +298,32 @@ def fine_tune(run_dir: Path, data: Path, *settings: str) -> int:
     return main(["--quiet", "train", str(recipe), "--out", str(run_dir), *set_options(options)])
 
 
+PROMPTS = ["What is the question?", "Whether 'tis nobler?", "And then?", "To be?", "Or not?"]
+RAMBLING = "whether whether whether the the the mind mind"
+PREFERENCES = [
+    {"prompt": prompt, "chosen": answer, "rejected": RAMBLING}
+    for prompt, answer in zip(
+        PROMPTS, ["To be.", "Not to be.", "In the mind.", "The question.", "Nobler."], strict=True
+    )
+]
+"""Preference pairs with a clear preference to learn: a short answer in ``lm_run``'s words
+chosen, always the same ramble rejected. The first three train, the others are held back."""
+
+
+def pairs_file(path: Path, pairs: list[dict[str, Any]]) -> Path:
+    """A JSONL file of preference ``pairs``, one a line."""
+    path.write_text("".join(json.dumps(pair) + "\n" for pair in pairs))
+    return path
+
+
+def dpo(run_dir: Path, data: Path, *settings: str) -> int:
+    """``scratchformer train`` of a ``task = "dpo"`` run on ``data``; the command's status."""
+    recipe = run_dir.parent / "dpo.toml"
+    recipe.write_text('task = "dpo"\n')
+    options = [f"data.train='{data}'", f"data.val='{data}'", "train.batch_size=2", *settings]
+    return main(["--quiet", "train", str(recipe), "--out", str(run_dir), *set_options(options)])
+
+
 CONLL = "Peter B-PER\nwent O\nto O\nParis B-LOC\n\nAnna B-PER\nsings O\n\n"
 """Two sentences of CoNLL-2003's layout (a word and its tag a line): a tiny tagger's data."""
 

@@ -403,7 +403,7 @@ COMMANDS = (
             arg(
                 "run",
                 type=path,
-                help="run directory of a language model (task lm or sft, byte-level BPE)",
+                help="run directory of a language model (task lm, sft or dpo, byte-level BPE)",
             ),
             arg("--out", required=True, type=path, help="the .gguf file to write"),
             arg(

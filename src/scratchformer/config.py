@@ -753,16 +753,31 @@ class SyntheticOptions(ConfigBase):
 
 @dataclass
 class ChatOptions(ConfigBase):
-    """``[data.chat]``: supervised chat fine-tuning (``sft``)."""
+    """``[data.chat]``: chat fine-tuning (``sft``, ``dpo``)."""
 
     template: str | None = None
     """A Jinja file of the chat template that renders the conversations (in
     ``transformers``' dialect), which the run keeps and serves chats with; ``None``: the
     template of the model started from (``train.init_from``), else ChatML's layout with
-    the tokenizer's eos token ending each turn."""
+    the tokenizer's eos token ending each turn (``dpo``: only if some training pair's
+    prompt is a conversation; plain-text pairs are then plain text)."""
 
     def __post_init__(self) -> None:
         self._check_types()
+
+
+@dataclass
+class PreferenceOptions(ConfigBase):
+    """``[data.dpo]``: direct preference optimisation (``dpo``)."""
+
+    beta: float = 0.1
+    """How far the policy may move from the reference: a response's reward is ``beta``
+    times its log-probability's gain over the reference's (DPO's and TRL's 0.1; higher
+    keeps the policy nearer the reference)."""
+
+    def __post_init__(self) -> None:
+        self._check_types()
+        _positive(self, "beta")
 
 
 @dataclass
@@ -784,7 +799,8 @@ class DataConfig(ConfigBase):
     train: str | list[str] | None = None
     """Training file: text (``lm``, the pretraining tasks), ``[source, target]``
     (``translation``), TSV (``classification``, ``regression``, ``similarity``), CoNLL
-    (``tagging``), SQuAD JSON (``qa``) or JSONL of conversations (``sft``)."""
+    (``tagging``), SQuAD JSON (``qa``), JSONL of conversations (``sft``) or of preference
+    pairs (``dpo``)."""
     val: str | list[str] | None = None
     """Validation file, in the format of ``train``; it selects the best weights."""
     test: str | list[str] | None = None
@@ -828,8 +844,10 @@ class DataConfig(ConfigBase):
     """``[data.span_corruption]``: T5's noise."""
     synthetic: SyntheticOptions = table(SyntheticOptions, "synthetic")
     """``[data.synthetic]``: the synthetic task's examples."""
-    chat: ChatOptions = table(ChatOptions, "sft")
-    """``[data.chat]``: the chat template of supervised chat fine-tuning."""
+    chat: ChatOptions = table(ChatOptions, "sft", "dpo")
+    """``[data.chat]``: the chat template of chat fine-tuning."""
+    dpo: PreferenceOptions = table(PreferenceOptions, "dpo")
+    """``[data.dpo]``: direct preference optimisation's beta."""
 
     def __post_init__(self) -> None:
         self._check_types()

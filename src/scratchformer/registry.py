@@ -66,6 +66,7 @@ TASKS = declare(
     "span_corruption",
     "contrastive",
     "sft",
+    "dpo",
 )
 """``scratchformer.tasks.TASKS``: ``Recipe.task``."""
 SCHEDULES = declare("schedule", "noam", "cosine", "constant", "inverse_sqrt")

@@ -136,7 +136,8 @@ def train(
                 raise ValueError("rank 0 could not start the run (its error says why)")
             if resume or not dist.is_main:  # the recipe and tokenizers that rank 0 wrote
                 task, saved = open_task(run_dir, list(overrides) if resume else [])
-                model = run_model(saved, pretrained_weights=not resume)
+                starting = not resume or task.keeps_starting_model
+                model = run_model(saved, pretrained_weights=starting)
             if resume:
                 _check_same_task(_recipe_of(recipe, overrides), saved, run_dir)
                 if dist.is_main:

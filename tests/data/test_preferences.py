@@ -59,6 +59,7 @@ PLAIN = {"prompt": "Hi", "chosen": "Hello", "rejected": "Go away"}
         ({**PLAIN, "prompt": 3}, "'prompt' must be a string or a list of messages, not a number"),
         ({"messages": "Hi", "chosen": "a", "rejected": "b"}, "'messages' must be a list"),
         ({**PLAIN, "prompt": []}, "'prompt' is an empty conversation"),
+        ({**PLAIN, "prompt": ""}, "'prompt' is empty"),
         ({**PLAIN, "prompt": ["Hi"]}, "'prompt'\\[0\\] must be a message object, not a string"),
         ({**PLAIN, "prompt": [{"role": "user"}]}, "'prompt'\\[0\\]: 'content' is missing"),
         (

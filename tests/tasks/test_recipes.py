@@ -27,9 +27,10 @@ SMALL_CORPUS = ["data.pretraining.corpus=['stsb']"]
 every named corpus is read in ``tests/data/test_corpus.py``)."""
 
 
-WITHOUT_RECIPE = {"sft"}
-"""Tasks whose data no named dataset gives yet: supervised chat fine-tuning reads the
-user's conversations (docs/recipes.md shows its recipe); its tests write their own."""
+WITHOUT_RECIPE = {"sft", "dpo"}
+"""Tasks whose data no named dataset gives yet: chat fine-tuning reads the user's
+conversations or preference pairs (docs/recipes.md shows their recipes); their tests write
+their own."""
 
 
 def test_there_is_a_recipe_per_task_kind() -> None:

@@ -21,7 +21,7 @@ from ..inference.compile_choice import Choice, choose, job_key, measured, say
 from ..inference.engine import Engine, Request, exported_step
 from ..inference.sampling import Sampling, TokenLogprob
 from ..predictions import PREDICTIONS
-from ..run import load_run
+from ..run import load_run, run_model
 from ..training.rundir import CONFIG_FILE
 from .common import in_precision, input_lines, progress_wanted, run_of
 
@@ -32,6 +32,8 @@ def evaluate(args: argparse.Namespace) -> int:
     scores of real decoding (not teacher forcing) for the tasks that decode."""
     task, model = load_run(Path(args.run), quantization=args.quantize)
     device = default_device(args.device)
+    if task.keeps_starting_model:
+        task.prepare_model(run_model(task.recipe, pretrained_weights=True).to(device))
     with naming_the_source(Path(args.run) / CONFIG_FILE):
         metrics = task.evaluate(model.to(device), args.split, args.data, device=device)
         metrics.update(

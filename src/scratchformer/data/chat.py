@@ -1,6 +1,6 @@
 """Chats rendered by a chat template into the text a language model reads, and which of
-its tokens are the assistant's: the one place that renders templates, for supervised
-fine-tuning (``tasks/sft.py``) and the server's chat completions alike.
+its tokens are the assistant's: the one place that renders templates, for chat
+fine-tuning (``tasks/sft.py``, ``tasks/dpo.py``) and the server's chat completions alike.
 
 Templates are Jinja, rendered as ``transformers``' ``apply_chat_template`` renders them: a
 sandboxed environment, ``trim_blocks`` and ``lstrip_blocks``, ``raise_exception``,
@@ -114,14 +114,17 @@ def prompt_ids(template: str, messages: Sequence[Message], tokenizer: Tokenizer)
 
 
 def assistant_spans(
-    template: str, messages: Sequence[Message], tokenizer: Tokenizer
+    template: str, messages: Sequence[Message], tokenizer: Tokenizer, final_only: bool = False
 ) -> tuple[str, list[tuple[int, int]]]:
     """The whole conversation rendered, and the characters ``(start, end)`` of each
-    assistant turn in it. A template that renders a conversation's beginning otherwise than
-    the whole conversation begins (one that rewrites earlier turns) raises ``ValueError``."""
+    assistant turn in it; ``final_only``: of the last message's turn only (a response after
+    the history it answers). A template that renders a conversation's beginning otherwise
+    than the whole conversation begins (one that rewrites earlier turns) raises
+    ``ValueError``."""
     text = render(template, messages, tokenizer)
     spans = []
-    for i, message in enumerate(messages):
+    first = len(messages) - 1 if final_only else 0
+    for i, message in enumerate(messages[first:], first):
         if message["role"] != "assistant":
             continue
         prompt = render(template, messages[:i], tokenizer, add_generation_prompt=True)
@@ -146,12 +149,13 @@ def shared_length(a: str, b: str) -> int:
 
 
 def encode_chat(
-    template: str, messages: Sequence[Message], tokenizer: Tokenizer
+    template: str, messages: Sequence[Message], tokenizer: Tokenizer, final_only: bool = False
 ) -> tuple[list[int], list[bool]]:
     """The token ids of the rendered conversation and, for each, whether it is the
     assistant's: a token that overlaps an assistant turn's characters (as
-    ``transformers`` marks the tokens of its ``{% generation %}`` spans)."""
-    text, spans = assistant_spans(template, messages, tokenizer)
+    ``transformers`` marks the tokens of its ``{% generation %}`` spans); ``final_only``:
+    the last message's turn's only."""
+    text, spans = assistant_spans(template, messages, tokenizer, final_only)
     ids, offsets = tokenizer.encode_rendered(text)
     mask = [
         any(token_start < end and token_end > start for start, end in spans)

@@ -77,6 +77,8 @@ def _prompt(record: dict[str, Any]) -> str | tuple[Message, ...]:
     key = keys[0]
     value = record[key]
     if key == "prompt" and isinstance(value, str):
+        if not value:
+            raise ValueError("'prompt' is empty")
         return value
     if not isinstance(value, list):
         wanted = "a string or a list of messages" if key == "prompt" else "a list of messages"

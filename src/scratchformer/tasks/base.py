@@ -93,6 +93,10 @@ class Task(ABC):
     predicts: ClassVar[Prediction | None] = None
     """What the task's models predict from text, if anything (:mod:`scratchformer.predictions`):
     the command and the endpoint that ask for it refuse the runs of other tasks."""
+    keeps_starting_model: ClassVar[bool] = False
+    """Whether the task keeps the model as training starts (DPO's reference), which
+    :meth:`prepare_model` is given: a resumed run then builds its model with the starting
+    weights (``train.init_from``'s) before the checkpoint's replace them."""
 
     def __init__(self, recipe: Recipe) -> None:
         self.recipe = recipe
@@ -210,6 +214,12 @@ class Task(ABC):
             attention_dropout=recipe.attention_dropout,
         )
 
+    def prepare_model(self, model: nn.Module) -> None:
+        """Called with the model to train before training starts or resumes: the plain
+        model (no distributed or compiled wrapper), at its starting weights when
+        :attr:`keeps_starting_model`, on its device. Nothing by default."""
+        return None
+
     @abstractmethod
     def model_sizes(self) -> dict[str, Any]:
         """Vocabulary sizes, number of labels: the model fields the data decides."""
@@ -251,6 +261,12 @@ class Task(ABC):
         first, second = logits.chunk(2)
         counted = targets[: len(targets) // 2] != IGNORE_INDEX
         return loss + self.train_config.rdrop * rdrop_loss(first[counted], second[counted])
+
+    def train_metrics(self) -> dict[str, float]:
+        """Metrics of the batch of the last :meth:`loss` in training besides the loss (DPO's
+        rewards), which the trainer averages over a step's micro-batches and logs with the
+        loss. None by default."""
+        return {}
 
     @torch.no_grad()
     def evaluate(

@@ -22,12 +22,13 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, ClassVar
 
 from jinja2 import TemplateError
 from torch import Tensor
 
 from ..data.batching import pad_batch
-from ..data.chat import DEFAULT_TEMPLATE, compiled, encode_chat
+from ..data.chat import DEFAULT_TEMPLATE, Message, compiled, encode_chat
 from ..data.readers import Conversation, DataError, read_chat
 from ..errors import DataSettingsError
 from ..nn.loss import IGNORE_INDEX
@@ -57,23 +58,33 @@ class ChatTuningTask(ExampleTask):
     higher_is_better = False
     predicts = GENERATE
 
-    def read(self, split: str, path: str | None = None) -> list[Conversation]:
+    examples_are: ClassVar[str] = "conversations"
+    """What a line of the task's JSONL files holds, for the error of a split without one."""
+
+    def read(self, split: str, path: str | None = None) -> list[Any]:
         files = path or getattr(self.data, split, None)
         if files is None:
             raise DataSettingsError(
-                f"no {split} data: set data.{split} to a JSONL file of conversations"
+                f"no {split} data: set data.{split} to a JSONL file of {self.examples_are}"
             )
         return [
-            c for file in ([files] if isinstance(files, str) else files) for c in read_chat(file)
+            item
+            for file in ([files] if isinstance(files, str) else files)
+            for item in self.read_file(file)
         ]
+
+    def read_file(self, path: str) -> list[Any]:
+        """The examples of one file."""
+        return list(read_chat(path))
 
     def prepare(self) -> None:
         """The pretrained model's tokenizer (which must have an eos token, where decoding
-        stops) and the chat template: the recipe's, the pretrained model's or the default."""
+        stops) and the chat template: the recipe's, the pretrained model's or
+        :meth:`default_template`."""
         if self.pretrained_tokenizer is None:
             raise DataSettingsError(
-                "sft fine-tunes a language model: set train.init_from to a run or a Hugging "
-                "Face checkpoint"
+                f"{self.name} fine-tunes a language model: set train.init_from to a run or a "
+                "Hugging Face checkpoint"
             )
         self.tokenizers = {"tokenizer": self.train_tokenizer((), ("eos",))}
         named = self.data.chat.template
@@ -83,19 +94,27 @@ class ChatTuningTask(ExampleTask):
             except (OSError, UnicodeDecodeError) as error:
                 raise DataSettingsError(f"data.chat.template={named!r}: {error}") from None
         elif self.chat_template is None:
-            self.chat_template = DEFAULT_TEMPLATE
+            self.chat_template = self.default_template()
+        if self.chat_template is None:
+            return
         try:
             compiled(self.chat_template)
         except TemplateError as error:
             origin = f"data.chat.template={named!r}" if named else "the pretrained model's"
             raise ValueError(f"{origin} chat template is not a template: {error}") from None
 
+    def default_template(self) -> str | None:
+        """The chat template of a run whose recipe and starting model name none."""
+        return DEFAULT_TEMPLATE
+
     def model_sizes(self) -> dict[str, int]:
         return {"vocab_size": self.tokenizer().vocab_size}
 
     def template(self) -> str:
         if self.chat_template is None:
-            raise RuntimeError("the sft task has no chat template yet: call prepare() or load()")
+            raise RuntimeError(
+                f"the {self.name} task has no chat template: call prepare() or load()"
+            )
         return self.chat_template
 
     def encode(self, raw: Sequence[Conversation]) -> list[Encoded]:
@@ -103,41 +122,53 @@ class ChatTuningTask(ExampleTask):
         left without an assistant's token by the cut is left out, with a warning. A
         template whose assistant turns never end with the eos token, where decoding stops,
         is warned of."""
-        tokenizer, limit, template = self.tokenizer(), self.data.max_len, self.template()
-        encoded, unlearnt, ends = [], [], Counter[int]()
+        encoded, left_out, ends = [], [], Counter[int]()
         for conversation in raw:
-            try:
-                ids, mask = encode_chat(template, conversation.messages, tokenizer)
-            except TemplateError as error:
-                reason = f"the chat template refused it: {error}"
-                raise DataError.at(conversation.path, conversation.line, reason) from None
-            except ValueError as error:
-                raise DataError.at(conversation.path, conversation.line, str(error)) from None
+            ids, mask = self.encode_messages(
+                conversation.messages, conversation.path, conversation.line
+            )
             ends.update(turn_ends(ids, mask))
-            ids, mask = ids[: limit + 1], mask[: limit + 1]
-            targets = [
-                t if learnt else IGNORE_INDEX for t, learnt in zip(ids[1:], mask[1:], strict=True)
-            ]
-            if all(target == IGNORE_INDEX for target in targets):
-                unlearnt.append(f"{conversation.path}:{conversation.line}")
-                continue
-            encoded.append(Encoded(ids[:-1], targets))
+            example = shifted(ids, mask, self.data.max_len)
+            if example is None:
+                left_out.append(f"{conversation.path}:{conversation.line}")
+            else:
+                encoded.append(example)
+        self.warn_of(ends, left_out, "conversation(s)")
+        return encoded
+
+    def encode_messages(
+        self, messages: Sequence[Message], path: str, line: int, final_only: bool = False
+    ) -> tuple[list[int], list[bool]]:
+        """:func:`~scratchformer.data.chat.encode_chat` by the run's template, of messages
+        read from ``line`` of ``path``, which the error names if the template refuses them."""
+        try:
+            return encode_chat(self.template(), messages, self.tokenizer(), final_only)
+        except TemplateError as error:
+            reason = f"the chat template refused it: {error}"
+            raise DataError.at(path, line, reason) from None
+        except ValueError as error:
+            raise DataError.at(path, line, str(error)) from None
+
+    def warn_of(self, ends: Counter[int], left_out: Sequence[str], what: str) -> None:
+        """Warn of assistant turns that end (``ends``: the counts of their last tokens)
+        otherwise than with the eos token, where decoding stops, and of the examples
+        ``left_out`` (``path:line``) with no assistant token within ``data.max_len``."""
+        tokenizer = self.tokenizer()
         if ends and tokenizer.eos_id not in ends:
             (end, _), eos = ends.most_common(1)[0], tokenizer.tokens([tokenizer.eos_id])
             warnings.warn(
                 f"the chat template ends the assistant's turns with {tokenizer.tokens([end])}, "
                 f"not with the eos token {eos}, where decoding stops: declare the turns' end "
                 "the eos token (eos_token in the checkpoint's tokenizer_config.json)",
-                stacklevel=3,
+                stacklevel=4,
             )
-        if unlearnt:
-            shown = ", ".join(unlearnt[:5]) + (" ..." if len(unlearnt) > 5 else "")
+        if left_out:
+            shown = ", ".join(left_out[:5]) + (" ..." if len(left_out) > 5 else "")
             warnings.warn(
-                f"{len(unlearnt)} conversation(s) have no assistant token within "
-                f"data.max_len={limit} tokens and are left out ({shown})",
-                stacklevel=3,
+                f"{len(left_out)} {what} have no assistant token within "
+                f"data.max_len={self.data.max_len} tokens and are left out ({shown})",
+                stacklevel=4,
             )
-        return encoded
 
     def length(self, example: Encoded) -> int:
         return len(example.ids)
@@ -153,6 +184,16 @@ class ChatTuningTask(ExampleTask):
         ids, real = pad_batch([e.ids for e in examples], self.tokenizer().eos_id)
         targets, _ = pad_batch([e.targets for e in examples], IGNORE_INDEX)
         return Batch({"input_ids": ids}, targets, int(real.sum()))
+
+
+def shifted(ids: Sequence[int], mask: Sequence[bool], limit: int) -> Encoded | None:
+    """The inputs (at most ``limit``) and targets of a text of token ``ids`` of which
+    ``mask`` marks those learnt; ``None`` when none is left to learn."""
+    ids, mask = ids[: limit + 1], mask[: limit + 1]
+    targets = [t if learnt else IGNORE_INDEX for t, learnt in zip(ids[1:], mask[1:], strict=True)]
+    if all(target == IGNORE_INDEX for target in targets):
+        return None
+    return Encoded(list(ids[:-1]), targets)
 
 
 def turn_ends(ids: Sequence[int], mask: Sequence[bool]) -> list[int]:

@@ -120,6 +120,7 @@ class Trainer:
         self.config = task.train_config
         self.dist = dist or Distributed()
         self.model = model.to(self.dist.device)
+        task.prepare_model(self.model)
         self.run_dir = Path(run_dir)
         self.quiet = quiet or not self.dist.is_main
         self.optimizer = build_optimizer(self.model, self.config)
@@ -203,7 +204,7 @@ class Trainer:
         busy, seen = 0.0, 0  # seconds in training steps, tokens through them
         while self.state["step"] < config.max_steps:
             started = time.perf_counter()
-            loss, step_tokens = self._train_step(network)
+            loss, extra, step_tokens = self._train_step(network)
             busy += time.perf_counter() - started
             seen += step_tokens * self.dist.world_size
             tokens += step_tokens * self.dist.world_size
@@ -215,6 +216,7 @@ class Trainer:
                     "step": step,
                     "split": "train",
                     "loss": loss,
+                    **extra,
                     "lr": lr,
                     "tokens_per_s": tokens / max(elapsed, 1e-9),
                 }
@@ -252,8 +254,10 @@ class Trainer:
             self._checkpoint()
         raise Interrupted(self.stop.received or signal.SIGTERM)
 
-    def _train_step(self, network: nn.Module) -> tuple[float, int]:
-        """One optimiser step; the mean loss and the tokens seen by this rank.
+    def _train_step(self, network: nn.Module) -> tuple[float, dict[str, float], int]:
+        """One optimiser step; the mean loss, the mean of the task's other metrics
+        (:meth:`~scratchformer.tasks.base.Task.train_metrics`) and the tokens seen by this
+        rank.
 
         The step's batch is cut into ``world_size * grad_accum`` slices: this rank's
         ``grad_accum`` micro-batches. So any split of the same batch over processes and
@@ -262,7 +266,7 @@ class Trainer:
         autocast = bf16_autocast(dist.device, self.bf16)
         parts = dist.world_size * config.grad_accum
         step_batch = self.task.global_batch(self.state["step"], parts)
-        total, tokens = 0.0, 0
+        total, tokens, extra = 0.0, 0, dict[str, float]()
         for micro in range(config.grad_accum):
             batch = step_batch.slice(dist.rank * config.grad_accum + micro, parts).to(dist.device)
             last = micro == config.grad_accum - 1
@@ -272,6 +276,8 @@ class Trainer:
                     loss = self.task.loss(network, batch)
                 (loss / config.grad_accum).backward()
             total += loss.item() / config.grad_accum
+            for name, value in self.task.train_metrics().items():
+                extra[name] = extra.get(name, 0.0) + value / config.grad_accum
             tokens += batch.tokens
         if dist.any(not math.isfinite(total)):
             last_good = self.state.get("checkpoint_step")
@@ -292,7 +298,7 @@ class Trainer:
         if self.average is not None:
             self.average.update_parameters(self.model)
         self.state["step"] += 1
-        return total, tokens
+        return total, extra, tokens
 
     # -- evaluation, checkpoints, stopping --------------------------------------------
 
