@@ -60,7 +60,7 @@ bench: $(STAMP)
 # Every workload of benchmarks/speed.py in its quick mode, on this CPU and as an AVX2 CPU
 # without native bf16, compilation disabled: a check that `make bench` runs on both kinds of
 # machine (tests/test_benchmarks_run.py); and the checks that take minutes against tools of
-# the field (lm-eval, schemathesis), marked `bench` too.
+# the field (schemathesis, structured output's hundred completions), marked `bench` too.
 bench-check: $(STAMP)
 	$(BIN)/python -m pytest -m bench -n auto --dist worksteal
 

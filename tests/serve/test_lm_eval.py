@@ -19,7 +19,6 @@ from scratchformer.cli import main
 from scratchformer.data.registry import TextDataset, named_dataset
 from scratchformer.run import load_run
 
-pytestmark = pytest.mark.bench
 
 BLOCK = 32
 """The runs' training and evaluation block (``data.lm.block_size``)."""
@@ -72,8 +71,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory, training_text: Path) -> dict[
         "data.dataset=none",
         f"data.lm.block_size={BLOCK}",
         f"model.max_len={CONTEXT}",
-        "train.max_steps=300",
-        "train.eval_every=300",
+        "train.max_steps=100",
+        "train.eval_every=100",
         "train.eval_batches=1",
         "train.batch_size=16",
         "train.warmup_steps=10",
