@@ -298,12 +298,12 @@ def fine_tune(run_dir: Path, data: Path, *settings: str) -> int:
     return main(["--quiet", "train", str(recipe), "--out", str(run_dir), *set_options(options)])
 
 
-PROMPTS = ["What is the question?", "Whether 'tis nobler?", "And then?", "To be?", "Or not?"]
+QUESTIONS = ["What is the question?", "Whether 'tis nobler?", "And then?", "To be?", "Or not?"]
 RAMBLING = "whether whether whether the the the mind mind"
 PREFERENCES = [
     {"prompt": prompt, "chosen": answer, "rejected": RAMBLING}
     for prompt, answer in zip(
-        PROMPTS, ["To be.", "Not to be.", "In the mind.", "The question.", "Nobler."], strict=True
+        QUESTIONS, ["To be.", "Not to be.", "In the mind.", "The question.", "Nobler."], strict=True
     )
 ]
 """Preference pairs with a clear preference to learn: a short answer in ``lm_run``'s words

@@ -19,7 +19,6 @@ from scratchformer.cli import main
 from scratchformer.data.registry import TextDataset, named_dataset
 from scratchformer.run import load_run
 
-
 BLOCK = 32
 """The runs' training and evaluation block (``data.lm.block_size``)."""
 CONTEXT = 128

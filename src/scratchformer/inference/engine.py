@@ -427,7 +427,7 @@ class Engine:
                 output = self.stepper(last, mask, cache=views.cache, positions=views.positions)
             logits = output.logits
         self.length = end
-        self.positions[:rows] += 1
+        views.positions.add_(1)
         return logits[:, -1].float()
 
     def views(self, rows: int) -> Rows:

@@ -6,14 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-import torch
 from torch import nn
 
 from .engine import Engine, Request
 from .sampling import Sampling
 
 
-@torch.no_grad()
 def stream(
     model: nn.Module,
     prompts: Sequence[Sequence[int]],
