@@ -293,3 +293,28 @@ def test_an_error_quoting_control_characters_is_still_one_line(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "\r" not in err and "'1\\r\\n2'" in err
     assert err.startswith(f"scratchformer: error: {run_dir / 'tokenizer.json'}")
+
+
+def test_make_chat_data_writes_its_four_files(tmp_path: Path, data_dir: Path, capsys) -> None:
+    out = tmp_path / "chat"
+    args = ["make-chat-data", "--out", str(out), "--per-source", "6", "--val", "2"]
+    status, stdout, _ = run(capsys, *args, "--source", "squad", "--system", "Be brief.")
+    assert status == 0
+    assert stdout.splitlines() == [
+        f"{out / 'train.jsonl'}: 6 conversations (squad 6)",
+        f"{out / 'val.jsonl'}: 2 conversations (squad 2)",
+        f"{out / 'pairs-train.jsonl'}: 6 pairs (squad 6)",
+        f"{out / 'pairs-val.jsonl'}: 2 pairs (squad 2)",
+    ]
+    first = json.loads((out / "pairs-train.jsonl").read_text().splitlines()[0])
+    assert first["prompt"][0] == {"role": "system", "content": "Be brief."}
+
+
+def test_make_chat_data_without_the_datasets_names_the_variable(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    monkeypatch.setenv("SCRATCHFORMER_DATA", str(tmp_path / "nothing"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    status, _, err = run(capsys, "make-chat-data", "--out", str(tmp_path / "chat"))
+    assert_one_line_error(status, err, "dataset 'sst2' not found", "Set SCRATCHFORMER_DATA")
+    assert not (tmp_path / "chat").exists()

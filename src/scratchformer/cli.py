@@ -487,6 +487,47 @@ COMMANDS = (
             arg("--overwrite", action="store_true", help=OVERWRITE_HELP),
         ),
     ),
+    Command(
+        "make-chat-data",
+        "data:make_chat_data",
+        "make chat fine-tuning and preference data from the named datasets' training splits",
+        (
+            arg("--out", required=True, type=path, help="directory to write the four files into"),
+            arg(
+                "--per-source",
+                type=POSITIVE_INT,
+                default=2000,
+                metavar="N",
+                help="conversations to train on from each dataset, at most (default: 2000)",
+            ),
+            arg(
+                "--val",
+                type=POSITIVE_INT,
+                default=200,
+                metavar="N",
+                help="conversations of each dataset held back for validation (default: 200)",
+            ),
+            arg("--seed", type=int, default=0, help="draws the examples, phrasings and pairs"),
+            arg(
+                "--system", metavar="TEXT", help="a system message to begin every conversation with"
+            ),
+            arg(
+                "--source",
+                action="append",
+                metavar="NAME",
+                help="only this dataset's instructions (repeatable; default: sst2, squad, "
+                "multi30k and conll2003)",
+            ),
+        ),
+        description="Instructions in words from the training splits of SST-2 (positive or "
+        "negative?), SQuAD (answer from the context), Multi30k (translate to German, to "
+        "English) and CoNLL-2003 (list the people, the places), four phrasings of each, "
+        "drawn by --seed: OUT/train.jsonl and OUT/val.jsonl, conversations for task sft, "
+        "and OUT/pairs-train.jsonl and OUT/pairs-val.jsonl, the same prompts as preference "
+        "pairs for task dpo (rejected: a wrong answer, or the right one rambling). Only the "
+        "training splits are read: the validation slice is carved out of them, each "
+        "dataset's validation split being left for measuring the model.",
+    ),
 )
 
 
