@@ -57,7 +57,7 @@ def test_commands_refuse_runs_of_another_task(copy_run, capsys, monkeypatch) -> 
     for args, wanted in [
         (["classify"], "a classification or regression or similarity run"),
         (["tag"], "a tagging run"),
-        (["generate", "--prompt", "1"], "a lm run"),
+        (["generate", "--prompt", "1"], "a lm or sft or dpo run"),
         (["fill-mask"], "a mlm run"),
         (["fill-spans"], "a span_corruption run"),
     ]:

