@@ -45,9 +45,7 @@ def test_python_and_command_line_fine_tune_from_the_same_weights(tmp_path: Path)
     data += ["data.text_columns=['text']", "data.label_column='label'"]
     options = [*ONE_STEP, *data]
     assert (
-        main(
-            ["--quiet", "train", str(path), "--out", str(tmp_path / "cli"), *set_options(options)]
-        )
+        main(["--quiet", "train", str(path), "--out", str(tmp_path / "cli"), *set_options(options)])
         == 0
     )
     train(path, tmp_path / "run", overrides=options, quiet=True)
