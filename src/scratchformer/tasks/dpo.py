@@ -164,24 +164,14 @@ class PreferenceTask(ChatTuningTask):
         return self._train_metrics
 
     def score(self, totals: dict[str, Any], model: nn.Module, batch: Batch) -> None:
+        """The batch's loss and metrics (:meth:`PreferenceLoss.metrics`), as sums over its
+        pairs."""
         result = preference_loss(model, self.starting_reference(), batch, self.data.dpo.beta)
-        chosen, rejected = result.chosen_rewards, result.rejected_rewards
-        add(
-            totals,
-            pairs=len(result.losses),
-            loss_sum=result.losses.sum().item(),
-            chosen=chosen.sum().item(),
-            rejected=rejected.sum().item(),
-            correct=(chosen > rejected).sum().item(),
-        )
+        pairs = len(result.losses)
+        sums = {name: mean * pairs for name, mean in result.metrics().items()}
+        add(totals, pairs=pairs, loss=result.losses.sum().item(), **sums)
 
     def summarize(self, totals: dict[str, Any]) -> dict[str, float]:
         """DPO's loss and the rewards, means over the pairs, under TRL's names."""
         pairs = totals["pairs"]
-        return {
-            "loss": totals["loss_sum"] / pairs,
-            "rewards/chosen": totals["chosen"] / pairs,
-            "rewards/rejected": totals["rejected"] / pairs,
-            "rewards/margins": (totals["chosen"] - totals["rejected"]) / pairs,
-            "rewards/accuracies": totals["correct"] / pairs,
-        }
+        return {name: total / pairs for name, total in totals.items() if name != "pairs"}
