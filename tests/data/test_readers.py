@@ -266,9 +266,12 @@ def test_chat_lines_are_conversations_with_their_lines(tmp_path) -> None:
         ('{"messages": [', "not valid JSON"),
         ("[1]", 'expected {"messages": [...]}, a non-empty list'),
         ('{"messages": []}', 'expected {"messages": [...]}, a non-empty list'),
-        ('{"messages": ["hi"]}', "messages[0]: expected an object, found 'hi'"),
+        ('{"messages": ["hi"]}', "messages[0] must be a message object, not a string"),
         ('{"messages": [{"role": "tool", "content": "x"}]}', "messages[0]: role 'tool' is not"),
-        ('{"messages": [{"role": "user", "content": 3}]}', "content must be a string, found 3"),
+        (
+            '{"messages": [{"role": "user", "content": 3}]}',
+            "messages[0]: 'content' is not a string (a number)",
+        ),
         ('{"messages": [{"role": "user", "content": "hi"}]}', "no assistant message"),
     ],
 )

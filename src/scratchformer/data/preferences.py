@@ -11,15 +11,13 @@ rendering it into tokens is the chat template's work, not this reader's.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .readers import DataError, iter_lines
+from .readers import DataError, check_message, iter_json_lines, json_kind
 
-ROLES = ("system", "user", "assistant")
 RESPONSES = ("chosen", "rejected")
 
 Message = dict[str, str]
@@ -44,21 +42,16 @@ class PreferencePair:
 
 def iter_preferences(path: str | Path) -> Iterator[PreferencePair]:
     """The pairs of a JSON-lines file, validated line by line as they are read."""
-    for number, line in enumerate(iter_lines(path), 1):
-        if line.strip():
-            try:
-                yield _pair(line, number)
-            except ValueError as error:
-                raise DataError.at(path, number, str(error)) from None
+    for number, record in iter_json_lines(path):
+        try:
+            yield _pair(record, number)
+        except ValueError as error:
+            raise DataError.at(path, number, str(error)) from None
 
 
-def _pair(line: str, number: int) -> PreferencePair:
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError as error:
-        raise ValueError(f"not valid JSON ({error.msg})") from None
+def _pair(record: Any, number: int) -> PreferencePair:
     if not isinstance(record, dict):
-        raise ValueError(f"expected a JSON object, found {_kind(record)}")
+        raise ValueError(f"expected a JSON object, found {json_kind(record)}")
     prompt = _prompt(record)
     conversation = not isinstance(prompt, str)
     chosen, rejected = (_response(record, key, conversation) for key in RESPONSES)
@@ -82,7 +75,7 @@ def _prompt(record: dict[str, Any]) -> str | tuple[Message, ...]:
         return value
     if not isinstance(value, list):
         wanted = "a string or a list of messages" if key == "prompt" else "a list of messages"
-        raise ValueError(f"'{key}' must be {wanted}, not {_kind(value)}")
+        raise ValueError(f"'{key}' must be {wanted}, not {json_kind(value)}")
     if not value:
         raise ValueError(f"'{key}' is an empty conversation")
     messages = tuple(_message(f"'{key}'[{i}]", message) for i, message in enumerate(value))
@@ -112,27 +105,13 @@ def _response(record: dict[str, Any], key: str, conversation: bool) -> str:
             raise ValueError(f"'{key}' must be the assistant's message, not the {role}'s")
         value = message["content"]
     if not isinstance(value, str):
-        raise ValueError(f"'{key}' must be a string or a message, not {_kind(value)}")
+        raise ValueError(f"'{key}' must be a string or a message, not {json_kind(value)}")
     if not value:
         raise ValueError(f"'{key}' is empty")
     return value
 
 
 def _message(where: str, node: Any) -> Message:
-    """A message: an object whose ``role`` is one of :data:`ROLES` and ``content`` a string."""
-    if not isinstance(node, dict):
-        raise ValueError(f"{where} must be a message object, not {_kind(node)}")
-    for field in ("role", "content"):
-        if not isinstance(node.get(field), str):
-            found = "missing" if field not in node else f"not a string ({_kind(node[field])})"
-            raise ValueError(f"{where}: '{field}' is {found}")
-    if node["role"] not in ROLES:
-        raise ValueError(f"{where}: role {node['role']!r} is not one of {', '.join(ROLES)}")
+    """A message's role and content (:func:`~.readers.check_message`)."""
+    check_message(where, node)
     return {"role": node["role"], "content": node["content"]}
-
-
-def _kind(value: Any) -> str:
-    """What a JSON value is, for an error message."""
-    kinds = {str: "a string", bool: "a boolean", int: "a number", float: "a number"}
-    kinds.update({list: "a list", dict: "an object", type(None): "null"})
-    return kinds[type(value)]

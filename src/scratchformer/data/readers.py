@@ -287,25 +287,33 @@ def read_squad(path: str | Path) -> list[Question]:
     return questions
 
 
+def iter_json_lines(path: str | Path) -> Iterator[tuple[int, Any]]:
+    """The number and JSON value of each line of a JSON-lines file, blank lines skipped;
+    a line that is not JSON is reported with its number."""
+    for number, line in enumerate(iter_lines(path), 1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise DataError.at(path, number, f"not valid JSON ({err.msg})") from None
+        yield number, value
+
+
 def read_chat(path: str | Path) -> list[Conversation]:
     """The conversations of a JSONL file, one a line, in OpenAI's and Hugging Face's
     format: ``{"messages": [{"role": "system" | "user" | "assistant", "content": "..."},
     ...]}``, each with at least one assistant message. Blank lines are skipped."""
     conversations = []
-    for number, line in enumerate(iter_lines(path), 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise DataError.at(path, number, f"not valid JSON ({err.msg})") from None
+    for number, record in iter_json_lines(path):
         messages = record.get("messages") if isinstance(record, dict) else None
         if not isinstance(messages, list) or not messages:
             raise DataError.at(path, number, 'expected {"messages": [...]}, a non-empty list')
-        for i, message in enumerate(messages):
-            problem = _message_problem(message)
-            if problem is not None:
-                raise DataError.at(path, number, f"messages[{i}]: {problem}")
+        try:
+            for i, message in enumerate(messages):
+                check_message(f"messages[{i}]", message)
+        except ValueError as error:
+            raise DataError.at(path, number, str(error)) from None
         if not any(message["role"] == "assistant" for message in messages):
             raise DataError.at(path, number, "no assistant message: nothing to learn")
         conversations.append(Conversation(tuple(messages), str(path), number))
@@ -314,15 +322,24 @@ def read_chat(path: str | Path) -> list[Conversation]:
     return conversations
 
 
-def _message_problem(message: Any) -> str | None:
-    """What is wrong with a chat message, if anything."""
-    if not isinstance(message, dict):
-        return f"expected an object, found {message!r}"
-    if message.get("role") not in CHAT_ROLES:
-        return f"role {message.get('role')!r} is not one of {', '.join(CHAT_ROLES)}"
-    if not isinstance(message.get("content"), str):
-        return f"content must be a string, found {message.get('content')!r}"
-    return None
+def check_message(where: str, node: Any) -> None:
+    """ValueError naming ``where`` unless ``node`` is a chat message: an object whose
+    ``role`` is one of :data:`CHAT_ROLES` and ``content`` a string."""
+    if not isinstance(node, dict):
+        raise ValueError(f"{where} must be a message object, not {json_kind(node)}")
+    for field in ("role", "content"):
+        if not isinstance(node.get(field), str):
+            found = "missing" if field not in node else f"not a string ({json_kind(node[field])})"
+            raise ValueError(f"{where}: '{field}' is {found}")
+    if node["role"] not in CHAT_ROLES:
+        raise ValueError(f"{where}: role {node['role']!r} is not one of {', '.join(CHAT_ROLES)}")
+
+
+def json_kind(value: Any) -> str:
+    """What a JSON value is, for an error message."""
+    kinds = {str: "a string", bool: "a boolean", int: "a number", float: "a number"}
+    kinds.update({list: "a list", dict: "an object", type(None): "null"})
+    return kinds[type(value)]
 
 
 def _field(path: Path, where: str, node: Any, name: str, kind: type | tuple[type, ...]) -> Any:
