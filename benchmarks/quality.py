@@ -16,6 +16,11 @@ The rows with an int8 tolerance are also evaluated with ``--quantize int8`` (int
 quantized too) and, where bfloat16 is native, ``--precision auto`` (bfloat16 products);
 the result says whether each stays within the tolerance of the fp32 model. ``--int8-only``
 does just that for runs already trained, updating their results.
+
+The rows of a language model and its chat fine-tunes (``pretrain-decoder``, ``chat-sft``,
+``chat-dpo``) are also asked the requests of the source tasks' validation splits through
+``scratchformer serve``'s ``/v1/chat/completions`` (``benchmarks/chat_quality.py``);
+``--chat-only`` does just that for runs already trained.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from typing import Any
 
 import torch
 
+import chat_quality
 from scratchformer import __version__, count_parameters
 from scratchformer.device import native_bf16
 from scratchformer.io import atomic_write_text
@@ -67,6 +73,8 @@ class Row:
     """How much worse the metric may get with int8 weights: an amount, or with
     ``int8_relative`` a fraction of the fp32 value."""
     int8_relative: bool = False
+    chat: bool = False
+    """Also ask the run through ``/v1/chat/completions`` (:mod:`chat_quality`)."""
 
     def met(self, value: float) -> bool:
         return value >= self.target if self.higher_is_better else value <= self.target
@@ -81,6 +89,10 @@ class Row:
 
 FROM_PRETRAINED = ("train.init_from=runs/results/pretrain-encoder",)
 """The fine-tunes of the pretrained rows start from the ``pretrain-encoder`` row's run."""
+CHAT_DATA = "runs/results/chat-data"
+"""The chat rows' conversations and preference pairs, made by ``make-chat-data``."""
+CHAT_LIMIT = 300
+"""Requests of each kind that the chat rows are asked (the first of each validation split)."""
 
 ROWS = {
     row.task: row
@@ -164,6 +176,48 @@ ROWS = {
                 ("squad-pretrained", "f1", 30, 25.0, FROM_PRETRAINED),
             )
         ),
+        Row(
+            "pretrain-decoder",
+            "pretrain-decoder",
+            "loss",
+            "val",
+            30,
+            3.0,
+            higher_is_better=False,
+            required=False,
+            chat=True,
+        ),
+        Row(
+            "chat-sft",
+            "chat-sft",
+            "loss",
+            "val",
+            15,
+            1.0,
+            higher_is_better=False,
+            required=False,
+            settings=(
+                f"data.train={CHAT_DATA}/train.jsonl",
+                f"data.val={CHAT_DATA}/val.jsonl",
+                "train.init_from=runs/results/pretrain-decoder",
+            ),
+            chat=True,
+        ),
+        Row(
+            "chat-dpo",
+            "chat-dpo",
+            "rewards/accuracies",
+            "val",
+            10,
+            0.9,
+            required=False,
+            settings=(
+                f"data.train={CHAT_DATA}/pairs-train.jsonl",
+                f"data.val={CHAT_DATA}/pairs-val.jsonl",
+                "train.init_from=runs/results/chat-sft",
+            ),
+            chat=True,
+        ),
         Row("pretrain-t5", "pretrain-t5", "accuracy", "val", 30, 0.5, required=False),
         Row(
             "multi30k-de-en-pretrained",
@@ -194,6 +248,12 @@ def run_row(row: Row, threads: int, runs: Path) -> dict[str, Any]:
         train += ["--set", setting]
     evaluate = ["eval", str(run_dir), "--split", row.split]
 
+    commands = [train, evaluate]
+    if any(setting.startswith(f"data.train={CHAT_DATA}/") for setting in row.settings):
+        commands.insert(0, ["make-chat-data", "--out", CHAT_DATA])
+        if not (ROOT / CHAT_DATA).exists():
+            subprocess.run(scratchformer(*commands[0]), **CAPTURE)
+
     started = time.perf_counter()
     trained = json.loads(subprocess.run(scratchformer(*train), **CAPTURE).stdout)
     wall = time.perf_counter() - started
@@ -220,8 +280,10 @@ def run_row(row: Row, threads: int, runs: Path) -> dict[str, Any]:
         "hardware": hardware(threads),
         "versions": versions(),
         "seed": config["train"]["seed"],
-        "command": " && ".join(shlex.join(["scratchformer", *c]) for c in (train, evaluate)),
+        "command": " && ".join(shlex.join(["scratchformer", *c]) for c in commands),
     }
+    if row.chat:
+        result["chat"] = chat_quality.measure(ROOT / run_dir, CHAT_LIMIT, threads=threads)
     if row.int8_tolerance is not None:
         result["int8"] = int8_results(row, run_dir, value)
     return result
@@ -301,11 +363,25 @@ def main() -> None:
         action="store_true",
         help="only evaluate the trained runs with int8 weights, updating their results",
     )
+    parser.add_argument(
+        "--chat-only",
+        action="store_true",
+        help="only ask the trained chat rows' runs through the server, updating their results",
+    )
     args = parser.parse_args()
     RESULTS.mkdir(exist_ok=True)
     for name in args.task or list(ROWS):
         row = ROWS[name]
         path = RESULTS / f"{name}.json"
+        if args.chat_only:
+            if row.chat:
+                result = json.loads(path.read_text())
+                result["chat"] = chat_quality.measure(
+                    ROOT / args.runs / name, CHAT_LIMIT, threads=args.threads
+                )
+                atomic_write_text(path, json.dumps(result, indent=2) + "\n")
+                print(f"{name}: asked through the server -> {path}")
+            continue
         if args.int8_only:
             if row.int8_tolerance is not None:
                 result = update_int8(row, args.runs)

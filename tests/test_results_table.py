@@ -128,3 +128,37 @@ def test_int8_tolerances_are_amounts_or_fractions_in_the_direction_of_worse() ->
     assert sst2.int8_met(0.821, 0.9)  # better is always within
     assert char.int8_met(1.600, 1.6159) and not char.int8_met(1.600, 1.6161)  # loss: +1%
     assert char.int8_met(1.600, 1.5)
+
+
+def test_chat_rows_are_shown_beside_the_single_task_rows(tmp_path: Path) -> None:
+    chat = {
+        "sentiment": {"accuracy": 0.75},
+        "answer": {"exact_match": 12.34, "f1": 20.01},
+        "to-english": {"bleu_tokenized_lc": 21.26},
+        "to-german": {"bleu_tokenized_lc": 15.0},
+        "people": {"f1": 0.5},
+        "places": {"f1": 0.25},
+    }
+    sft = {**MULTI30K_RESULT, "task": "chat-sft", "metric": "loss", "chat": chat}
+    sst2 = {**MULTI30K_RESULT, "task": "sst2", "metric": "accuracy", "value": 0.821}
+    for result in (sft, sst2):
+        (tmp_path / f"{result['task']}.json").write_text(json.dumps(result))
+    lines = results_table.table(tmp_path).splitlines()
+    assert "| `chat-sft` | 75.0% | 12.3 / 20.0 | 21.3 / 15.0 | 50.0% / 25.0% |" in lines
+    single = [line for line in lines if line.startswith("| single-task rows")]
+    assert single and single[0].endswith("| 82.1% | — / — | — / — | — |")
+
+
+def test_chat_answers_are_scored_by_their_first_word_and_the_names_they_list() -> None:
+    chat_quality = load("chat_quality")
+    accuracy = chat_quality.sentiment_accuracy(
+        ["Positive.", "negative, I think", "It is positive", ""],
+        ["positive"] * 2 + ["negative"] * 2,
+    )
+    assert accuracy == {"accuracy": 0.25}  # only the first answer's first word is right
+    scores = chat_quality.list_f1(
+        ["Peter Blackburn, Werner Zwingmann", "none", "Franz Fischler."],
+        ["Werner Zwingmann", "Nikolaus van der Pas", "franz fischler"],
+    )
+    # listed 3 (two, none, one), expected 3, right 2: "Werner Zwingmann", "franz fischler"
+    assert scores == {"precision": 2 / 3, "recall": 2 / 3, "f1": 2 / 3}

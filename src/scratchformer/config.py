@@ -661,7 +661,7 @@ class QuestionAnsweringOptions(ConfigBase):
 
 @dataclass
 class PretrainingOptions(ConfigBase):
-    """``[data.pretraining]``: the corpus of the pretraining tasks (``mlm``, ``rtd``,
+    """``[data.pretraining]``: the corpus of the pretraining tasks (``lm``, ``mlm``, ``rtd``,
     ``span_corruption``, ``contrastive``)."""
 
     corpus: list[str] | None = None
@@ -835,7 +835,7 @@ class DataConfig(ConfigBase):
     qa: QuestionAnsweringOptions = table(QuestionAnsweringOptions, "qa")
     """``[data.qa]``: question answering's windows, answers and cloze questions."""
     pretraining: PretrainingOptions = table(
-        PretrainingOptions, "mlm", "rtd", "span_corruption", "contrastive"
+        PretrainingOptions, "lm", "mlm", "rtd", "span_corruption", "contrastive"
     )
     """``[data.pretraining]``: the corpus of the pretraining tasks."""
     mlm: MaskingOptions = table(MaskingOptions, "mlm", "rtd")

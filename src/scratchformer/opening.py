@@ -100,12 +100,13 @@ def load_run(
 
 def pretrained(name: str) -> tuple[nn.Module, Tokenizer | None]:
     """The model and tokenizer that ``train.init_from = name`` starts from: the best model
-    of a run directory of ours (a pretraining run, say), or a Hugging Face checkpoint
-    (a directory or an installed model package)."""
+    of a run directory of ours (a pretraining run, say; a LoRA run's with its adapters
+    merged, so that a fine-tune of a fine-tune needs no ``merge`` between), or a Hugging
+    Face checkpoint (a directory or an installed model package)."""
     path = checkpoint_dir(name)
     if is_run(path):
         task, model = load_run(path, need_head=False)
-        return model, task.tokenizer()
+        return (merge_lora(model) if is_adapted(model) else model), task.tokenizer()
     return from_pretrained(path)
 
 

@@ -9,11 +9,13 @@ from pathlib import Path
 
 import openai
 import pytest
+import torch
 
 from helpers import live, set_options
 from scratchformer.cli import main
 from scratchformer.data.chat import prompt_ids, render
 from scratchformer.inference import generate
+from scratchformer.nn.lora import adapters_disabled
 from scratchformer.run import export_gguf, load_run
 
 gguf = pytest.importorskip("gguf")
@@ -92,6 +94,41 @@ def test_merged_and_served_it_answers_openais_client(chat_run: Path, tmp_path: P
         )
     assert answer.usage.prompt_tokens == len(prompt)
     assert answer.choices[0].message.content == tokenizer.decode(greedy[0])
+
+
+def test_dpo_with_lora_starts_from_the_sft_run_with_its_adapters_merged(
+    chat_run: Path, tmp_path: Path
+) -> None:
+    pairs = tmp_path / "pairs.jsonl"
+    lines = [
+        {"prompt": [SYSTEM, {"role": "user", "content": q}], "chosen": a, "rejected": "no idea"}
+        for q, a in ANSWERS.items()
+    ]
+    pairs.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    recipe = tmp_path / "dpo.toml"
+    recipe.write_text('task = "dpo"\n')
+    options = [
+        f"train.init_from='{chat_run}'",
+        f"data.train='{pairs}'",
+        f"data.val='{pairs}'",
+        "train.lora_rank=4",
+        "train.lr=1e-2",
+        "train.warmup_steps=0",
+        "train.max_steps=2",
+        "train.batch_size=3",
+    ]
+    run_dir = tmp_path / "dpo"
+    assert (
+        main(["--quiet", "train", str(recipe), "--out", str(run_dir), *set_options(options)]) == 0
+    )
+    assert (run_dir / "chat_template.jinja").read_text() == QWEN_TEMPLATE
+    task, sft = load_run(chat_run)
+    _, dpo = load_run(run_dir)
+    ids = torch.tensor([prompt_ids(QWEN_TEMPLATE, ASKED, task.tokenizer())])
+    with torch.no_grad(), adapters_disabled(dpo):  # the reference: the SFT run as trained
+        torch.testing.assert_close(dpo(ids).logits, sft(ids).logits, atol=1e-5, rtol=1e-5)
+    with torch.no_grad():
+        assert not torch.allclose(dpo(ids).logits, sft(ids).logits, atol=1e-3)
 
 
 def test_its_gguf_file_formats_chats_with_the_template(chat_run: Path, tmp_path: Path) -> None:

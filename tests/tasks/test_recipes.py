@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from scratchformer.config import TASKS, Recipe
+from scratchformer.data.instructions import chat_set, write_chat_set
 from scratchformer.nn import Dropout, MultiHeadAttention
 from scratchformer.run import start_run, train
 from scratchformer.tasks import TASKS as TASK_CLASSES
@@ -25,17 +26,14 @@ and half of the rest, for a descent of the same kind."""
 SMALL_CORPUS = ["data.pretraining.corpus=['stsb']"]
 """A pretraining recipe's text in these tests: one small corpus (the model is the recipe's;
 every named corpus is read in ``tests/data/test_corpus.py``)."""
-
-
-WITHOUT_RECIPE = {"sft", "dpo"}
-"""Tasks whose data no named dataset gives yet: chat fine-tuning reads the user's
-conversations or preference pairs (docs/recipes.md shows their recipes); their tests write
-their own."""
+CHAT_DATA = "runs/chat-data"
+"""Where the chat recipes read the files of ``scratchformer make-chat-data``; here a small
+set of the same kind is made instead, of SST-2's requests only (short and quick to make)."""
 
 
 def test_there_is_a_recipe_per_task_kind() -> None:
     tasks = {Recipe.load(path).task for path in RECIPES}
-    assert tasks == set(TASKS) - WITHOUT_RECIPE
+    assert tasks == set(TASKS)
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +55,10 @@ def test_recipe_trains_on_a_fixed_batch(
     lr = f"train.lr={1e-4 if full_fine_tune and encoder else 1e-3}"
     corpus = SMALL_CORPUS if given.data.pretraining.corpus else []
     windows = SHORT_WINDOWS if given.task == "qa" else []
-    recipe = Recipe.load(path, [*SMALL, *NO_DROPOUT, lr, *start, *corpus, *windows])
+    chat = pretraining_runs.chat_data_of(given)
+    recipe = Recipe.load(path, [*SMALL, *NO_DROPOUT, lr, *start, *corpus, *windows, *chat])
     task, model = start_run(recipe, tmp_path)
+    task.prepare_model(model)  # as the trainer does: DPO's reference is the starting model
     model.train()
     rates = [m.p for m in model.modules() if isinstance(m, Dropout)]
     rates += [m.dropout for m in model.modules() if isinstance(m, MultiHeadAttention)]
@@ -95,6 +95,23 @@ class PretrainingRuns:
         run_dir = self.directory / Path(init_from).name
         if not run_dir.exists():
             source = RECIPE_DIR / f"{run_dir.name}.toml"
-            overrides = [*ONE_STEP, *SMALL_CORPUS, *self.start_of(Recipe.load(source))]
-            train(source, run_dir, overrides=overrides, quiet=True)
+            recipe = Recipe.load(source)
+            overrides = [*ONE_STEP, *self.start_of(recipe), *self.chat_data_of(recipe)]
+            corpus = SMALL_CORPUS if recipe.data.pretraining.corpus else []
+            train(source, run_dir, overrides=[*overrides, *corpus], quiet=True)
         return [f"train.init_from='{run_dir}'"]
+
+    def chat_data_of(self, recipe: Recipe) -> list[str]:
+        """The settings that point a chat recipe's files to a small chat set of the same
+        kind, made the first time it is asked for (none for other recipes)."""
+        files = {"train": recipe.data.train, "val": recipe.data.val}
+        if not any(isinstance(f, str) and f.startswith(CHAT_DATA) for f in files.values()):
+            return []
+        chat_dir = self.directory / "chat-data"
+        if not chat_dir.exists():
+            write_chat_set(chat_dir, chat_set(8, 4, sources=["sst2"]))  # short chats
+        return [
+            f"data.{split}='{chat_dir / Path(file).name}'"
+            for split, file in files.items()
+            if isinstance(file, str)
+        ]

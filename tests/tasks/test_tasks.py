@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from scratchformer.config import Recipe
+from scratchformer.data.corpus import corpus_documents, split_held_out
 from scratchformer.data.readers import DataError
 from scratchformer.inference import greedy_decode
 from scratchformer.models import build_model
@@ -316,6 +317,21 @@ def test_language_model_bits_per_byte_counts_the_bytes_of_the_scored_text(
     bits = (len(ids) - 1) * math.log2(tokenizer.vocab_size)
     scored_bytes = len((line * 20).encode()) - len(first.encode())
     assert metrics["bits_per_byte"] == pytest.approx(bits / scored_bytes, rel=1e-6)
+
+
+def test_a_language_model_of_a_corpus_ends_each_document_with_eos() -> None:
+    data = {"vocab_size": 300, "pretraining": {"corpus": ["stsb"]}}
+    task = build_task(recipe("lm", data=data))
+    task.prepare()
+    tokenizer = task.tokenizer()
+    documents = list(corpus_documents(["stsb"], []))
+    for split, held_out in (("train", False), ("val", True)):
+        expected = list(split_held_out(documents, held_out))
+        ids = task.stream(split).ids.tolist()
+        ends = [i for i, token in enumerate(ids) if token == tokenizer.eos_id]
+        assert len(ends) == len(expected) and ends[-1] == len(ids) - 1
+        assert tokenizer.decode(ids[: ends[0]]) == expected[0]
+        assert tokenizer.decode(ids[ends[-2] + 1 : ends[-1]]) == expected[-1]
 
 
 def test_language_model_streams_are_memory_mapped_token_files(tmp_path: Path) -> None:

@@ -10,23 +10,27 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..data.batching import TokenStream, lm_batch, lm_eval_blocks
-from ..data.corpus import TokenFiles
+from ..data.batching import lm_batch, lm_eval_blocks
 from ..data.readers import iter_lines
 from ..data.registry import TextDataset, dataset_choice, named_dataset
 from ..data.tokenizer import Tokenizer
 from ..nn.loss import IGNORE_INDEX
 from ..predictions import GENERATE
-from .base import Batch, Task, TokenLabels, register_task
+from .base import Batch, TokenLabels, register_task
+from .corpus import CorpusTask
 
 LN_2 = math.log(2)
 
 
 @register_task
-class LanguageModelTask(Task):
-    """A corpus becomes one token stream; training samples random ``block_size`` windows
+class LanguageModelTask(CorpusTask):
+    """A text becomes one token stream; training samples random ``block_size`` windows
     (as nanoGPT does), evaluation walks the validation stream in consecutive blocks.
 
+    The text is a named dataset's or the recipe's files, line by line; or, with
+    ``data.pretraining.corpus``, the pretraining tasks' corpus of named datasets' training
+    text, each document followed by the eos token (so that a model learns where a text
+    ends, as a chat model must), its held-out slice for validation.
     Streams are written to token files (in a temporary folder of the user cache) and
     memory-mapped: text files are read line by line, so corpora larger than memory work.
     """
@@ -37,11 +41,6 @@ class LanguageModelTask(Task):
     metric = "loss"
     higher_is_better = False
     predicts = GENERATE
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._streams: dict[tuple[str, str | None], TokenStream] = {}
-        self._token_files = TokenFiles()
 
     def lines(self, split: str, path: str | None = None) -> Iterable[str]:
         """The text of a split, line by line with newlines: a named corpus, the recipe's
@@ -56,19 +55,23 @@ class LanguageModelTask(Task):
             f"no {split} text: set {dataset_choice(TextDataset)} or data.{split} = FILE"
         )
 
+    def documents(self, split: str, path: str | None = None) -> Iterable[str]:
+        """The corpus's documents (``data.pretraining.corpus``), else :meth:`lines`."""
+        if self.data.pretraining.corpus and path is None:
+            return super().documents(split)
+        return self.lines(split, path)
+
+    def separator(self) -> list[int]:
+        """The eos token after each document of a corpus; lines run on."""
+        eos = self.tokenizer().eos_id
+        return [eos] if self.data.pretraining.corpus and eos is not None else []
+
     def prepare(self) -> None:
         specials = ("unk",) if self.data.tokenizer == "char" else ("unk", "eos")
-        self.tokenizers = {"tokenizer": self.train_tokenizer(self.lines("train"), specials)}
+        self.tokenizers = {"tokenizer": self.train_tokenizer(self.documents("train"), specials)}
 
     def model_sizes(self) -> dict[str, Any]:
         return {"vocab_size": self.tokenizer().vocab_size}
-
-    def stream(self, split: str, path: str | None = None) -> TokenStream:
-        """The token ids of a split: encoded once, in chunks of lines, into a token file."""
-        key = (split, path)
-        if key not in self._streams:
-            self._streams[key] = self._token_files.write(self.tokenizer(), self.lines(split, path))
-        return self._streams[key]
 
     def global_batch(self, index: int, parts: int) -> Batch:
         generator = torch.Generator().manual_seed(self.train_config.seed * 1_000_003 + index)
