@@ -1,4 +1,4 @@
-"""The base of the pretraining tasks that read a text corpus (``mlm``, ``span_corruption``):
+"""The base of the tasks that read a text corpus (``lm``, ``mlm``, ``span_corruption``):
 which documents a split holds, and their token stream, encoded once."""
 
 from __future__ import annotations
