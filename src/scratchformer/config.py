@@ -662,7 +662,7 @@ class QuestionAnsweringOptions(ConfigBase):
 @dataclass
 class PretrainingOptions(ConfigBase):
     """``[data.pretraining]``: the corpus of the pretraining tasks (``lm``, ``mlm``, ``rtd``,
-    ``span_corruption``, ``contrastive``)."""
+    ``span_corruption``, ``denoising``, ``contrastive``)."""
 
     corpus: list[str] | None = None
     """Named datasets whose training text joins the corpus -- ``sst2``, ``stsb``,
@@ -727,6 +727,28 @@ class SpanCorruptionOptions(ConfigBase):
             f"mean_span_length={self.mean_span_length} must be at least 1",
         )
         _positive(self, "sentinels")
+
+
+@dataclass
+class DenoisingOptions(ConfigBase):
+    """``[data.denoising]``: BART's noise of a sentence, which the decoder writes back whole."""
+
+    mask_ratio: float = 0.35
+    """The share of a sentence's tokens hidden in spans, each span by one mask token
+    (mBART's 35%; BART's 30%)."""
+    poisson_lambda: float = 3.5
+    """The mean of the Poisson distribution of the spans' lengths (BART's 3.5); a span of
+    length 0 inserts a mask token."""
+    delete_ratio: float = 0.0
+    """The share of the other tokens deleted outright (BART's token deletion), 0 for none."""
+
+    def __post_init__(self) -> None:
+        self._check_types()
+        _require(0.0 <= self.mask_ratio < 1.0, f"mask_ratio={self.mask_ratio} must be in [0, 1)")
+        _require(
+            0.0 <= self.delete_ratio < 1.0, f"delete_ratio={self.delete_ratio} must be in [0, 1)"
+        )
+        _positive(self, "poisson_lambda")
 
 
 @dataclass
@@ -835,13 +857,15 @@ class DataConfig(ConfigBase):
     qa: QuestionAnsweringOptions = table(QuestionAnsweringOptions, "qa")
     """``[data.qa]``: question answering's windows, answers and cloze questions."""
     pretraining: PretrainingOptions = table(
-        PretrainingOptions, "lm", "mlm", "rtd", "span_corruption", "contrastive"
+        PretrainingOptions, "lm", "mlm", "rtd", "span_corruption", "denoising", "contrastive"
     )
     """``[data.pretraining]``: the corpus of the pretraining tasks."""
     mlm: MaskingOptions = table(MaskingOptions, "mlm", "rtd")
     """``[data.mlm]``: which tokens masked LM hides."""
     span_corruption: SpanCorruptionOptions = table(SpanCorruptionOptions, "span_corruption")
     """``[data.span_corruption]``: T5's noise."""
+    denoising: DenoisingOptions = table(DenoisingOptions, "denoising")
+    """``[data.denoising]``: BART's noise."""
     synthetic: SyntheticOptions = table(SyntheticOptions, "synthetic")
     """``[data.synthetic]``: the synthetic task's examples."""
     chat: ChatOptions = table(ChatOptions, "sft", "dpo")

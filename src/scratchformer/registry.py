@@ -64,6 +64,7 @@ TASKS = declare(
     "mlm",
     "rtd",
     "span_corruption",
+    "denoising",
     "contrastive",
     "sft",
     "dpo",

@@ -1,6 +1,9 @@
-"""T5's span corruption: the noise mask's statistics, the lengths, and the round trip."""
+"""T5's span corruption: the noise mask's statistics, the lengths, and the round trip.
+BART's text infilling: the spans' statistics, and the kept tokens in order."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
@@ -8,9 +11,11 @@ import torch
 from scratchformer.data.noise import (
     corrupt,
     corrupted_lengths,
+    infill,
     noise_counts,
     random_spans_noise_mask,
     raw_length,
+    span_lengths,
 )
 
 SENTINELS = list(range(1000, 1100))
@@ -115,3 +120,49 @@ def test_too_few_sentinels_is_an_error() -> None:
     mask = torch.tensor([False, True, False, True, False])
     with pytest.raises(ValueError, match="2 noise spans need more than the 1 sentinels"):
         corrupt([5, 6, 7, 8, 9], mask, SENTINELS[:1], EOS)
+
+
+MASK = 10_000
+
+
+def test_poisson_spans_hide_the_budget_exactly_at_the_mean_length() -> None:
+    generator = torch.Generator().manual_seed(0)
+    assert span_lengths(0, 3.5, generator) == []
+    for budget in (1, 7, 40):
+        assert sum(span_lengths(budget, 3.5, generator)) == budget
+    drawn = span_lengths(20_000, 3.5, generator)
+    assert sum(drawn) / len(drawn) == pytest.approx(3.5, abs=0.1)  # the cut last one: noise
+    assert sum(n == 0 for n in drawn) / len(drawn) == pytest.approx(math.exp(-3.5), abs=0.01)
+
+
+def test_infilling_hides_its_share_in_spans_of_one_mask_and_keeps_the_rest_in_order() -> None:
+    generator = torch.Generator().manual_seed(1)
+    hidden = masks = tokens = 0
+    for sentence in range(500):
+        ids = list(range(1, 2 + sentence % 40))
+        noised = infill(ids, MASK, 0.35, 3.5, generator)
+        kept = [token for token in noised if token != MASK]
+        assert kept == [token for token in ids if token in kept]  # in order, none repeated
+        assert len(ids) - len(kept) == round(0.35 * len(ids))  # exactly the share, rounded
+        assert "MASK MASK" not in " ".join("MASK" if t == MASK else "t" for t in noised)
+        hidden, masks, tokens = (
+            hidden + len(ids) - len(kept),
+            masks + noised.count(MASK),
+            tokens + len(ids),
+        )
+    assert hidden / tokens == pytest.approx(0.35, abs=0.01)
+    assert 2.5 < hidden / masks < 3.5  # Poisson(3.5) spans, the last of each cut short
+
+
+def test_deletion_drops_its_share_of_the_kept_tokens_without_a_trace() -> None:
+    generator = torch.Generator().manual_seed(2)
+    ids = list(range(1, 1001))
+    noised = infill(ids, MASK, 0.0, 3.5, generator, delete_ratio=0.1)
+    assert MASK not in noised and noised == sorted(noised)
+    assert len(noised) == pytest.approx(900, abs=30)
+
+
+def test_the_same_seed_draws_the_same_infilling() -> None:
+    ids = list(range(1, 30))
+    draws = [infill(ids, MASK, 0.35, 3.5, torch.Generator().manual_seed(s)) for s in (5, 5, 6)]
+    assert draws[0] == draws[1] != draws[2]

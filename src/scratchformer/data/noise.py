@@ -95,3 +95,53 @@ def corrupt(
             targets.append(sentinel_ids[span])
         targets.append(token)
     return [*inputs, eos_id], [*targets, eos_id]
+
+
+def span_lengths(budget: int, poisson_lambda: float, generator: torch.Generator) -> list[int]:
+    """Span lengths drawn from a Poisson distribution of mean ``poisson_lambda`` until they
+    hide ``budget`` tokens, the last one cut so that they hide exactly that many (none for
+    a budget of 0). Spans of length 0 are kept: each inserts a mask."""
+    spans: list[int] = []
+    rate = torch.tensor(float(poisson_lambda))
+    while sum(spans) < budget:
+        spans.append(int(torch.poisson(rate, generator=generator)))
+    if spans:
+        spans[-1] -= sum(spans) - budget
+    return spans
+
+
+def infill(
+    ids: Sequence[int],
+    mask_id: int,
+    mask_ratio: float,
+    poisson_lambda: float,
+    generator: torch.Generator,
+    delete_ratio: float = 0.0,
+) -> list[int]:
+    """BART's text infilling (Lewis et al. 2020, as mBART pretrains): ``mask_ratio`` of the
+    tokens of ``ids`` (rounded) are hidden in spans of Poisson lengths
+    (:func:`span_lengths`), each span becoming one ``mask_id``, so that the model must also
+    tell how many tokens a mask hides; a span of length 0 inserts a mask. The spans go
+    into distinct random gaps between the kept tokens, so none merge; if there are more
+    spans than gaps, the last ones join the one before. With ``delete_ratio``, that share
+    of the kept tokens is deleted outright (BART's token deletion)."""
+    length = len(ids)
+    budget = round(length * mask_ratio)
+    kept = length - budget
+    spans = span_lengths(budget, poisson_lambda, generator)
+    while len(spans) > kept + 1:
+        spans[-2] += spans.pop()
+    gaps = torch.randperm(kept + 1, generator=generator)[: len(spans)].sort().values.tolist()
+    span_at = dict(zip(gaps, spans, strict=True))
+    deleted = (torch.rand(kept, generator=generator) < delete_ratio).tolist()
+    noised: list[int] = []
+    position = 0
+    for gap in range(kept + 1):
+        if gap in span_at:
+            noised.append(mask_id)
+            position += span_at[gap]
+        if gap < kept:
+            if not deleted[gap]:
+                noised.append(ids[position])
+            position += 1
+    return noised

@@ -12,6 +12,7 @@ from ..config import Recipe
 from .base import TASKS, Batch, ExampleTask, Task
 from .classification import ClassificationTask, RegressionTask
 from .contrastive import ContrastiveTask
+from .denoising import DenoisingTask
 from .lm import LanguageModelTask
 from .mlm import MaskedLMTask
 from .qa import QuestionAnsweringTask
@@ -38,6 +39,7 @@ __all__ = [
     "ChatTuningTask",
     "ClassificationTask",
     "ContrastiveTask",
+    "DenoisingTask",
     "ExampleTask",
     "LanguageModelTask",
     "MaskedLMTask",

@@ -1,0 +1,134 @@
+"""Denoising pretraining: its batches (noised sentences in, whole sentences out), exact
+resume, and a translation fine-tune that starts from it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from helpers import RECIPES, TINY_MODEL, interrupted_after, set_options
+from scratchformer.cli import main
+from scratchformer.config import Recipe
+from scratchformer.nn.loss import IGNORE_INDEX
+from scratchformer.tasks import build_task
+from scratchformer.tasks.denoising import DenoisingTask
+
+RECIPE = str(RECIPES / "pretrain-denoising.toml")
+
+
+def tiny(corpus: Path, *extra: str) -> list[str]:
+    """Settings that make pretrain-denoising.toml a tiny run on ``corpus``."""
+    return [
+        *TINY_MODEL,
+        "data.pretraining.corpus=none",
+        f"data.train='{corpus}'",
+        "data.pretraining.document_per_line=true",
+        "data.tokenizer='char'",
+        "data.vocab_size=60",
+        "data.max_len=40",
+        "model.dropout=0.1",  # so that resume must restore the random state exactly
+        "train.batch_size=4",
+        "train.eval_every=4",
+        "train.eval_batches=2",
+        *extra,
+    ]
+
+
+def pretrain(out: Path, corpus: Path, *extra: str) -> int:
+    options = set_options(tiny(corpus, *extra))
+    return main(["--quiet", "train", RECIPE, "--out", str(out), *options])
+
+
+@pytest.fixture(scope="module")
+def pretrained(t5_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny denoising run of 8 steps: the unbroken run that a resumed one must equal,
+    and the start of a fine-tune."""
+    run_dir = tmp_path_factory.mktemp("denoising") / "run"
+    assert pretrain(run_dir, t5_corpus, "train.max_steps=8") == 0
+    return run_dir
+
+
+def prepared(corpus: Path) -> DenoisingTask:
+    task = build_task(Recipe.load(RECIPE, tiny(corpus)))
+    task.prepare()
+    return task
+
+
+def test_a_batch_noises_sentences_of_the_corpus_and_asks_for_them_whole(t5_corpus: Path) -> None:
+    task = prepared(t5_corpus)
+    tokenizer = task.tokenizer()
+    (mask,) = tokenizer.sentinel_ids
+    sentences = set(t5_corpus.read_text().splitlines())
+    batch = task.global_batch(3, 2)
+    assert batch.inputs["src_ids"].shape[0] == 8
+    masked = 0
+    for src, src_mask, tgt, targets in zip(
+        batch.inputs["src_ids"],
+        batch.inputs["src_mask"],
+        batch.inputs["tgt_ids"],
+        batch.targets,
+        strict=True,
+    ):
+        whole = targets[targets != IGNORE_INDEX].tolist()
+        assert whole[-1] == tokenizer.eos_id and tgt[0] == task.start_id()
+        text = tokenizer.decode(whole[:-1])  # the label: the sentence, whole or its start
+        cut = len(whole) == 40 and any(sentence.startswith(text) for sentence in sentences)
+        assert text in sentences or cut
+        assert torch.equal(tgt[1 : len(whole)], targets[: len(whole) - 1])  # teacher forcing
+        noised = src[src_mask].tolist()
+        assert noised[-1] == tokenizer.eos_id
+        kept = [t for t in noised[:-1] if t != mask]
+        assert len(whole) - 1 - len(kept) == round(0.35 * (len(whole) - 1))
+        masked += noised.count(mask)
+    assert masked > 0
+    again = prepared(t5_corpus).global_batch(3, 2)  # a batch is a function of its index
+    assert torch.equal(again.inputs["src_ids"], batch.inputs["src_ids"])
+    assert not torch.equal(task.global_batch(4, 2).inputs["src_ids"], batch.inputs["src_ids"])
+
+
+def test_evaluation_reads_the_held_out_sentences_with_the_same_noise_each_time(
+    t5_corpus: Path,
+) -> None:
+    task = prepared(t5_corpus)
+    first, again = (list(task.eval_batches("val")) for _ in range(2))
+    assert len(first) == 1  # 3 of the 300 sentences are held out, one batch of 4
+    assert torch.equal(first[0].inputs["src_ids"], again[0].inputs["src_ids"])
+    assert first[0].inputs["src_ids"].shape[0] == 3
+
+
+def test_resume_is_bit_identical_mid_pretraining(
+    tmp_path: Path, t5_corpus: Path, pretrained: Path
+) -> None:
+    with interrupted_after(4):
+        assert pretrain(tmp_path / "halves", t5_corpus, "train.max_steps=8") == 130
+    assert main(["--quiet", "train", RECIPE, "--out", str(tmp_path / "halves"), "--resume"]) == 0
+    straight, halves = (
+        load_file(run / "model.safetensors") for run in (pretrained, tmp_path / "halves")
+    )
+    assert straight.keys() == halves.keys()
+    assert all(torch.equal(straight[k], halves[k]) for k in straight)
+
+
+def test_a_translation_fine_tune_starts_from_it(tmp_path: Path, pretrained: Path) -> None:
+    source, target = tmp_path / "source.txt", tmp_path / "target.txt"
+    source.write_text("a man runs\nthe dog sits\n" * 4)
+    target.write_text("the man runs\na dog sits\n" * 4)
+    files = f"['{source}', '{target}']"
+    options = [
+        f"train.init_from='{pretrained}'",
+        "data.dataset=none",
+        f"data.train={files}",
+        f"data.val={files}",
+        "train.max_steps=2",
+        "train.eval_every=2",
+        "train.max_tokens=none",
+        "train.batch_size=4",
+        "model.norm_first=true",
+    ]
+    run = tmp_path / "run"
+    recipe = str(RECIPES / "multi30k-de-en-pretrained.toml")
+    assert main(["--quiet", "train", recipe, "--out", str(run), *set_options(options)]) == 0
+    assert (run / "tokenizer.json").read_text() == (pretrained / "tokenizer.json").read_text()
