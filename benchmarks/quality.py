@@ -8,7 +8,9 @@ machine, evaluate on the named split, and write ``results/<task>.json``.
 Each row runs two commands, recorded in its result so that anyone can repeat it:
 ``scratchformer train RECIPE --out runs/results/TASK --set train.max_minutes=BUDGET ...``
 on a fresh run directory, then ``scratchformer eval runs/results/TASK --split SPLIT``.
-Checkpoints are selected on the validation split only.
+Checkpoints are selected on the validation split only. A row that starts from another
+row's run (``train.init_from``) records which: its recipe, steps and a hash of its weights
+(``started_from``), so that the rows fine-tuned from one pretraining can be seen to share it.
 
 The rows with an int8 tolerance are also evaluated with ``--quantize int8`` (int8 weights,
 :func:`scratchformer.quantize`), once in each precision of products this CPU has:
@@ -26,6 +28,7 @@ The rows of a language model and its chat fine-tunes (``pretrain-decoder``, ``ch
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -254,6 +257,7 @@ def run_row(row: Row, threads: int, runs: Path) -> dict[str, Any]:
         if not (ROOT / CHAT_DATA).exists():
             subprocess.run(scratchformer(*commands[0]), **CAPTURE)
 
+    start = started_from(row)
     started = time.perf_counter()
     trained = json.loads(subprocess.run(scratchformer(*train), **CAPTURE).stdout)
     wall = time.perf_counter() - started
@@ -282,11 +286,36 @@ def run_row(row: Row, threads: int, runs: Path) -> dict[str, Any]:
         "seed": config["train"]["seed"],
         "command": " && ".join(shlex.join(["scratchformer", *c]) for c in commands),
     }
+    if start is not None:
+        result["started_from"] = start
     if row.chat:
         result["chat"] = chat_quality.measure(ROOT / run_dir, CHAT_LIMIT, threads=threads)
     if row.int8_tolerance is not None:
         result["int8"] = int8_results(row, run_dir, value)
     return result
+
+
+def started_from(row: Row) -> dict[str, Any] | None:
+    """The run a row's fine-tune starts from (its ``train.init_from`` setting), so that
+    rows can be told to share one: its directory, its recipe, the steps it trained and the
+    best of them, a hash of the weights it gave, and the CPU of its own result, if any."""
+    init_from = next(
+        (s.split("=", 1)[1] for s in row.settings if s.startswith("train.init_from=")), None
+    )
+    if init_from is None:
+        return None
+    run_dir = ROOT / init_from
+    state = json.loads((run_dir / "trainer_state.json").read_text())
+    weights = hashlib.sha256((run_dir / "model.safetensors").read_bytes()).hexdigest()
+    result = RESULTS / f"{run_dir.name}.json"
+    return {
+        "run": init_from,
+        "recipe": ROWS[run_dir.name].recipe if run_dir.name in ROWS else None,
+        "steps": state["step"],
+        "best_step": state["best_step"],
+        "weights_sha256": weights,
+        "hardware": json.loads(result.read_text())["hardware"] if result.exists() else None,
+    }
 
 
 def int8_results(row: Row, run_dir: Path, fp32: float) -> list[dict[str, Any]]:

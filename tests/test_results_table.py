@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import sys
@@ -162,3 +163,18 @@ def test_chat_answers_are_scored_by_their_first_word_and_the_names_they_list() -
     )
     # listed 3 (two, none, one), expected 3, right 2: "Werner Zwingmann", "franz fischler"
     assert scores == {"precision": 2 / 3, "recall": 2 / 3, "f1": 2 / 3}
+
+
+def test_a_fine_tune_row_records_the_run_it_started_from(tmp_path: Path) -> None:
+    quality = load("quality")
+    start = tmp_path / "pretrain-encoder"
+    start.mkdir()
+    (start / "trainer_state.json").write_text(json.dumps({"step": 6500, "best_step": 6000}))
+    (start / "model.safetensors").write_bytes(b"weights")
+    row = quality.Row("sst2-pretrained", "sst2-pretrained", "accuracy", "val", 15, 0.8)
+    assert quality.started_from(row) is None
+    row = quality.Row(**{**row.__dict__, "settings": (f"train.init_from={start}",)})
+    recorded = quality.started_from(row)
+    assert recorded["recipe"] == "pretrain-encoder" and recorded["run"] == str(start)
+    assert (recorded["steps"], recorded["best_step"]) == (6500, 6000)
+    assert recorded["weights_sha256"] == hashlib.sha256(b"weights").hexdigest()
