@@ -13,6 +13,8 @@ answered greedily, scored by the task's own measure:
 
 A run without a chat template (a base language model) is asked in the default one
 (:data:`scratchformer.data.chat.DEFAULT_TEMPLATE`), the template its chat fine-tunes learn.
+A request longer than the model's context (a long SQuAD paragraph) is refused by the
+server; it is counted (``too_long``) and left out of the scores.
 
     python benchmarks/chat_quality.py runs/results/chat-sft --limit 300
 """
@@ -111,18 +113,25 @@ def with_template(run_dir: Path) -> Iterator[Path]:
         yield Path(linked)
 
 
-async def _ask_all(url: str, prompts: Sequence[Instruction]) -> list[str]:
+async def _ask_all(url: str, prompts: Sequence[Instruction]) -> list[str | None]:
+    """Each prompt's answer; None for one the server refuses as longer than the model's
+    context (some SQuAD paragraphs), which is then left out of the scores."""
     client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
     limit = asyncio.Semaphore(CONCURRENCY)
 
-    async def ask(prompt: Instruction) -> str:
+    async def ask(prompt: Instruction) -> str | None:
         async with limit:
-            reply = await client.chat.completions.create(
-                model="chat",
-                messages=[{"role": "user", "content": prompt.prompt}],
-                max_tokens=MAX_TOKENS[prompt.kind],
-                temperature=0,
-            )
+            try:
+                reply = await client.chat.completions.create(
+                    model="chat",
+                    messages=[{"role": "user", "content": prompt.prompt}],
+                    max_tokens=MAX_TOKENS[prompt.kind],
+                    temperature=0,
+                )
+            except openai.BadRequestError as error:
+                if "context" not in str(error):
+                    raise
+                return None
         return (reply.choices[0].message.content or "").strip()
 
     answers = await asyncio.gather(*(ask(p) for p in prompts))
@@ -144,10 +153,15 @@ def measure(
         answers = asyncio.run(_ask_all(url, prompts))
     result: dict[str, Any] = {"split": split}
     for kind in by_kind:
-        pairs = [(a, p) for a, p in zip(answers, prompts, strict=True) if p.kind == kind]
+        asked = [(a, p) for a, p in zip(answers, prompts, strict=True) if p.kind == kind]
+        pairs = [(a, p) for a, p in asked if a is not None]
         kind_answers, kind_prompts = zip(*pairs, strict=True)
-        result[kind] = {"requests": len(pairs), **scores(kind, kind_answers, kind_prompts)}
-        result[kind]["example"] = {"prompt": kind_prompts[0].prompt, "answer": kind_answers[0]}
+        result[kind] = {
+            "requests": len(pairs),
+            "too_long": len(asked) - len(pairs),
+            **scores(kind, kind_answers, kind_prompts),
+            "example": {"prompt": kind_prompts[0].prompt, "answer": kind_answers[0]},
+        }
     return result
 
 

@@ -81,10 +81,29 @@ def _score(result: dict[str, Any] | None, key: str, percent: bool = False) -> st
     return f"{100 * value:.1f}%" if percent else f"{value:.1f}"
 
 
+def in_training_order(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``results`` with each after the one whose run it started from (``started_from``),
+    in file-name order otherwise: a base model, then its fine-tunes."""
+    ordered: list[dict[str, Any]] = []
+    pending = list(results)
+    while pending:
+        tasks = {result["task"] for result in pending}
+        ready = [r for r in pending if start_of(r) not in tasks] or pending
+        ordered += ready
+        pending = [r for r in pending if r not in ready]
+    return ordered
+
+
+def start_of(result: dict[str, Any]) -> str | None:
+    """The task of the row whose run ``result``'s started from, if any."""
+    start = result.get("started_from")
+    return None if start is None else Path(start["run"]).name
+
+
 def chat_table(results: list[dict[str, Any]]) -> list[str]:
     """The chat rows' answers to the source tasks' validation requests, asked through the
     server (``chat`` of their results), and the single-task rows' scores beneath."""
-    chats = [result for result in results if "chat" in result]
+    chats = in_training_order([result for result in results if "chat" in result])
     if not chats:
         return []
     lines = [

@@ -142,10 +142,12 @@ def test_chat_rows_are_shown_beside_the_single_task_rows(tmp_path: Path) -> None
     }
     sft = {**MULTI30K_RESULT, "task": "chat-sft", "metric": "loss", "chat": chat}
     sst2 = {**MULTI30K_RESULT, "task": "sst2", "metric": "accuracy", "value": 0.821}
-    for result in (sft, sst2):
+    after = {**sft, "task": "chat-dpo", "started_from": {"run": "runs/results/chat-sft"}}
+    for result in (sft, sst2, after):
         (tmp_path / f"{result['task']}.json").write_text(json.dumps(result))
     lines = results_table.table(tmp_path).splitlines()
-    assert "| `chat-sft` | 75.0% | 12.3 / 20.0 | 21.3 / 15.0 | 50.0% / 25.0% |" in lines
+    sft_line = "| `chat-sft` | 75.0% | 12.3 / 20.0 | 21.3 / 15.0 | 50.0% / 25.0% |"
+    assert lines.index(sft_line) + 1 == lines.index(sft_line.replace("chat-sft", "chat-dpo"))
     single = [line for line in lines if line.startswith("| single-task rows")]
     assert single and single[0].endswith("| 82.1% | — / — | — / — | — |")
 
