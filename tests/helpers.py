@@ -121,8 +121,9 @@ def train(run_dir: Path, recipe: str, *settings: str) -> None:
     assert main([*args, *set_options([*TINY_RUN, *settings])]) == 0
 
 
-def tiny_t5(corpus: Path) -> list[str]:
-    """Settings that make pretrain-t5.toml a tiny run on ``corpus``."""
+def tiny_pretraining(corpus: Path) -> list[str]:
+    """Settings that make an encoder-decoder's pretraining recipe a tiny run on ``corpus``,
+    a sentence a line."""
     return [
         *TINY_MODEL,
         "data.pretraining.corpus=none",
@@ -130,7 +131,6 @@ def tiny_t5(corpus: Path) -> list[str]:
         "data.pretraining.document_per_line=true",
         "data.tokenizer='char'",
         "data.vocab_size=60",
-        "data.span_corruption.sentinels=8",
         "data.max_len=40",
         "model.dropout=0.1",  # so that resume must restore the random state exactly
         "train.batch_size=4",
@@ -140,12 +140,39 @@ def tiny_t5(corpus: Path) -> list[str]:
     ]
 
 
+def tiny_t5(corpus: Path) -> list[str]:
+    """Settings that make pretrain-t5.toml a tiny run on ``corpus``."""
+    return [*tiny_pretraining(corpus), "data.span_corruption.sentinels=8"]
+
+
 def pretrain_t5(out: Path, corpus: Path, *extra: str) -> int:
     """Span-corruption pretraining (``recipes/pretrain-t5.toml``, tiny) on ``corpus``."""
     recipe = str(RECIPES / "pretrain-t5.toml")
     return main(
         ["--quiet", "train", recipe, "--out", str(out), *set_options([*tiny_t5(corpus), *extra])]
     )
+
+
+def translation_fine_tune(pretrained: Path, out: Path, *extra: str) -> int:
+    """``multi30k-de-en-pretrained.toml`` from the run ``pretrained``, two steps on two
+    sentence pairs written beside ``out``."""
+    source, target = out.parent / "source.txt", out.parent / "target.txt"
+    source.write_text("a man runs\nthe dog sits\n" * 4)
+    target.write_text("the man runs\na dog sits\n" * 4)
+    files = f"['{source}', '{target}']"
+    options = [
+        f"train.init_from='{pretrained}'",
+        "data.dataset=none",
+        f"data.train={files}",
+        f"data.val={files}",
+        "train.max_steps=2",
+        "train.eval_every=2",
+        "train.max_tokens=none",
+        "train.batch_size=4",
+        *extra,
+    ]
+    recipe = str(RECIPES / "multi30k-de-en-pretrained.toml")
+    return main(["--quiet", "train", recipe, "--out", str(out), *set_options(options)])
 
 
 def run(capsys, monkeypatch, stdin: str, *args: str) -> tuple[int, list[str], str]:

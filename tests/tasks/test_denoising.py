@@ -9,7 +9,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from helpers import RECIPES, TINY_MODEL, interrupted_after, set_options
+from helpers import (
+    RECIPES,
+    interrupted_after,
+    set_options,
+    tiny_pretraining,
+    translation_fine_tune,
+)
 from scratchformer.cli import main
 from scratchformer.config import Recipe
 from scratchformer.nn.loss import IGNORE_INDEX
@@ -21,20 +27,7 @@ RECIPE = str(RECIPES / "pretrain-denoising.toml")
 
 def tiny(corpus: Path, *extra: str) -> list[str]:
     """Settings that make pretrain-denoising.toml a tiny run on ``corpus``."""
-    return [
-        *TINY_MODEL,
-        "data.pretraining.corpus=none",
-        f"data.train='{corpus}'",
-        "data.pretraining.document_per_line=true",
-        "data.tokenizer='char'",
-        "data.vocab_size=60",
-        "data.max_len=40",
-        "model.dropout=0.1",  # so that resume must restore the random state exactly
-        "train.batch_size=4",
-        "train.eval_every=4",
-        "train.eval_batches=2",
-        *extra,
-    ]
+    return [*tiny_pretraining(corpus), "train.eval_batches=2", *extra]
 
 
 def pretrain(out: Path, corpus: Path, *extra: str) -> int:
@@ -113,22 +106,6 @@ def test_resume_is_bit_identical_mid_pretraining(
 
 
 def test_a_translation_fine_tune_starts_from_it(tmp_path: Path, pretrained: Path) -> None:
-    source, target = tmp_path / "source.txt", tmp_path / "target.txt"
-    source.write_text("a man runs\nthe dog sits\n" * 4)
-    target.write_text("the man runs\na dog sits\n" * 4)
-    files = f"['{source}', '{target}']"
-    options = [
-        f"train.init_from='{pretrained}'",
-        "data.dataset=none",
-        f"data.train={files}",
-        f"data.val={files}",
-        "train.max_steps=2",
-        "train.eval_every=2",
-        "train.max_tokens=none",
-        "train.batch_size=4",
-        "model.norm_first=true",
-    ]
     run = tmp_path / "run"
-    recipe = str(RECIPES / "multi30k-de-en-pretrained.toml")
-    assert main(["--quiet", "train", recipe, "--out", str(run), *set_options(options)]) == 0
+    assert translation_fine_tune(pretrained, run, "model.norm_first=true") == 0
     assert (run / "tokenizer.json").read_text() == (pretrained / "tokenizer.json").read_text()

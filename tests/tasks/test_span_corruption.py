@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from helpers import RECIPES, interrupted_after, pretrain_t5, run, set_options, tiny_t5
+from helpers import RECIPES, interrupted_after, pretrain_t5, run, tiny_t5, translation_fine_tune
 from scratchformer.cli import main
 from scratchformer.config import Recipe
 from scratchformer.data.noise import corrupted_lengths
@@ -104,25 +104,9 @@ def test_resume_is_bit_identical_mid_pretraining(
 def test_translation_fine_tunes_from_a_span_corruption_run(
     tmp_path: Path, pretrained: Path, lora: bool
 ) -> None:
-    source, target = tmp_path / "source.txt", tmp_path / "target.txt"
-    source.write_text("a man runs\nthe dog sits\n" * 4)
-    target.write_text("the man runs\na dog sits\n" * 4)
     run = tmp_path / "run"
-    files = f"['{source}', '{target}']"
-    options = [
-        f"train.init_from='{pretrained}'",
-        "data.dataset=none",
-        f"data.train={files}",
-        f"data.val={files}",
-        "train.max_steps=2",
-        "train.eval_every=2",
-        "train.max_tokens=none",
-        "train.batch_size=4",
-        "train.lr=1e-9",
-        *(["train.lora_rank=2"] if lora else []),
-    ]
-    recipe = str(RECIPES / "multi30k-de-en-pretrained.toml")
-    assert main(["--quiet", "train", recipe, "--out", str(run), *set_options(options)]) == 0
+    lora_rank = ["train.lora_rank=2"] if lora else []
+    assert translation_fine_tune(pretrained, run, "train.lr=1e-9", *lora_rank) == 0
     assert (run / "tokenizer.json").read_text() == (pretrained / "tokenizer.json").read_text()
     config = json.loads((run / "config.json").read_text())["model"]
     pretrained_config = json.loads((pretrained / "config.json").read_text())["model"]
