@@ -796,10 +796,16 @@ class PreferenceOptions(ConfigBase):
     """How far the policy may move from the reference: a response's reward is ``beta``
     times its log-probability's gain over the reference's (DPO's and TRL's 0.1; higher
     keeps the policy nearer the reference)."""
+    sft_weight: float = 0.0
+    """The weight of an SFT term added to the loss in training: the mean negative
+    log-probability of the chosen responses' tokens (TRL's ``loss_type=["sigmoid", "sft"]``
+    with ``loss_weights=[1, sft_weight]``; RPO's alpha), which keeps them likely while DPO
+    pushes the rejected ones down; 0 for DPO alone. Evaluations report DPO's loss alone."""
 
     def __post_init__(self) -> None:
         self._check_types()
         _positive(self, "beta")
+        _require(self.sft_weight >= 0, f"sft_weight={self.sft_weight} must be >= 0")
 
 
 @dataclass

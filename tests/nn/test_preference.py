@@ -94,7 +94,8 @@ PAIRS = {
 
 
 @pytest.mark.filterwarnings("ignore")  # TRL's and transformers' own deprecations
-def test_loss_rewards_and_gradients_equal_trl_s(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sft_weight", [0.0, 0.5], ids=["dpo", "dpo+sft"])
+def test_loss_rewards_and_gradients_equal_trl_s(tmp_path: Path, sft_weight: float) -> None:
     """A tiny random Llama in float64 as the reference and a perturbed copy as the policy:
     TRL's ``DPOTrainer`` computes its loss from its own batch (prompt + response rows, the
     chosen then the rejected, right-padded, scored on the response tokens); ours scores the
@@ -131,8 +132,14 @@ def test_loss_rewards_and_gradients_equal_trl_s(tmp_path: Path) -> None:
             parameter.add_(torch.randn_like(parameter), alpha=0.3)
     ours, our_reference = copy.deepcopy(policy), copy.deepcopy(reference)
     beta = 0.3
+    losses = {"loss_type": ["sigmoid", "sft"], "loss_weights": [1.0, sft_weight]}
     args = DPOConfig(  # no bf16, which TRL's reference model would otherwise run in
-        output_dir=str(tmp_path), beta=beta, bf16=False, report_to=[], use_cpu=True
+        output_dir=str(tmp_path),
+        beta=beta,
+        bf16=False,
+        report_to=[],
+        use_cpu=True,
+        **(losses if sft_weight else {}),
     )
     trainer = DPOTrainer(
         model=policy,
@@ -156,7 +163,10 @@ def test_loss_rewards_and_gradients_equal_trl_s(tmp_path: Path) -> None:
     logprobs = sequence_logprobs(ours(**inputs).logits[:, :-1], targets)
     with torch.no_grad():
         reference_logprobs = sequence_logprobs(our_reference(**inputs).logits[:, :-1], targets)
-    found = dpo_loss(*logprobs.chunk(2), *reference_logprobs.chunk(2), beta)
+    chosen_tokens = (targets != IGNORE_INDEX).sum(-1).chunk(2)[0]
+    found = dpo_loss(
+        *logprobs.chunk(2), *reference_logprobs.chunk(2), beta, sft_weight, chosen_tokens
+    )
     found.loss.backward()
 
     expected, metrics = trl(examples)

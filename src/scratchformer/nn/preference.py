@@ -46,11 +46,14 @@ class PreferenceLoss:
     """``(pairs,)``: ``-log sigmoid(chosen reward - rejected reward)`` of each pair."""
     chosen_rewards: Tensor
     rejected_rewards: Tensor
+    sft: Tensor | None = None
+    """The weighted SFT term of the batch (:func:`chosen_nll`), if any."""
 
     @property
     def loss(self) -> Tensor:
-        """The mean over the pairs: what is trained."""
-        return self.losses.mean()
+        """The mean over the pairs, plus the SFT term: what is trained."""
+        mean = self.losses.mean()
+        return mean if self.sft is None else mean + self.sft
 
     def metrics(self) -> dict[str, float]:
         """The batch's means under the names TRL logs them by: the rewards, their margin
@@ -64,17 +67,29 @@ class PreferenceLoss:
         }
 
 
+def chosen_nll(policy_chosen: Tensor, chosen_tokens: Tensor) -> Tensor:
+    """The negative log-probability of the chosen responses' tokens, averaged over all of
+    them (``chosen_tokens``: each response's count): supervised fine-tuning on the chosen
+    responses, TRL's ``sft`` loss type in a DPO batch."""
+    return -policy_chosen.sum() / chosen_tokens.sum().clamp(min=1)
+
+
 def dpo_loss(
     policy_chosen: Tensor,
     policy_rejected: Tensor,
     reference_chosen: Tensor,
     reference_rejected: Tensor,
     beta: float,
+    sft_weight: float = 0.0,
+    chosen_tokens: Tensor | None = None,
 ) -> PreferenceLoss:
     """The sigmoid DPO loss of pairs whose responses' log-probabilities (``(pairs,)`` each,
     as :func:`sequence_logprobs` gives them) are ``policy_*`` under the policy and
     ``reference_*`` under the frozen reference: ``-log sigmoid(beta [(pi_c - ref_c) - (pi_r
-    - ref_r)])`` per pair (the paper's equation 7)."""
+    - ref_r)])`` per pair (the paper's equation 7). With ``sft_weight``, plus that times
+    :func:`chosen_nll` of the chosen responses (of ``chosen_tokens`` tokens each), as TRL's
+    ``loss_type=["sigmoid", "sft"]`` with ``loss_weights=[1, sft_weight]`` (RPO, Pang et al.
+    2024): it keeps the chosen responses likely while the rejected ones are pushed down."""
     if not beta > 0:
         raise ValueError(f"beta={beta} must be positive")
     scores = (policy_chosen, policy_rejected, reference_chosen, reference_rejected)
@@ -84,4 +99,11 @@ def dpo_loss(
     chosen_ratios = policy_chosen - reference_chosen
     rejected_ratios = policy_rejected - reference_rejected
     losses = -F.logsigmoid(beta * (chosen_ratios - rejected_ratios))
-    return PreferenceLoss(losses, beta * chosen_ratios.detach(), beta * rejected_ratios.detach())
+    sft = None
+    if sft_weight:
+        if chosen_tokens is None:
+            raise ValueError("an SFT term (sft_weight) needs the chosen responses' token counts")
+        sft = sft_weight * chosen_nll(policy_chosen, chosen_tokens)
+    return PreferenceLoss(
+        losses, beta * chosen_ratios.detach(), beta * rejected_ratios.detach(), sft
+    )

@@ -156,7 +156,10 @@ class PreferenceTask(ChatTuningTask):
 
     def loss(self, model: nn.Module, batch: Batch) -> Tensor:
         """DPO's loss of the batch's pairs; their rewards are :meth:`train_metrics`."""
-        result = preference_loss(model, self.starting_reference(), batch, self.data.dpo.beta)
+        options = self.data.dpo
+        result = preference_loss(
+            model, self.starting_reference(), batch, options.beta, options.sft_weight
+        )
         self._train_metrics = result.metrics()
         return result.loss
 

@@ -21,6 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from ..nn.lora import LoRALinear, adapters_disabled
+from ..nn.loss import IGNORE_INDEX
 from ..nn.preference import PreferenceLoss, dpo_loss, sequence_logprobs
 from .base import Batch
 
@@ -72,14 +73,18 @@ def _adapters_only(model: nn.Module) -> bool:
 
 
 def preference_loss(
-    model: nn.Module, reference: Reference, batch: Batch, beta: float
+    model: nn.Module, reference: Reference, batch: Batch, beta: float, sft_weight: float = 0.0
 ) -> PreferenceLoss:
     """DPO's loss of a batch of pairs (inputs and targets ``(pairs, 2, seq)``, targets
-    ``IGNORE_INDEX`` but at the response tokens): the policy ``model`` and the
-    ``reference`` each score both responses of every pair in one forward pass."""
+    ``IGNORE_INDEX`` but at the response tokens), with an SFT term of ``sft_weight``: the
+    policy ``model`` and the ``reference`` each score both responses of every pair in one
+    forward pass."""
     pairs = batch.targets.shape[0]
     inputs = {name: value.flatten(0, 1) for name, value in batch.inputs.items()}
     targets = batch.targets.flatten(0, 1)
     policy = sequence_logprobs(model(**inputs).logits, targets).view(pairs, 2)
     frozen = reference.logprobs(inputs, targets).view(pairs, 2)
-    return dpo_loss(policy[:, 0], policy[:, 1], frozen[:, 0], frozen[:, 1], beta)
+    chosen_tokens = (batch.targets[:, 0] != IGNORE_INDEX).sum(-1)
+    return dpo_loss(
+        policy[:, 0], policy[:, 1], frozen[:, 0], frozen[:, 1], beta, sft_weight, chosen_tokens
+    )
