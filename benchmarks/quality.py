@@ -257,7 +257,6 @@ def run_row(row: Row, threads: int, runs: Path) -> dict[str, Any]:
         if not (ROOT / CHAT_DATA).exists():
             subprocess.run(scratchformer(*commands[0]), **CAPTURE)
 
-    start = started_from(row)
     started = time.perf_counter()
     trained = json.loads(subprocess.run(scratchformer(*train), **CAPTURE).stdout)
     wall = time.perf_counter() - started
@@ -286,6 +285,7 @@ def run_row(row: Row, threads: int, runs: Path) -> dict[str, Any]:
         "seed": config["train"]["seed"],
         "command": " && ".join(shlex.join(["scratchformer", *c]) for c in commands),
     }
+    start = started_from(config["train"]["init_from"])
     if start is not None:
         result["started_from"] = start
     if row.chat:
@@ -295,16 +295,14 @@ def run_row(row: Row, threads: int, runs: Path) -> dict[str, Any]:
     return result
 
 
-def started_from(row: Row) -> dict[str, Any] | None:
-    """The run a row's fine-tune starts from (its ``train.init_from`` setting), so that
-    rows can be told to share one: its directory, its recipe, the steps it trained and the
-    best of them, a hash of the weights it gave, and the CPU of its own result, if any."""
-    init_from = next(
-        (s.split("=", 1)[1] for s in row.settings if s.startswith("train.init_from=")), None
-    )
-    if init_from is None:
+def started_from(init_from: str | None) -> dict[str, Any] | None:
+    """The run of ours a fine-tune started from (its ``train.init_from``; None for none or a
+    Hugging Face checkpoint), so that rows can be told to share one: its directory, its
+    recipe, the steps it trained and the best of them, a hash of the weights it gave, and
+    the CPU of its own result, if any."""
+    run_dir = None if init_from is None else ROOT / init_from
+    if run_dir is None or not (run_dir / "trainer_state.json").is_file():
         return None
-    run_dir = ROOT / init_from
     state = json.loads((run_dir / "trainer_state.json").read_text())
     weights = hashlib.sha256((run_dir / "model.safetensors").read_bytes()).hexdigest()
     result = RESULTS / f"{run_dir.name}.json"

@@ -102,11 +102,13 @@ def span_lengths(budget: int, poisson_lambda: float, generator: torch.Generator)
     hide ``budget`` tokens, the last one cut so that they hide exactly that many (none for
     a budget of 0). Spans of length 0 are kept: each inserts a mask."""
     spans: list[int] = []
+    hidden = 0
     rate = torch.tensor(float(poisson_lambda))
-    while sum(spans) < budget:
+    while hidden < budget:
         spans.append(int(torch.poisson(rate, generator=generator)))
+        hidden += spans[-1]
     if spans:
-        spans[-1] -= sum(spans) - budget
+        spans[-1] -= hidden - budget
     return spans
 
 
