@@ -102,6 +102,7 @@ def test_a_method_not_allowed_says_which_is(lm_url: str) -> None:
         ("/v1/completions", {"prompt": "to", "stop": ["a"] * 5}, "stop"),
         ("/v1/completions", {"prompt": "to", "top_p": 0}, "top_p"),
         ("/v1/completions", {"prompt": "to", "presence_penalty": 0.5}, "presence_penalty"),
+        ("/v1/completions", {"prompt": "to", "logit_bias": {"": "x"}}, "logit_bias"),
         ("/v1/chat/completions", {"messages": [{"role": "user", "content": 5}]}, CONTENT),
         ("/v1/answer", {"input": {"question": "who?"}}, "input.context"),
         ("/v1/answer", {"input": [{"question": "who?", "context": 3}]}, "input"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -62,12 +63,15 @@ def post(app: FastAPI, path: str, body: type[BaseModel]) -> Callable[[Handler], 
 def field_path(loc: tuple[int | str, ...], raw: bytes, missing: bool) -> str:
     """The path in the body (``messages.0.content``) of a pydantic error's location, less
     the names pydantic gives the members of a union (``prompt.list[constrained-str]``),
-    which the body does not have; a field that is ``missing`` is named all the same."""
+    which the body does not have; a field that is ``missing`` is named all the same. A
+    key that is no word (``""`` in ``logit_bias``) ends the path at what holds it."""
     value = json.loads(raw) if loc else None
     parts: list[str] = []
     for i, part in enumerate(loc):
         listed = isinstance(value, list) and isinstance(part, int) and part < len(value)
         if listed or (isinstance(value, dict) and part in value):
+            if not re.fullmatch(r"\w+", str(part)):
+                break
             value = value[part]
         elif not (missing and i == len(loc) - 1):
             continue  # a union member's name
