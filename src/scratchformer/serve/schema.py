@@ -33,7 +33,10 @@ def only(*values: Any) -> Any:
 
 
 class Body(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    """A request body. Strict: JSON's ``false`` is no integer and ``1`` no boolean, as the
+    published schema says."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
 
     model: str | None = None
     """Any name is taken: a server serves one run (``GET /v1/models`` names it)."""
@@ -43,7 +46,7 @@ class JsonSchema(BaseModel):
     """OpenAI's ``response_format.json_schema``: the schema the answer must follow.
     ``strict`` is taken and changes nothing: the schema is always followed exactly."""
 
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, strict=True)
 
     name: str = Field(max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
     description: str | None = None
@@ -55,7 +58,7 @@ class ResponseFormat(BaseModel):
     """OpenAI's ``response_format``: free text, any JSON object, or JSON following a
     schema."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
 
     type: Literal["text", "json_object", "json_schema"]
     json_schema: JsonSchema | None = None
@@ -160,7 +163,7 @@ class CompletionRequest(Sampled):
 
 
 class Message(BaseModel):
-    model_config = ConfigDict(extra="allow")  # name, tool_calls, ...: the template's to read
+    model_config = ConfigDict(extra="allow", strict=True)  # name, tool_calls, ...: the template's to read
 
     role: Literal["system", "user", "assistant", "developer", "tool"]
     content: Text | list[dict[str, Any]] | None = None
