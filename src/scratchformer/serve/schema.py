@@ -163,7 +163,8 @@ class CompletionRequest(Sampled):
 
 
 class Message(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)  # name, tool_calls, ...: the template's to read
+    # name, tool_calls, ...: the template's to read
+    model_config = ConfigDict(extra="allow", strict=True)
 
     role: Literal["system", "user", "assistant", "developer", "tool"]
     content: Text | list[dict[str, Any]] | None = None
