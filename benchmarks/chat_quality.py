@@ -35,20 +35,17 @@ from typing import Any
 import openai
 
 from scratchformer.data.chat import DEFAULT_TEMPLATE
-from scratchformer.data.instructions import NONE, SOURCES, Instruction, evaluation_prompts
+from scratchformer.data.instructions import (
+    ANSWER_TOKENS,
+    NONE,
+    SOURCES,
+    Instruction,
+    evaluation_prompts,
+)
 from scratchformer.metrics import squad_scores, tokenized_bleu, translation_scores
 from scratchformer.training.rundir import CHAT_TEMPLATE_FILE
 from serve import served
 
-MAX_TOKENS = {
-    "sentiment": 4,
-    "answer": 32,
-    "to-german": 64,
-    "to-english": 64,
-    "people": 32,
-    "places": 32,
-}
-"""New tokens allowed for an answer of each kind: a word, a phrase, a caption, a list."""
 CONCURRENCY = 16
 """Requests in flight at once: the server batches them."""
 
@@ -125,7 +122,7 @@ async def _ask_all(url: str, prompts: Sequence[Instruction]) -> list[str | None]
                 reply = await client.chat.completions.create(
                     model="chat",
                     messages=[{"role": "user", "content": prompt.prompt}],
-                    max_tokens=MAX_TOKENS[prompt.kind],
+                    max_tokens=ANSWER_TOKENS[prompt.kind],
                     temperature=0,
                 )
             except openai.BadRequestError as error:

@@ -78,6 +78,8 @@ class Row:
     int8_relative: bool = False
     chat: bool = False
     """Also ask the run through ``/v1/chat/completions`` (:mod:`chat_quality`)."""
+    prepare: tuple[tuple[str, ...], ...] = ()
+    """Commands run before training (making the row's data), recorded with the row's."""
 
     def met(self, value: float) -> bool:
         return value >= self.target if self.higher_is_better else value <= self.target
@@ -93,7 +95,9 @@ class Row:
 FROM_PRETRAINED = ("train.init_from=runs/results/pretrain-encoder",)
 """The fine-tunes of the pretrained rows start from the ``pretrain-encoder`` row's run."""
 CHAT_DATA = "runs/results/chat-data"
-"""The chat rows' conversations and preference pairs, made by ``make-chat-data``."""
+"""The chat rows' conversations, made by ``make-chat-data``."""
+CHAT_PAIRS = "runs/results/chat-pairs"
+"""The DPO row's preference pairs: the ``chat-sft`` row's own wrong answers rejected."""
 CHAT_LIMIT = 300
 """Requests of each kind that the chat rows are asked (the first of each validation split)."""
 
@@ -205,6 +209,7 @@ ROWS = {
                 "train.init_from=runs/results/pretrain-decoder",
             ),
             chat=True,
+            prepare=(("make-chat-data", "--out", CHAT_DATA),),
         ),
         Row(
             "chat-dpo",
@@ -215,11 +220,22 @@ ROWS = {
             0.9,
             required=False,
             settings=(
-                f"data.train={CHAT_DATA}/pairs-train.jsonl",
-                f"data.val={CHAT_DATA}/pairs-val.jsonl",
+                f"data.train={CHAT_PAIRS}/pairs-train.jsonl",
+                f"data.val={CHAT_PAIRS}/pairs-val.jsonl",
                 "train.init_from=runs/results/chat-sft",
             ),
             chat=True,
+            prepare=(
+                (
+                    "make-chat-data",
+                    "--out",
+                    CHAT_PAIRS,
+                    "--rejected-from",
+                    "runs/results/chat-sft",
+                    "--precision",
+                    "auto",
+                ),
+            ),
         ),
         Row("pretrain-t5", "pretrain-t5", "accuracy", "val", 30, 0.5, required=False),
         Row(
@@ -251,11 +267,9 @@ def run_row(row: Row, threads: int, runs: Path) -> dict[str, Any]:
         train += ["--set", setting]
     evaluate = ["eval", str(run_dir), "--split", row.split]
 
-    commands = [train, evaluate]
-    if any(setting.startswith(f"data.train={CHAT_DATA}/") for setting in row.settings):
-        commands.insert(0, ["make-chat-data", "--out", CHAT_DATA])
-        if not (ROOT / CHAT_DATA).exists():
-            subprocess.run(scratchformer(*commands[0]), **CAPTURE)
+    commands = [*map(list, row.prepare), train, evaluate]
+    for command in row.prepare:
+        subprocess.run(scratchformer(*command), **CAPTURE)
 
     started = time.perf_counter()
     trained = json.loads(subprocess.run(scratchformer(*train), **CAPTURE).stdout)

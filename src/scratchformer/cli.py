@@ -518,13 +518,22 @@ COMMANDS = (
                 help="only this dataset's instructions (repeatable; default: sst2, squad, "
                 "multi30k and conll2003)",
             ),
+            arg(
+                "--rejected-from",
+                type=path,
+                metavar="RUN",
+                help="on-policy pairs: ask this chat run every prompt, and reject its own "
+                "wrong answers (prompts it answers right are left out of the pairs)",
+            ),
+            PRECISION,
         ),
         description="Instructions in words from the training splits of SST-2 (positive or "
         "negative?), SQuAD (answer from the context), Multi30k (translate to German, to "
         "English) and CoNLL-2003 (list the people, the places), four phrasings of each, "
         "drawn by --seed: OUT/train.jsonl and OUT/val.jsonl, conversations for task sft, "
         "and OUT/pairs-train.jsonl and OUT/pairs-val.jsonl, the same prompts as preference "
-        "pairs for task dpo (rejected: a wrong answer, or the right one rambling). Only the "
+        "pairs for task dpo (rejected: a wrong answer, or the right one rambling; with "
+        "--rejected-from RUN, that run's own wrong answer, greedy). Only the "
         "training splits are read: the validation slice is carved out of them, each "
         "dataset's validation split being left for measuring the model.",
     ),

@@ -20,6 +20,8 @@ from scratchformer.data.instructions import (
     chat_set,
     entities,
     evaluation_prompts,
+    is_right,
+    own_mistakes,
     write_chat_set,
 )
 from scratchformer.data.preferences import iter_preferences
@@ -194,3 +196,30 @@ def test_evaluation_prompts_are_the_validation_splits_in_the_first_phrasing(eval
         evaluation_prompts("sst2", "train")
     with pytest.raises(ValueError, match="unknown source 'stsb'"):
         evaluation_prompts("stsb")
+
+
+def test_own_mistakes_reject_the_wrong_answers_only(built) -> None:
+    chat, _ = built
+    asked = chat.train[:4]
+    gold = [g.instruction.answers[0] for g in asked]
+    answers = [f" {gold[0].upper()}. ", "something else", None, ""]
+    pairs = own_mistakes(asked, answers)
+    assert [(p.instruction, p.rejected, p.rejected_kind) for p in pairs] == [
+        (asked[1].instruction, "something else", "own")
+    ]
+    assert is_right("Paris, France!", ["paris france"]) and not is_right("Paris", ["France"])
+    with pytest.raises(ValueError):
+        own_mistakes(asked, answers[:3])
+
+
+def test_the_pairs_of_a_set_may_be_others_than_its_conversations(built, tmp_path: Path) -> None:
+    chat, _ = built
+    pairs = own_mistakes(chat.train[:3], ["wrong one", "wrong two", "wrong three"])
+    paths = write_chat_set(tmp_path, ChatSet(chat.train, chat.val, pairs_train=pairs))
+    assert len(read_chat(paths["train"])) == len(chat.train)
+    assert [p.rejected for p in iter_preferences(paths["pairs_train"])] == [
+        "wrong one",
+        "wrong two",
+        "wrong three",
+    ]
+    assert len(list(iter_preferences(paths["pairs_val"]))) == len(chat.val)

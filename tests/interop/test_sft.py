@@ -1,6 +1,7 @@
 """Supervised chat fine-tuning of an imported checkpoint, end to end: a tiny Qwen2 with a
 ChatML template, imported, fine-tuned by LoRA on conversations, merged, served to OpenAI's
-client, and exported to GGUF, whose template llama.cpp formats chats with."""
+client, asked for its own answers (on-policy preference pairs), and exported to GGUF, whose
+template llama.cpp formats chats with."""
 
 from __future__ import annotations
 
@@ -14,7 +15,11 @@ import torch
 from helpers import live, set_options
 from scratchformer.cli import main
 from scratchformer.data.chat import prompt_ids, render
+from scratchformer.data.instructions import is_right
+from scratchformer.data.preferences import iter_preferences
+from scratchformer.data.readers import read_chat
 from scratchformer.inference import generate
+from scratchformer.inference.chat_answers import chat_answers
 from scratchformer.nn.lora import adapters_disabled
 from scratchformer.run import export_gguf, load_run
 
@@ -94,6 +99,46 @@ def test_merged_and_served_it_answers_openais_client(chat_run: Path, tmp_path: P
         )
     assert answer.usage.prompt_tokens == len(prompt)
     assert answer.choices[0].message.content == tokenizer.decode(greedy[0])
+
+
+def test_its_own_answers_in_batches_are_its_answers_alone(chat_run: Path) -> None:
+    task, model = load_run(chat_run)
+    tokenizer = task.tokenizer()
+    too_long = [{"role": "user", "content": "the lazy dog " * model.config.max_len}]
+    asked = [[SYSTEM, {"role": "user", "content": q}] for q in ANSWERS] + [ASKED, too_long]
+    limits = [6, 2, 5, 3, 4]
+    answers = chat_answers(chat_run, asked, limits, batch_size=2, shown=False)
+    assert answers[-1] is None  # no room for its answer in the model's context
+    for chat, limit, answer in zip(asked[:-1], limits, answers, strict=False):
+        prompt = prompt_ids(QWEN_TEMPLATE, chat, tokenizer)
+        alone = generate(
+            model, [prompt], max_new_tokens=limit, greedy=True, eos_id=tokenizer.eos_id
+        )
+        assert answer == tokenizer.decode(alone[0]).strip()
+
+
+def test_on_policy_pairs_reject_the_runs_own_wrong_answers(
+    chat_run: Path, data_dir: Path, tmp_path: Path
+) -> None:
+    made = {}
+    for name, extra in (("gold", []), ("own", ["--rejected-from", str(chat_run)])):
+        made[name] = tmp_path / name
+        args = ["--quiet", "make-chat-data", "--out", str(made[name]), "--source", "sst2"]
+        assert main([*args, "--per-source", "6", "--val", "2", *extra]) == 0
+    for part in ("train", "val"):
+        file = f"{part}.jsonl"
+        assert (made["own"] / file).read_text() == (made["gold"] / file).read_text()
+        conversations = read_chat(made["gold"] / file)
+        pairs = list(iter_preferences(made["own"] / f"pairs-{file}"))
+        prompts = [c.messages[:-1] for c in conversations]
+        answers = chat_answers(chat_run, prompts, [4] * len(prompts), shown=False)
+        wrong = [
+            (prompt, answer)
+            for prompt, answer, c in zip(prompts, answers, conversations, strict=True)
+            if answer and not is_right(answer, [c.messages[-1]["content"]])
+        ]
+        assert wrong and [(pair.prompt, pair.rejected) for pair in pairs] == wrong
+        assert {pair.chosen for pair in pairs} <= {"positive", "negative"}
 
 
 def test_dpo_with_lora_starts_from_the_sft_run_with_its_adapters_merged(

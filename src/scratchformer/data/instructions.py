@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -55,6 +56,16 @@ FILES = {
     "pairs_val": "pairs-val.jsonl",
 }
 """What :func:`write_chat_set` writes, by the part of the set it holds."""
+ANSWER_TOKENS = {
+    "sentiment": 4,
+    "answer": 32,
+    "to-german": 64,
+    "to-english": 64,
+    "people": 32,
+    "places": 32,
+}
+"""New tokens a model is given for an answer of each kind: a word, a phrase, a caption, a
+list."""
 RAMBLING = (
     "That is an interesting question, and there is quite a lot to consider here. Let me "
     "think it through step by step before I commit. Having thought about it, I would say "
@@ -181,7 +192,7 @@ class Instruction:
 class Generated:
     """An instruction of the training material, with the rejected response of its
     preference pair and what kind that is (``wrong``: a wrong answer; ``rambling``: the
-    right one, buried in padding)."""
+    right one, buried in padding; ``own``: a model's own wrong answer)."""
 
     instruction: Instruction
     rejected: str
@@ -191,10 +202,18 @@ class Generated:
 @dataclass(frozen=True)
 class ChatSet:
     """Training material: instructions to train on, and the validation slice held back
-    (both from the datasets' training splits)."""
+    (both from the datasets' training splits); their preference pairs, unless other ones
+    are given (a model's own mistakes on them: :func:`own_mistakes`)."""
 
     train: tuple[Generated, ...]
     val: tuple[Generated, ...]
+    pairs_train: tuple[Generated, ...] | None = None
+    pairs_val: tuple[Generated, ...] | None = None
+
+    def part(self, name: str) -> tuple[Generated, ...]:
+        """The instructions of a part of :data:`FILES` (``train``, ``pairs_val``, ...)."""
+        found = getattr(self, name)
+        return getattr(self, name.removeprefix("pairs_")) if found is None else found
 
 
 def entities(tokens: Sequence[str], tags: Sequence[str], entity_type: str) -> list[str]:
@@ -426,6 +445,37 @@ def chat_set(
     return ChatSet(tuple(train), tuple(val))
 
 
+def _normalized(text: str) -> str:
+    """A text's words, lower-cased, without punctuation or spacing."""
+    return " ".join(re.findall(r"\w+", text.casefold()))
+
+
+def is_right(answer: str, answers: Sequence[str]) -> bool:
+    """Whether ``answer`` is one of the gold ``answers``, case, punctuation and spacing
+    aside."""
+    return _normalized(answer) in {_normalized(gold) for gold in answers}
+
+
+def own_mistakes(
+    generated: Sequence[Generated], answers: Sequence[str | None]
+) -> tuple[Generated, ...]:
+    """On-policy preference pairs: each instruction that a model answered wrongly (its
+    answer ``answers[i]`` is none of the gold ones), its own answer as the rejected response
+    (``own``), so that DPO prefers the gold answer over the model's actual mistake, as in
+    SPIN's pairs (Chen et al. 2024). Those it answered right, or was not asked (None), are
+    left out, and so are empty answers: a pair's responses are never empty."""
+    return tuple(
+        Generated(g.instruction, answer, "own")
+        for g, answer in zip(generated, answers, strict=True)
+        if answer and not is_right(answer, g.instruction.answers)
+    )
+
+
+def chats(generated: Sequence[Generated], system: str | None = None) -> list[list[dict[str, str]]]:
+    """The messages that ask each instruction (the system's, if any, and the user's)."""
+    return [_opening(system, g.instruction.prompt) for g in generated]
+
+
 def _opening(system: str | None, prompt: str) -> list[dict[str, str]]:
     """The messages before the answer: the system's (if any) and the user's."""
     messages = [{"role": "system", "content": system}] if system else []
@@ -477,10 +527,11 @@ def write_chat_set(out: str | Path, chat: ChatSet, system: str | None = None) ->
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     contents = {
-        "train": _jsonl(conversation(g, system) for g in chat.train),
-        "val": _jsonl(conversation(g, system) for g in chat.val),
-        "pairs_train": _jsonl(preference_pair(g, system) for g in chat.train),
-        "pairs_val": _jsonl(preference_pair(g, system) for g in chat.val),
+        part: _jsonl(
+            (preference_pair if part.startswith("pairs") else conversation)(g, system)
+            for g in chat.part(part)
+        )
+        for part in FILES
     }
     paths = {part: out / FILES[part] for part in contents}
     for part, text in contents.items():
