@@ -95,9 +95,8 @@ class Row:
 FROM_PRETRAINED = ("train.init_from=runs/results/pretrain-encoder",)
 """The fine-tunes of the pretrained rows start from the ``pretrain-encoder`` row's run."""
 CHAT_DATA = "runs/results/chat-data"
-"""The chat rows' conversations, made by ``make-chat-data``."""
-CHAT_PAIRS = "runs/results/chat-pairs"
-"""The DPO row's preference pairs: the ``chat-sft`` row's own wrong answers rejected."""
+"""The chat rows' conversations and preference pairs, made by ``make-chat-data``."""
+MAKE_CHAT_DATA = ("make-chat-data", "--out", CHAT_DATA)
 CHAT_LIMIT = 300
 """Requests of each kind that the chat rows are asked (the first of each validation split)."""
 
@@ -209,7 +208,7 @@ ROWS = {
                 "train.init_from=runs/results/pretrain-decoder",
             ),
             chat=True,
-            prepare=(("make-chat-data", "--out", CHAT_DATA),),
+            prepare=(MAKE_CHAT_DATA,),
         ),
         Row(
             "chat-dpo",
@@ -220,22 +219,12 @@ ROWS = {
             0.9,
             required=False,
             settings=(
-                f"data.train={CHAT_PAIRS}/pairs-train.jsonl",
-                f"data.val={CHAT_PAIRS}/pairs-val.jsonl",
+                f"data.train={CHAT_DATA}/pairs-train.jsonl",
+                f"data.val={CHAT_DATA}/pairs-val.jsonl",
                 "train.init_from=runs/results/chat-sft",
             ),
             chat=True,
-            prepare=(
-                (
-                    "make-chat-data",
-                    "--out",
-                    CHAT_PAIRS,
-                    "--rejected-from",
-                    "runs/results/chat-sft",
-                    "--precision",
-                    "auto",
-                ),
-            ),
+            prepare=(MAKE_CHAT_DATA,),
         ),
         Row("pretrain-t5", "pretrain-t5", "accuracy", "val", 30, 0.5, required=False),
         Row("pretrain-denoising", "pretrain-denoising", "accuracy", "val", 30, 0.6, required=False),

@@ -26,10 +26,9 @@ and half of the rest, for a descent of the same kind."""
 SMALL_CORPUS = ["data.pretraining.corpus=['stsb']"]
 """A pretraining recipe's text in these tests: one small corpus (the model is the recipe's;
 every named corpus is read in ``tests/data/test_corpus.py``)."""
-CHAT_DATA = ("runs/chat-data/", "runs/chat-pairs/")
-"""Where the chat recipes read the files of ``scratchformer make-chat-data`` (its pairs
-made with ``--rejected-from`` in the second); here a small set of the same kind is made
-instead, of SST-2's requests only (short and quick to make)."""
+CHAT_DATA = "runs/chat-data"
+"""Where the chat recipes read the files of ``scratchformer make-chat-data``; here a small
+set of the same kind is made instead, of SST-2's requests only (short and quick to make)."""
 
 
 def test_there_is_a_recipe_per_task_kind() -> None:

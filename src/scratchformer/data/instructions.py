@@ -14,7 +14,8 @@ Each kind of instruction has several phrasings (:data:`KINDS`). :func:`chat_set`
 training material from the datasets' ``train`` splits only, its validation slice included
 (carved out of them): the datasets' own validation and test splits are left for measuring
 a model afterwards, with the prompts of :func:`evaluation_prompts`, in the first phrasing
-of each kind.
+of each kind. :func:`own_mistakes` makes on-policy preference pairs of them instead: a
+model's own wrong answers rejected.
 """
 
 from __future__ import annotations
