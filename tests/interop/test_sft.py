@@ -107,7 +107,9 @@ def test_its_own_answers_in_batches_are_its_answers_alone(chat_run: Path) -> Non
     too_long = [{"role": "user", "content": "the lazy dog " * model.config.max_len}]
     asked = [[SYSTEM, {"role": "user", "content": q}] for q in ANSWERS] + [ASKED, too_long]
     limits = [6, 2, 5, 3, 4]
-    answers = chat_answers(chat_run, asked, limits, batch_size=2, shown=False)
+    answers = chat_answers(
+        model, tokenizer, QWEN_TEMPLATE, asked, limits, batch_size=2, shown=False
+    )
     assert answers[-1] is None  # no room for its answer in the model's context
     for chat, limit, answer in zip(asked[:-1], limits, answers, strict=False):
         prompt = prompt_ids(QWEN_TEMPLATE, chat, tokenizer)
@@ -131,7 +133,10 @@ def test_on_policy_pairs_reject_the_runs_own_wrong_answers(
         conversations = read_chat(made["gold"] / file)
         pairs = list(iter_preferences(made["own"] / f"pairs-{file}"))
         prompts = [c.messages[:-1] for c in conversations]
-        answers = chat_answers(chat_run, prompts, [4] * len(prompts), shown=False)
+        task, model = load_run(chat_run)
+        answers = chat_answers(
+            model, task.tokenizer(), QWEN_TEMPLATE, prompts, [4] * len(prompts), shown=False
+        )
         wrong = [
             (prompt, answer)
             for prompt, answer, c in zip(prompts, answers, conversations, strict=True)

@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
 
+from ..data.chat import DEFAULT_TEMPLATE
 from ..data.instructions import (
     ANSWER_TOKENS,
     SOURCES,
@@ -18,7 +20,9 @@ from ..data.instructions import (
     write_chat_set,
 )
 from ..device import default_device
+from ..errors import UsageError
 from ..inference.chat_answers import chat_answers
+from ..opening import load_run
 from .common import in_precision, progress_wanted
 
 
@@ -29,8 +33,7 @@ def make_chat_data(args: argparse.Namespace) -> int:
     preference pairs; a line a file written, with its count by dataset."""
     chat = chat_set(args.per_source, args.val, args.seed, args.source or SOURCES)
     if args.rejected_from is not None:
-        mistakes = [_own_mistakes(args, part) for part in (chat.train, chat.val)]
-        chat = ChatSet(chat.train, chat.val, *mistakes)
+        chat = ChatSet(chat.train, chat.val, *_own_mistakes(args, (chat.train, chat.val)))
     paths = write_chat_set(args.out, chat, args.system)
     for part, path in paths.items():
         generated = chat.part(part)
@@ -44,14 +47,27 @@ def make_chat_data(args: argparse.Namespace) -> int:
 
 
 def _own_mistakes(
-    args: argparse.Namespace, generated: Sequence[Generated]
-) -> tuple[Generated, ...]:
-    """The instructions ``args.rejected_from`` answers wrongly, its answers rejected."""
-    answers = chat_answers(
-        args.rejected_from,
-        chats(generated, args.system),
-        [ANSWER_TOKENS[g.instruction.kind] for g in generated],
-        default_device(args.device),
-        shown=progress_wanted(args),
-    )
-    return own_mistakes(generated, answers)
+    args: argparse.Namespace, parts: Sequence[Sequence[Generated]]
+) -> list[tuple[Generated, ...]]:
+    """For each part, the instructions ``args.rejected_from`` answers wrongly, its answers
+    rejected."""
+    task, model = load_run(Path(args.rejected_from))
+    if not task.decodes:
+        raise UsageError(
+            f"--rejected-from {args.rejected_from} is a {task.name!r} run: "
+            "its answers need a language model"
+        )
+    model = model.to(default_device(args.device))
+    template = task.chat_template or DEFAULT_TEMPLATE
+    found = []
+    for generated in parts:
+        answers = chat_answers(
+            model,
+            task.tokenizer(),
+            template,
+            chats(generated, args.system),
+            [ANSWER_TOKENS[g.instruction.kind] for g in generated],
+            shown=progress_wanted(args),
+        )
+        found.append(own_mistakes(generated, answers))
+    return found
