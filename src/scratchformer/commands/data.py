@@ -35,8 +35,8 @@ def make_chat_data(args: argparse.Namespace) -> int:
     if args.rejected_from is not None:
         chat = ChatSet(chat.train, chat.val, *_own_mistakes(args, (chat.train, chat.val)))
     paths = write_chat_set(args.out, chat, args.system)
-    for part, path in paths.items():
-        generated = chat.part(part)
+    for part, generated in chat.parts().items():
+        path = paths[part]
         what = "pairs" if part.startswith("pairs") else "conversations"
         sources = Counter(g.instruction.source for g in generated)
         by_source = ", ".join(

@@ -211,10 +211,15 @@ class ChatSet:
     pairs_train: tuple[Generated, ...] | None = None
     pairs_val: tuple[Generated, ...] | None = None
 
-    def part(self, name: str) -> tuple[Generated, ...]:
-        """The instructions of a part of :data:`FILES` (``train``, ``pairs_val``, ...)."""
-        found = getattr(self, name)
-        return getattr(self, name.removeprefix("pairs_")) if found is None else found
+    def parts(self) -> dict[str, tuple[Generated, ...]]:
+        """The instructions of each part of :data:`FILES`; the pairs are made from the
+        conversations' own instructions unless other ones were given."""
+        return {
+            "train": self.train,
+            "val": self.val,
+            "pairs_train": self.train if self.pairs_train is None else self.pairs_train,
+            "pairs_val": self.val if self.pairs_val is None else self.pairs_val,
+        }
 
 
 def entities(tokens: Sequence[str], tags: Sequence[str], entity_type: str) -> list[str]:
@@ -530,9 +535,9 @@ def write_chat_set(out: str | Path, chat: ChatSet, system: str | None = None) ->
     contents = {
         part: _jsonl(
             (preference_pair if part.startswith("pairs") else conversation)(g, system)
-            for g in chat.part(part)
+            for g in generated
         )
-        for part in FILES
+        for part, generated in chat.parts().items()
     }
     paths = {part: out / FILES[part] for part in contents}
     for part, text in contents.items():
