@@ -917,7 +917,8 @@ class TrainConfig(ConfigBase):
     max_steps: int = 1000
     """Optimiser steps to train for (``--set train.max_steps=20`` makes a smoke run)."""
     max_minutes: float | None = None
-    """Wall-clock budget: stop (with a last evaluation) once training has run this long."""
+    """Wall-clock budget: stop (with a last evaluation) once training has run this long; a
+    resumed run counts the time its checkpoint had trained."""
     batch_size: int = 32
     """Examples per micro-batch and process (ignored when ``max_tokens`` is set)."""
     max_tokens: int | None = None

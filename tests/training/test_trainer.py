@@ -80,6 +80,21 @@ def test_resume_is_bit_identical_to_a_straight_run(
     assert [json.loads(line)["step"] for line in lines if '"val"' in line] == [10, 20]
 
 
+def test_a_resumed_run_is_given_what_is_left_of_its_time_budget(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    with interrupted_after(10):
+        assert train(run, "train.max_steps=20") == 130
+    state_file = run / "checkpoints" / "step-00000010" / "state.json"
+    state = json.loads(state_file.read_text())
+    assert 0 < state["seconds"] < 60, "the seconds the checkpoint trained"
+    state_file.write_text(json.dumps({**state, "seconds": 90.0}))
+    resume = ["--quiet", "train", str(RECIPE), "--out", str(run), "--resume"]
+    assert main([*resume, "--set", "train.max_minutes=1"]) == 0
+    assert json.loads((run / "trainer_state.json").read_text())["step"] == 11, "out of time"
+    assert main([*resume, "--set", "train.max_minutes=3"]) == 0
+    assert json.loads((run / "trainer_state.json").read_text())["step"] == 20
+
+
 def test_run_directory_holds_everything_to_use_the_model(tmp_path: Path) -> None:
     run = tmp_path / "run"
     assert train(run, "train.max_steps=20") == 0

@@ -137,6 +137,9 @@ class Trainer:
             else exponential_average(self.model, self.config.ema_decay)
         )
         self.state: dict[str, Any] = {"step": 0, "best": None, "best_step": None, "bad_evals": 0}
+        # when training began, less the seconds a resumed run's checkpoint had trained:
+        # what max_minutes counts from, so that a resumed run is given only what is left
+        self.started = time.perf_counter()
         self.bf16 = uses_bf16(self.config.precision, self.dist.device, warn=self.dist.is_main)
 
     @property
@@ -200,7 +203,8 @@ class Trainer:
         config = self.config
         last_eval: dict[str, Any] = {}
         clock, tokens = time.perf_counter(), 0
-        deadline = None if config.max_minutes is None else clock + 60 * config.max_minutes
+        self.started = clock - self.state.get("seconds", 0.0)
+        deadline = None if config.max_minutes is None else self.started + 60 * config.max_minutes
         busy, seen = 0.0, 0  # seconds in training steps, tokens through them
         while self.state["step"] < config.max_steps:
             started = time.perf_counter()
@@ -332,6 +336,7 @@ class Trainer:
     def _checkpoint(self) -> None:
         """Save the full state of this step (rank 0), keeping the last few checkpoints."""
         self.state["checkpoint_step"] = self.state["step"]
+        self.state["seconds"] = time.perf_counter() - self.started
         if self.dist.is_main:
             save_checkpoint(
                 self.run_dir,
@@ -381,8 +386,9 @@ class Trainer:
 
 def check_state(state: dict[str, Any]) -> None:
     """Refuse a saved trainer state whose values are not the trainer's: counts (``step``,
-    ``bad_evals``, ``checkpoint_step``, ``best_step``: whole numbers from 0) and the best
-    metric (a finite number), either of the last two possibly unset (None), but there."""
+    ``bad_evals``, ``checkpoint_step``, ``best_step``: whole numbers from 0), the best
+    metric (a finite number), either of the last two possibly unset (None), but there, and
+    the seconds trained (a checkpoint of an earlier version may have none)."""
 
     def count(value: Any) -> bool:
         return isinstance(value, int) and not isinstance(value, bool) and value >= 0
@@ -396,6 +402,10 @@ def check_state(state: dict[str, Any]) -> None:
     for key in ("checkpoint_step", "best_step"):
         if state.get(key) is not None and not count(state[key]):
             raise ValueError(f"{key!r} is {state[key]!r}, not a count")
+    seconds = state.get("seconds", 0.0)
+    number = isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
+    if not (number and math.isfinite(seconds) and seconds >= 0):
+        raise ValueError(f"'seconds' is {seconds!r}, not a number of seconds")
     best = state.get("best")
     finite = isinstance(best, (int, float)) and not isinstance(best, bool) and math.isfinite(best)
     if best is not None and not finite:
