@@ -206,6 +206,9 @@ def test_data_and_train_validation() -> None:
     for decay in (0.0, 1.0):
         with pytest.raises(ValueError, match=rf"ema_decay={decay} must be in \(0, 1\)"):
             TrainConfig(ema_decay=decay)
+    for only, start in (([], "runs/x"), (["encoder"], None)):
+        with pytest.raises(ValueError, match=r"init_only=.* must name some parts"):
+            TrainConfig(init_only=only, init_from=start)
     with pytest.raises(ValueError, match=r"text_columns=.* must name one column or a pair"):
         DataConfig(text_columns=[1, 2, 3])
     assert DataConfig(text_columns=["sentence1", 7]).text_columns == ["sentence1", 7]

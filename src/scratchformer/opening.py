@@ -124,5 +124,5 @@ def run_model(recipe: Recipe, pretrained_weights: bool) -> nn.Module:
     model = new_model(recipe)
     init_from = recipe.train.init_from
     if init_from is not None and (pretrained_weights or recipe.train.lora_rank is not None):
-        copy_pretrained(model, pretrained(init_from)[0], init_from)
+        copy_pretrained(model, pretrained(init_from)[0], init_from, recipe.train.init_only)
     return apply_lora(model, recipe.train)

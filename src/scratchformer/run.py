@@ -85,7 +85,7 @@ def start_run(recipe: Recipe, run_dir: Path) -> tuple[Task, nn.Module]:
     write_run(run_dir, recipe, task.tokenizers, chat_template=task.chat_template)
     model = new_model(recipe)
     if start is not None:
-        copy_pretrained(model, start, recipe.train.init_from)
+        copy_pretrained(model, start, recipe.train.init_from, recipe.train.init_only)
     return task, apply_lora(model, recipe.train)
 
 

@@ -19,8 +19,10 @@ from helpers import (
 from scratchformer.cli import main
 from scratchformer.config import Recipe
 from scratchformer.nn.loss import IGNORE_INDEX
+from scratchformer.run import load_run
 from scratchformer.tasks import build_task
 from scratchformer.tasks.denoising import DenoisingTask
+from scratchformer.training.initialisation import new_model
 
 RECIPE = str(RECIPES / "pretrain-denoising.toml")
 
@@ -109,3 +111,32 @@ def test_a_translation_fine_tune_starts_from_it(tmp_path: Path, pretrained: Path
     run = tmp_path / "run"
     assert translation_fine_tune(pretrained, run, "model.norm_first=true") == 0
     assert (run / "tokenizer.json").read_text() == (pretrained / "tokenizer.json").read_text()
+
+
+@pytest.mark.parametrize("side", ["encoder", "decoder"])
+def test_a_fine_tune_may_start_one_side_from_it(
+    tmp_path: Path, pretrained: Path, side: str
+) -> None:
+    """``train.init_only`` copies the parts it names; the others keep the initial weights of
+    the fine-tune's seed (lr 1e-9: two steps move no weight by 1e-6)."""
+    run = tmp_path / "run"
+    only = f"train.init_only=['{side}', 'src_embedding']"
+    assert (
+        translation_fine_tune(pretrained, run, "model.norm_first=true", "train.lr=1e-9", only) == 0
+    )
+    task, tuned = load_run(run)
+    start, fresh = load_run(pretrained)[1].state_dict(), new_model(task.recipe).state_dict()
+    copied = 0
+    for name, weights in tuned.state_dict().items():
+        from_start = name.split(".")[0] in (side, "src_embedding")
+        copied += from_start
+        expected = start[name] if from_start else fresh[name]
+        torch.testing.assert_close(weights, expected, rtol=0, atol=1e-6, msg=name)
+    assert 0 < copied < len(fresh)
+
+
+def test_init_only_names_parts_the_model_has(tmp_path: Path, pretrained: Path, capsys) -> None:
+    only = "train.init_only=['encoder', 'embeddings']"
+    assert translation_fine_tune(pretrained, tmp_path / "run", only) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "train.init_only" in err and "no part embeddings" in err

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import importlib.util
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -50,26 +51,46 @@ def checkpoint_dir(name: str) -> Path:
     return Path(package.get_model_path())
 
 
-def copy_pretrained(model: nn.Module, pretrained: nn.Module, name: str) -> None:
+def copy_pretrained(
+    model: nn.Module, pretrained: nn.Module, name: str, parts: Sequence[str] | None = None
+) -> None:
     """Copy ``pretrained``'s weights (of checkpoint ``name``) into ``model``: all but the
     pooler, which heads replace, and a head other than the model's (a pretraining head,
-    such as masked LM's, when fine-tuning for another task). A model with more segment ids
+    such as masked LM's, when fine-tuning for another task); only the top-level ``parts``
+    of the model (``train.init_only``) if they are named. A model with more segment ids
     than ``pretrained`` gets copies of its last segment embedding for the new ones, so that
     it starts as if they were that segment."""
+    wanted = _parts(model, parts)
     other_head = pretrained.config.head != model.config.head
     state = {
         k: v
         for k, v in pretrained.state_dict().items()
-        if not k.startswith("pooler.") and not (other_head and k.startswith("head."))
+        if not k.startswith("pooler.")
+        and not (other_head and k.startswith("head."))
+        and k.split(".")[0] in wanted
     }
     if SEGMENTS in state:
         state[SEGMENTS] = grown(state[SEGMENTS], model.state_dict()[SEGMENTS].shape[0])
     missing, unexpected = model.load_state_dict(state, strict=False)
-    missing = [key for key in missing if not key.startswith("head.")]
+    missing = [
+        key for key in missing if not key.startswith("head.") and key.split(".")[0] in wanted
+    ]
     if missing or unexpected:
         raise ValueError(
             f"{name} does not fit the model: missing {missing}, unexpected {unexpected}"
         )
+
+
+def _parts(model: nn.Module, parts: Sequence[str] | None) -> set[str]:
+    """The top-level parts of ``model`` to copy: ``parts``, or all of them."""
+    names = [name for name, _ in model.named_children()]
+    unknown = sorted(set(parts or ()) - set(names))
+    if unknown:
+        raise ValueError(
+            f"train.init_only={list(parts or ())!r}: the model has no part {', '.join(unknown)} "
+            f"(its parts: {', '.join(names)})"
+        )
+    return set(names if parts is None else parts)
 
 
 def grown(table: torch.Tensor, rows: int) -> torch.Tensor:
