@@ -284,6 +284,7 @@ def run_row(row: Row, threads: int, runs: Path) -> dict[str, Any]:
         "best_step": trained["best_step"],
         **parameters(ROOT / run_dir),
         "metrics": metrics,
+        "weights_sha256": weights_sha256(ROOT / run_dir),
         "hardware": hardware(threads),
         "versions": versions(),
         "seed": config["train"]["seed"],
@@ -299,6 +300,12 @@ def run_row(row: Row, threads: int, runs: Path) -> dict[str, Any]:
     return result
 
 
+def weights_sha256(run_dir: Path) -> str:
+    """A hash of the run's weights (``model.safetensors``): what a fine-tune that starts
+    from the run records, and the run's own row too, so that the two can be matched."""
+    return hashlib.sha256((run_dir / "model.safetensors").read_bytes()).hexdigest()
+
+
 def started_from(init_from: str | None) -> dict[str, Any] | None:
     """The run of ours a fine-tune started from (its ``train.init_from``; None for none or a
     Hugging Face checkpoint), so that rows can be told to share one: its directory, its
@@ -308,14 +315,13 @@ def started_from(init_from: str | None) -> dict[str, Any] | None:
     if run_dir is None or not (run_dir / "trainer_state.json").is_file():
         return None
     state = json.loads((run_dir / "trainer_state.json").read_text())
-    weights = hashlib.sha256((run_dir / "model.safetensors").read_bytes()).hexdigest()
     result = RESULTS / f"{run_dir.name}.json"
     return {
         "run": init_from,
         "recipe": ROWS[run_dir.name].recipe if run_dir.name in ROWS else None,
         "steps": state["step"],
         "best_step": state["best_step"],
-        "weights_sha256": weights,
+        "weights_sha256": weights_sha256(run_dir),
         "hardware": json.loads(result.read_text())["hardware"] if result.exists() else None,
     }
 
