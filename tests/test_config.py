@@ -97,6 +97,9 @@ def test_json_round_trip() -> None:
 def test_unknown_field_is_named() -> None:
     with pytest.raises(ValueError, match=r"unknown ModelConfig field.*: d_modle"):
         ModelConfig.from_dict({"d_modle": 3})
+    with pytest.raises(ValueError, match=r"field\(s\): '\\n'; valid fields") as raised:
+        ModelConfig.from_dict({"\n": 1})  # a TOML key may be any string: one line still
+    assert "\n" not in str(raised.value)
 
 
 def test_defaults_are_the_papers_base_model() -> None:

@@ -91,7 +91,7 @@ class ConfigBase:
         unknown = sorted(set(values) - set(known))
         if unknown:
             raise ValueError(
-                f"unknown {cls.__name__} field(s): {', '.join(unknown)}; "
+                f"unknown {cls.__name__} field(s): {', '.join(map(_shown, unknown))}; "
                 f"valid fields: {', '.join(known)}"
             )
         values = dict(values)
@@ -111,6 +111,12 @@ class ConfigBase:
     @classmethod
     def from_json(cls: type[C], text: str) -> C:
         return cls.from_dict(json.loads(text))
+
+
+def _shown(name: str) -> str:
+    """A key as an error shows it: as written, or quoted if it holds a newline or other
+    unprintable character, so that the error stays one line."""
+    return name if name.isprintable() else repr(name)
 
 
 def read_text(path: str | Path) -> str:
@@ -1108,7 +1114,8 @@ class Recipe:
         unknown = sorted(set(values) - {"task", *SECTIONS})
         if unknown:
             raise ValueError(
-                f"unknown recipe key(s): {', '.join(unknown)}; valid: task, {', '.join(SECTIONS)}"
+                f"unknown recipe key(s): {', '.join(map(_shown, unknown))}; "
+                f"valid: task, {', '.join(SECTIONS)}"
             )
         if "task" not in values:
             raise ValueError("the recipe names no task (task = one of " + ", ".join(TASKS) + ")")
