@@ -155,10 +155,15 @@ def chat_table(results: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def read_results(results_dir: Path = RESULTS) -> list[dict[str, Any]]:
+    """Every result in ``results_dir``, in file-name order."""
+    return [json.loads(p.read_text()) for p in sorted(results_dir.glob("*.json"))]
+
+
 def table(results_dir: Path = RESULTS) -> str:
     """The Markdown table of every result, in file-name order, then :func:`chat_table`,
     between the markers."""
-    results = [json.loads(p.read_text()) for p in sorted(results_dir.glob("*.json"))]
+    results = read_results(results_dir)
     lines = [
         START,
         "| task (recipe) | metric, split | value | target | | budget | wall time | steps "
@@ -183,8 +188,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="only check that it is current")
     args = parser.parse_args()
-    results = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("*.json"))]
-    stale = stale_starts(results)
+    stale = stale_starts(read_results())
     if stale:
         sys.exit("\n".join(stale))
     readme = README.read_text(encoding="utf-8")

@@ -48,8 +48,7 @@ def test_every_result_is_a_row_of_the_benchmark_with_the_required_keys() -> None
 
 
 def test_every_fine_tune_row_started_from_the_weights_its_base_row_reports() -> None:
-    results = [json.loads(p.read_text()) for p in sorted((ROOT / "results").glob("*.json"))]
-    assert results_table.stale_starts(results) == []
+    assert results_table.stale_starts(results_table.read_results()) == []
 
 
 def test_a_fine_tune_of_weights_trained_again_since_is_named() -> None:
