@@ -5,15 +5,16 @@ budgets (``sst2-pretrained``, ``conll2003-pretrained``, ``squad-pretrained``).
 
     python benchmarks/pretraining_curve.py                 # every point still missing
     python benchmarks/pretraining_curve.py --minutes 15    # one point
-    python benchmarks/pretraining_curve.py --draw docs/pictures/pretraining-curve.png
+    python docs/build.py                                   # its table and picture in the docs
 
 A point's pretraining takes the recipe's steps for its hour scaled to its minutes, so that
 its cosine schedule ends within its budget (on a slower CPU the budget stops it first).
 The 60-minute point is the results table's own: ``results/pretrain-encoder.json`` and the
 rows fine-tuned from it, which ``benchmarks/quality.py`` runs. Each other point is written
 to ``results/curves/pretraining.json`` as soon as it is measured, so that a run cut short
-goes on where it stopped (the curve takes hours). ``--draw`` plots each task's score
-against the pretraining's minutes, with the random start's and MiniLM's rows as lines.
+goes on where it stopped (the curve takes hours). ``docs/build.py`` tables the points in
+docs/performance.md and draws them (``figure``), each task's score against the
+pretraining's minutes, with the random start's and MiniLM's rows as lines.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from quality import RESULTS, ROOT, ROWS, Row, run_row
+from results_table import PERCENT, cpu, shown
 from scratchformer.config import Recipe
 from scratchformer.io import atomic_write_text
 
@@ -105,20 +107,14 @@ def save(curve: dict[str, Any]) -> None:
     atomic_write_text(CURVE, json.dumps(curve, indent=2) + "\n")
 
 
-def points(curve: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every point measured, the table's own at its minutes, in order of minutes: its
-    pretraining's minutes of training and each fine-tune's score."""
-    found = []
+def points() -> dict[int, dict[str, Any]]:
+    """Every point measured, the table's own among them, in order of minutes: the results
+    of its pretraining and of each fine-tune measured from it, by task."""
     table = {"pretraining": _result("pretrain-encoder")}
     table.update({task: _result(task) for task in FINE_TUNES})
-    measured = {int(m): point for m, point in curve["points"].items()}
-    for minutes, point in sorted({**measured, TABLE_MINUTES: table}.items()):
-        if point.get("pretraining") is None:
-            continue
-        scores = {task: point[task]["value"] for task in FINE_TUNES if point.get(task) is not None}
-        train_minutes = point["pretraining"]["train_seconds"] / 60
-        found.append({"minutes": minutes, "train_minutes": train_minutes, "scores": scores})
-    return found
+    measured = {int(m): point for m, point in read_curve()["points"].items()}
+    found = sorted({**measured, TABLE_MINUTES: table}.items())
+    return {minutes: point for minutes, point in found if point.get("pretraining") is not None}
 
 
 def _result(task: str) -> dict[str, Any] | None:
@@ -126,27 +122,68 @@ def _result(task: str) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def draw(curve: dict[str, Any], out: Path) -> None:
+def _score(result: dict[str, Any]) -> float:
+    """A result's value as the table shows it: a share in percent."""
+    return 100 * result["value"] if result["metric"] in PERCENT else result["value"]
+
+
+def figure() -> Figure:
     """Each task's score against the pretraining's minutes of training, one panel a task,
-    with the random start's and MiniLM's rows as horizontal lines."""
+    with the random start's and MiniLM's rows as horizontal lines (``docs/build.py`` draws
+    it into ``docs/pictures/pretraining-curve.png``)."""
     figure = Figure(figsize=(11, 3.4), layout="constrained")
-    measured = points(curve)
+    measured = points().values()
     for axes, (task, (title, scratch, minilm)) in zip(
         figure.subplots(1, len(FINE_TUNES)), FINE_TUNES.items(), strict=True
     ):
-        xs = [p["train_minutes"] for p in measured if task in p["scores"]]
-        ys = [p["scores"][task] for p in measured if task in p["scores"]]
-        axes.plot(xs, ys, "o-", color="#1f77b4", label="from our pretraining")
+        done = [point for point in measured if point.get(task) is not None]
+        xs = [point["pretraining"]["train_seconds"] / 60 for point in done]
+        axes.plot(xs, [_score(point[task]) for point in done], "o-", label="from our pretraining")
         for row, style, label in ((scratch, ":", "random start"), (minilm, "--", "MiniLM")):
             reference = _result(row)
             if reference is not None:
-                axes.axhline(reference["value"], linestyle=style, color="#555555", label=label)
+                axes.axhline(_score(reference), linestyle=style, color="#555555", label=label)
         axes.set_title(title, fontsize=10)
-        axes.set_xlabel("minutes of pretraining")
+        axes.set_xlabel("minutes of pretraining on this CPU")
         axes.set_xscale("log", base=2)
-        axes.set_xticks([m for m in MINUTES], [str(m) for m in MINUTES])
-    figure.axes[0].legend(fontsize=8, loc="lower right")
-    figure.savefig(out, dpi=110)
+        axes.set_xticks(xs, [f"{x:.1f}" for x in xs], minor=False)
+        axes.minorticks_off()
+    figure.axes[0].legend(fontsize=8, loc="best")
+    return figure
+
+
+def table() -> str:
+    """The curve in Markdown: each point's pretraining and its fine-tunes' scores, between
+    the random start's rows and MiniLM's."""
+    titles = [title for title, _, _ in FINE_TUNES.values()]
+    header = ["pretraining", "steps", "minutes trained", "MLM accuracy (val)", *titles, "CPU"]
+
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(cells) + " |"
+
+    def scores(results: list[dict[str, Any] | None]) -> list[str]:
+        return ["—" if r is None else shown(r["metric"], r["value"]) for r in results]
+
+    scratch = [_result(row) for _, row, _ in FINE_TUNES.values()]
+    minilm = [_result(row) for _, _, row in FINE_TUNES.values()]
+    lines = [line(header), line(["---"] * len(header))]
+    lines.append(line(["none (random start)", "—", "—", "—", *scores(scratch), "—"]))
+    for minutes, point in points().items():
+        pretraining = point["pretraining"]
+        lines.append(
+            line(
+                [
+                    f"{minutes} min budget",
+                    f"{pretraining['steps']:,}",
+                    f"{pretraining['train_seconds'] / 60:.1f}",
+                    *scores([pretraining]),
+                    *scores([point.get(task) for task in FINE_TUNES]),
+                    cpu(pretraining),
+                ]
+            )
+        )
+    lines.append(line(["MiniLM (Microsoft's)", "—", "—", "—", *scores(minilm), "—"]))
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -159,16 +196,10 @@ def main() -> None:
         help="a point to measure (repeatable; default: every one still missing)",
     )
     parser.add_argument("--threads", type=int, default=2, help="CPU threads (default: 2)")
-    parser.add_argument("--draw", type=Path, metavar="PNG", help="only draw the curve measured")
     args = parser.parse_args()
-    if args.draw is not None:
-        draw(read_curve(), args.draw)
-        return
     for minutes in args.minutes or [m for m in MINUTES if m != TABLE_MINUTES]:
         measure(minutes, args.threads)
-    for point in points(read_curve()):
-        scores = ", ".join(f"{task} {value:.4g}" for task, value in point["scores"].items())
-        print(f"{point['minutes']} min ({point['train_minutes']:.1f} trained): {scores}")
+    print(table())
 
 
 if __name__ == "__main__":

@@ -20,7 +20,8 @@ A generated region of README.md or docs/*.md lies between two markers:
 ``cli`` is the reference of every command and option; ``speed-table readme`` and
 ``speed-table page`` table the speed figures of ``docs/speed.toml``, which the README and
 docs/performance.md share; ``defaults-table`` tables the defaults that differ from the
-paper, from ``docs/paper_defaults.toml``, which docs/guide.md and docs/recipes.md share.
+paper, from ``docs/paper_defaults.toml``, which docs/guide.md and docs/recipes.md share;
+``pretraining-curve`` tables the points of ``benchmarks/pretraining_curve.py``.
 Everything between the markers is replaced; everything around them is written by hand.
 
 A picture is saved by a Python snippet of a document of ``PICTURED`` into the directory
@@ -58,7 +59,7 @@ COMMAND = "python docs/build.py"
 PICTURES = ROOT / "docs" / "pictures"
 PICTURED = [ROOT / "docs" / "guide.md"]
 """The documents whose snippets draw pictures."""
-FIGURES = {"figure1.png": "figure1"}
+FIGURES = {"figure1.png": "figure1", "pretraining-curve.png": "pretraining_curve"}
 """Pictures drawn by a function of ``docs/figures.py``, not by a snippet."""
 NOTEBOOKS = {ROOT / "docs" / "guide.md": ROOT / "docs" / "guide.ipynb"}
 """The pages written as a Jupyter notebook too (``docs/notebook.py``), which the tests run."""
@@ -353,12 +354,19 @@ def defaults_table(_: str, document: Path) -> str:
     )
 
 
+def pretraining_curve(_: str, document: Path) -> str:
+    """The points of the pretraining curve, as ``benchmarks/pretraining_curve.py`` tables
+    them."""
+    return importlib.import_module("docs.figures").benchmark("pretraining_curve").table() + "\n"
+
+
 GENERATORS: dict[str, Callable[[str, Path], str]] = {
     "quote": quote,
     "defaults-table": defaults_table,
     "recipe-keys": recipe_keys,
     "cli": cli,
     "speed-table": speed_table,
+    "pretraining-curve": pretraining_curve,
 }
 
 

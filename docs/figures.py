@@ -1,10 +1,15 @@
 """Drawings of the guide too long for its snippets: Figure 1 of the paper (the whole
-encoder-decoder), which ``python docs/build.py`` saves as ``docs/pictures/figure1.png``, and
-the tree of a beam search, which a snippet of the guide draws."""
+encoder-decoder) and the pretraining curve, which ``python docs/build.py`` saves as
+``docs/pictures/figure1.png`` and ``docs/pictures/pretraining-curve.png``, and the tree of a
+beam search, which a snippet of the guide draws."""
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from matplotlib.axes import Axes
@@ -305,3 +310,29 @@ def _tree_axes(axes: Axes, steps: int, beam_size: int) -> None:
         Line2D([], [], color=DROPPED_EDGE, label="dropped"),
     ]
     axes.legend(handles=legend, loc="lower left", bbox_to_anchor=(0, 1), ncols=4, frameon=False)
+
+
+# -- What pretraining buys ---------------------------------------------------------------
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def benchmark(name: str) -> ModuleType:
+    """The script ``benchmarks/<name>.py`` as a module, with its folder on the path as when
+    it runs (it imports its neighbours)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def pretraining_curve() -> Figure:
+    """Each fine-tune's score against the minutes of pretraining it started from: the
+    points that ``benchmarks/pretraining_curve.py`` measured."""
+    return benchmark("pretraining_curve").figure()
