@@ -30,7 +30,14 @@ def ran(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
         runs.append(row.task)
         (tmp_path / runs_dir / row.task).mkdir(parents=True, exist_ok=True)
         value = float(len(runs))
-        return {"task": row.task, "value": value, "train_seconds": 60.0 * row.budget_minutes}
+        seconds = 60.0 * row.budget_minutes
+        return {
+            "task": row.task,
+            "metric": "f1",
+            "value": value,
+            "steps": 100,
+            "train_seconds": seconds,
+        }
 
     monkeypatch.setattr(curve, "run_row", run_row)
     return runs
@@ -62,21 +69,32 @@ def test_a_cut_run_goes_on_where_it_stopped(ran: list[str]) -> None:
     assert ran == ["squad-pretrained-30min"]
 
 
-def test_the_tables_rows_are_the_hour_and_the_drawing_has_them(
+def test_the_tables_rows_are_the_hour_and_the_table_and_picture_show_them(
     ran: list[str], tmp_path: Path
 ) -> None:
     curve.measure(15, threads=2)
-    for task, value in {"pretrain-encoder": 0.3, "sst2-pretrained": 0.84, "sst2": 0.82}.items():
-        result = {"value": value, "train_seconds": 3000.0}
+    hour = {"pretrain-encoder": 0.3, "sst2-pretrained": 0.84, "sst2": 0.82}
+    for task, value in hour.items():
+        result = {"metric": "accuracy", "value": value, "steps": 6500, "train_seconds": 3000.0}
         (curve.RESULTS / f"{task}.json").write_text(json.dumps(result))
-    measured = curve.points(curve.read_curve())
-    assert [p["minutes"] for p in measured] == [15, 60]
-    assert measured[1] == {
-        "minutes": 60,
-        "train_minutes": 50.0,
-        "scores": {"sst2-pretrained": 0.84},
-    }
-    assert set(measured[0]["scores"]) == set(curve.FINE_TUNES)
+    measured = curve.points()
+    assert list(measured) == [15, 60]
+    assert measured[60]["pretraining"]["value"] == 0.3
+    assert measured[60]["sst2-pretrained"]["value"] == 0.84
+    assert measured[60]["squad-pretrained"] is None  # not run: a gap in the table
+    assert [measured[15][task]["value"] for task in curve.FINE_TUNES] == [2.0, 3.0, 4.0]
+
+    lines = curve.table().splitlines()
+    assert lines[2] == "| none (random start) | — | — | — | 82.0% | — | — | — |"
+    assert lines[3] == "| 15 min budget | 100 | 15.0 | 1.000 | 2.000 | 3.000 | 4.000 | — |"
+    assert lines[4] == "| 60 min budget | 6,500 | 50.0 | 30.0% | 84.0% | — | — | — |"
+    assert lines[-1] == "| MiniLM (Microsoft's) | — | — | — | — | — | — | — |"
+
+    figure = curve.figure()
+    sst2 = figure.axes[0].lines
+    assert list(sst2[0].get_xdata()) == [15.0, 50.0]  # minutes trained
+    assert list(sst2[0].get_ydata()) == [2.0, 84.0]  # the stand-in's f1, then 84.0%
+    assert list(sst2[1].get_ydata()) == [82.0, 82.0]  # the random start's row
     out = tmp_path / "curve.png"
-    curve.draw(curve.read_curve(), out)
+    figure.savefig(out)
     assert imread(out).shape[1] > 1000

@@ -195,19 +195,3 @@ def test_a_fine_tune_row_records_the_run_it_started_from(tmp_path: Path) -> None
     assert (recorded["steps"], recorded["best_step"]) == (6500, 6000)
     assert recorded["weights_sha256"] == hashlib.sha256(b"weights").hexdigest()
 
-
-def test_the_pretraining_curve_tables_each_point_between_its_references(
-    tmp_path: Path, monkeypatch
-) -> None:
-    curve = load("pretraining_curve")
-    pretraining = {**MULTI30K_RESULT, "task": "pretrain-encoder-15min", "metric": "accuracy"}
-    pretraining.update(value=0.251, steps=1625, train_seconds=381.0, hardware={})
-    sst2 = {**MULTI30K_RESULT, "task": "sst2-pretrained-15min", "metric": "accuracy"}
-    point = {"pretraining": pretraining, "sst2-pretrained": {**sst2, "value": 0.8}}
-    (tmp_path / "pretraining.json").write_text(json.dumps({"points": {"15": point}}))
-    monkeypatch.setattr(curve, "CURVE", tmp_path / "pretraining.json")
-    lines = curve.table().splitlines()
-    assert lines[2].startswith("| none (random start) | — | — | — | ")
-    assert lines[3] == "| 15 min budget | 1,625 | 6.3 | 25.1% | 80.0% | — | — | — |"
-    assert lines[4].startswith(f"| {curve.TABLE_MINUTES} min budget | ")  # the results table's
-    assert lines[-1].startswith("| MiniLM (Microsoft's) | — | — | — | ")
