@@ -194,4 +194,3 @@ def test_a_fine_tune_row_records_the_run_it_started_from(tmp_path: Path) -> None
     assert recorded["recipe"] == "pretrain-encoder" and recorded["run"] == str(start)
     assert (recorded["steps"], recorded["best_step"]) == (6500, 6000)
     assert recorded["weights_sha256"] == hashlib.sha256(b"weights").hexdigest()
-
