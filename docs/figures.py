@@ -5,7 +5,7 @@ beam search, which a snippet of the guide draws."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -318,18 +318,11 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 def benchmark(name: str) -> ModuleType:
-    """The script ``benchmarks/<name>.py`` as a module, with its folder on the path as when
-    it runs (it imports its neighbours)."""
-    if name in sys.modules:
-        return sys.modules[name]
+    """The script ``benchmarks/<name>.py`` as a module, imported as it imports its
+    neighbours: with its folder on the path."""
     if str(BENCHMARKS) not in sys.path:
         sys.path.insert(0, str(BENCHMARKS))
-    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module(name)
 
 
 def pretraining_curve() -> Figure:
