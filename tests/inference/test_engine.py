@@ -173,25 +173,37 @@ def test_a_prompt_longer_than_the_live_rows_after_a_cut_moves_them_right() -> No
 def test_compiled_steps_give_the_eager_tokens() -> None:
     """The steps compiled ahead of time (on the CPU): a workload of joins, leaves and cuts
     (rows feed at every length up to the full cache, 2 or 3 rows a step) runs through the
-    compiled step, and every request gets the tokens it gets alone, eagerly."""
+    compiled step, and every request gets the tokens it gets alone, eagerly: the greedy
+    ones from the step's own argmax (fed back as the next step's tokens while every row
+    takes its own), beside a greedy one that asks for log-probabilities and a sampled one,
+    which choose from the logits."""
     model = tiny_lm("rotary", **COMPILED)
-    alone = [
-        generate(model, [prompt], max_new_tokens=n, greedy=True)[0]
-        for prompt, n in zip(PROMPTS, LENGTHS, strict=True)
-    ]
+    sampled = Sampling(temperature=1.0, top_k=5)
+    kinds = [{}, {"sampling": sampled, "seed": 3}, {}, {}, {"logprobs": 2}, {}]
+
+    def requests() -> list[Request]:
+        return [Request(p, n, **k) for p, n, k in zip(PROMPTS, LENGTHS, kinds, strict=True)]
+
+    alone = []
+    for request in requests():
+        run(Engine(model, max_batch=1, max_len=16), {0: [request]})
+        alone.append(request.tokens)
     engine = Engine(model, max_batch=3, max_len=16, compiled=True)
     assert isinstance(engine.stepper, ExportedLM)
-    compiled_step, rows = engine.stepper.step, []
+    compiled_step, rows, outputs, fed = engine.stepper.step, [], [], []
 
     def counted(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         rows.append(len(inputs[0]))
-        return compiled_step(inputs)
+        fed.append(bool(outputs) and inputs[0] is outputs[-1][2])
+        outputs.append(compiled_step(inputs))
+        return outputs[-1]
 
     engine.stepper.step = counted
-    requests = [Request(p, n) for p, n in zip(PROMPTS, LENGTHS, strict=True)]
-    steps = run(engine, {0: requests[:2], 2: requests[2:4], 3: requests[4:]})
-    assert [r.tokens for r in requests] == alone
+    batched = requests()
+    steps = run(engine, {0: batched[:2], 2: batched[2:4], 3: batched[4:]})
+    assert [r.tokens for r in batched] == alone
     assert set(rows) == {2, 3} and len(rows) >= steps - 2
+    assert any(fed) and not all(fed)
 
 
 def test_a_request_whose_constraints_leave_no_token_stops_with_a_warning() -> None:

@@ -98,6 +98,11 @@ class Request:
             raise ValueError(f"max_new_tokens={self.max_new_tokens} must be >= 0")
         if self.score_prompt and self.logprobs is None:
             raise ValueError("score_prompt needs logprobs (0 for the tokens' own only)")
+        self.takes_argmax = (
+            self.sampling.is_argmax and self.constraint is None and self.logprobs is None
+        )
+        """Whether its next token is the argmax of the logits, and nothing else of them is
+        read: it may take a step's greedy token (:meth:`accept`) instead of choosing."""
         self.generator = torch.Generator()
         if self.seed is None:
             self.generator.seed()
@@ -128,6 +133,11 @@ class Request:
         if token != NO_TOKEN and self.logprobs is not None:  # (eos's too: OpenAI's lists it)
             chosen = torch.tensor([token], device=logits.device)
             self.token_logprobs += token_logprobs(logits[None], chosen, self.logprobs)
+        self.accept(token)
+
+    def accept(self, token: int) -> None:
+        """Take ``token`` as the next one (:data:`~.sampling.NO_TOKEN`: none is left), and
+        finish if it ends the request."""
         if token in (self.eos_id, NO_TOKEN):
             self.finish_reason = "stop"
             return
@@ -249,6 +259,9 @@ class Engine:
         self.positions = torch.zeros(max_batch, dtype=torch.long, device=self.device)
         self.last = [0] * max_batch
         """Each row's last token, which the next step feeds it."""
+        self.fed: Tensor | None = None
+        """The last step's greedy tokens ``(rows, 1)``, when every live row took its own:
+        the next step feeds them as they are (the same tokens as :attr:`last`)."""
         self.length = 0
         """The shared length: every live row's tokens end here."""
         self.kernels = attention_kernels(model) + linear_kernels(model, max_batch)
@@ -284,6 +297,7 @@ class Engine:
         self.slots = [None] * self.max_batch
         self.mask.zero_()
         self.length = 0
+        self.fed = None
 
     @property
     def live(self) -> list[Request]:
@@ -326,6 +340,7 @@ class Engine:
         drawn, its keys and values copied in right-aligned. A request that only scores its
         prompt is done with that, without a row."""
         joined = []
+        self.fed = None  # (a row may change hands: its last token is the new request's)
         prompts: dict[tuple[int, ...], Prefilled] = {}
         """The prompts run in this call, for the requests that share them (n choices)."""
         while self.waiting and (None in self.slots or self.waiting[0].max_new_tokens == 0):
@@ -348,10 +363,17 @@ class Engine:
         """Decode one token for each of the ``running`` ``(slot, request)`` pairs."""
         rows = running[-1][0] + 1
         if self.use_cache:
-            logits = self.decode_step(rows)
-            masks = allowed_tokens([request for _, request in running], logits.shape[-1])
+            logits, greedy = self.decode_step(rows)
+            argmax = None if greedy is None else greedy.tolist()
+            chosen = [r for _, r in running if argmax is None or not r.takes_argmax]
+            masks = allowed_tokens(chosen, logits.shape[-1])
+            scores = logits[:, -1].float() if chosen else None
             for slot, request in running:
-                request.choose(logits[slot], masks.get(request))
+                if argmax is not None and request.takes_argmax:
+                    request.accept(argmax[slot][0])
+                else:
+                    request.choose(scores[slot], masks.get(request))
+            self.fed = None if chosen else greedy
             return
         logits = self.recompute(rows)
         for slot, request in running:
@@ -401,10 +423,11 @@ class Engine:
         self.positions[slot] = size
         self.last[slot] = request.tokens[-1] if request.tokens else 0
 
-    def decode_step(self, rows: int) -> Tensor:
-        """The logits (one row each, at least ``rows``) after feeding rows ``0 .. rows - 1``
-        their last token (free rows among them compute on what their row holds, and are
-        ignored)."""
+    def decode_step(self, rows: int) -> tuple[Tensor, Tensor | None]:
+        """The logits ``(rows', 1, vocab)`` (``rows'``: at least ``rows``) after feeding
+        rows ``0 .. rows - 1`` their last token (free rows among them compute on what their
+        row holds, and are ignored), and each row's greedy token ``(rows', 1)`` where the
+        exported step gave them (else None)."""
         if self.compiled:
             rows = max(rows, min(LEAST_ROWS, self.max_batch))
         if self.length == self.max_len:
@@ -412,11 +435,15 @@ class Engine:
         end = self.length + 1
         self.mask[:rows, self.length] = True
         views = self.views(rows)
-        last = torch.tensor(self.last[:rows], device=self.device)[:, None]
+        last = self.fed
+        if last is None or last.shape[0] != rows:
+            last = torch.tensor(self.last[:rows], device=self.device)[:, None]
         mask = self.mask[:rows, :end].contiguous()  # (the same strides at any length)
+        greedy = None
         if self.direct is not None and self.direct.takes(rows, self.length):
-            logits = self.direct.run_step(last, mask, views.positions, self.length, views.buffers)
-            logits = logits[0]
+            logits, _, greedy = self.direct.run_step(
+                last, mask, views.positions, self.length, views.buffers
+            )
         else:
             for layer in views.cache.self_attn:
                 layer.length = self.length
@@ -428,7 +455,7 @@ class Engine:
             logits = output.logits
         self.length = end
         views.positions.add_(1)
-        return logits[:, -1].float()
+        return logits, greedy
 
     def views(self, rows: int) -> Rows:
         """What a step of the first ``rows`` rows reads and writes, made once for each

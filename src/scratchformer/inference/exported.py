@@ -62,7 +62,10 @@ PACKAGES = "exported"
 
 class CachedStep(nn.Module):
     """One decoding step over a cache whose buffers and length are inputs: the model's
-    logits and last hidden states."""
+    logits and last hidden states, and each row's greedy next token (``(rows, 1)``, the
+    argmax of its last logits, the first of equal ones, as :class:`~.sampling.Sampling`
+    takes it). A greedy request reads its token there: the argmax runs inside the step,
+    and the tokens are ready to be fed to the next one."""
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
@@ -76,12 +79,13 @@ class CachedStep(nn.Module):
         cached: Tensor,
         keys: list[Tensor],
         values: list[Tensor],
-    ) -> tuple[Tensor, Tensor]:
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """``cached``: any tensor of as many elements as positions already cached (a shape
         is what ``torch.export`` can keep dynamic; an int would be a constant)."""
         cache = DecoderCache.of(keys, values, cached.shape[0])
         output = self.model(input_ids, attention_mask, cache=cache, positions=positions)
-        return output.logits, output.last_hidden_state
+        greedy = output.logits[:, -1].argmax(dim=-1, keepdim=True)
+        return output.logits, output.last_hidden_state, greedy
 
 
 class ExportedLM(Compiled):
@@ -127,7 +131,8 @@ class ExportedLM(Compiled):
     def compiled_step(self, device: torch.device) -> Callable[[list[Tensor]], list[Tensor]]:
         """The step on ``device``, exported, then loaded from its kept package or compiled
         (and kept): the package's runner, which takes :class:`CachedStep`'s inputs flattened
-        (the keys and values listed after the rest) and gives its logits and hidden states.
+        (the keys and values listed after the rest) and gives its logits, hidden states and
+        greedy tokens.
         (The package's own call flattens them with pytree and parses its call spec on every
         call, a share of a small model's step.) What it took is :attr:`compilation`."""
         start = time.perf_counter()
@@ -212,7 +217,7 @@ class ExportedLM(Compiled):
                 )
         keys = [layer.keys for layer in cache.self_attn]
         values = [layer.values for layer in cache.self_attn]
-        logits, hidden = self.run_step(
+        logits, hidden, _ = self.run_step(
             input_ids, attention_mask, positions, cache.length, [*keys, *values]
         )
         for layer in cache.self_attn:  # (the step wrote the new position's keys and values)
@@ -244,14 +249,14 @@ class ExportedLM(Compiled):
         positions: Tensor,
         length: int,
         buffers: list[Tensor],
-    ) -> tuple[Tensor, Tensor]:
-        """The logits and last hidden states of a step that :meth:`takes`, through the
-        compiled step alone: ``buffers`` are every layer's keys, then every layer's values
-        (of ``length`` positions filled), into which it writes the new position's. This is
-        what the decoding engine calls for every token: no Dynamo, no Python of the model."""
+    ) -> list[Tensor]:
+        """The logits, last hidden states and greedy tokens (:class:`CachedStep`) of a step
+        that :meth:`takes`, through the compiled step alone: ``buffers`` are every layer's
+        keys, then every layer's values (of ``length`` positions filled), into which it
+        writes the new position's. This is what the decoding engine calls for every token:
+        no Dynamo, no Python of the model."""
         cached = torch.empty(length, device=input_ids.device)
-        logits, hidden = self.step([input_ids, attention_mask, positions, cached, *buffers])
-        return logits, hidden
+        return self.step([input_ids, attention_mask, positions, cached, *buffers])
 
 
 def packages_dir() -> Path:

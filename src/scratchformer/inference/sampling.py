@@ -100,6 +100,12 @@ class Sampling:
                 raise ValueError(f"{name}={getattr(self, name)!r} is out of range")
 
     @property
+    def is_argmax(self) -> bool:
+        """Whether the choice is the argmax of the logits, and nothing else: greedy, with
+        no penalty or ban."""
+        return (self.greedy or self.temperature == 0) and not self.reads_history
+
+    @property
     def reads_history(self) -> bool:
         """Whether the choice depends on the tokens so far (a penalty or an n-gram ban)."""
         return self.repetition_penalty != 1.0 or self.no_repeat_ngram_size > 0
