@@ -17,7 +17,9 @@ by AOTInductor: no Dynamo and no Python between its kernels; its first run compi
 ``transformers``' ``GPT2LMHeadModel.generate`` with its
 cache; at batch 1, llama.cpp (``llama-cpp-python``, where installed) on the same model
 exported by ``export-gguf`` in f32 and in q8_0, with an f32 key/value cache and as many
-threads. All fp32 but those.
+threads. All fp32 but those. Last, with compiling on, the fixed cost of a token: the
+:data:`NARROW` model at batch 1, ours exported against llama.cpp's f32 and q8_0
+(``--fixed-cost-only`` times that row alone).
 Nothing stops early: ours gets ``eos_id=None``, Hugging Face ``min_new_tokens``, and every
 run is checked to have produced all its tokens.
 
@@ -34,7 +36,8 @@ must give the cached one's tokens; the bf16 and int8 ones compute other logits, 
 tokens may differ (the tests hold compiled int8 to the eager int8 model's).
 
     .venv/bin/python benchmarks/generate.py [--repeats 3] [--uncached-repeats 1]
-        [--threads 2] [--new-tokens 256] [--no-compile] [--json results.json]
+        [--threads 2] [--new-tokens 256] [--no-compile | --fixed-cost-only]
+        [--json results.json]
 """
 
 from __future__ import annotations
@@ -164,8 +167,15 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--no-compile", action="store_true", help="leave out ours through torch.compile"
     )
+    parser.add_argument(
+        "--fixed-cost-only",
+        action="store_true",
+        help="time only the fixed cost a token (the narrow model, batch 1, exported)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write results here")
     args = parser.parse_args()
+    if args.fixed_cost_only and args.no_compile:
+        parser.error("--fixed-cost-only times the exported step: drop --no-compile")
     if args.repeats < 1 or args.uncached_repeats < 0 or args.threads < 1:
         parser.error("need --repeats >= 1, --uncached-repeats >= 0 and --threads >= 1")
     if not 1 <= args.new_tokens <= MAX_LEN - PROMPT_LEN:
@@ -523,11 +533,11 @@ def main() -> None:
     mine, theirs = our_model(), hf_model()
     print_header(cfg, mine, theirs)
     batches = []
-    for batch in cfg.batches:
+    for batch in () if args.fixed_cost_only else cfg.batches:
         results = run_batch(cfg, batch, mine, theirs)
         batches.append((results, comparison(results)))
         print_batch(*batches[-1])
-    if not all(summary["beats_hf"] for _, summary in batches):
+    if batches and not all(summary["beats_hf"] for _, summary in batches):
         print("goal missed: ours with the cache is not faster than Hugging Face at every batch")
     fixed = fixed_costs(cfg) if cfg.compile else []
     if fixed:
