@@ -44,20 +44,24 @@ def compiled_lms() -> dict[str, tuple[torch.nn.Module, CompiledLM]]:
 
 @pytest.mark.parametrize("positional", POSITIONS)
 def test_compiled_decoding_gives_the_eager_logits_and_tokens(positional: str, compiled_lms) -> None:
-    """The logits of a prompt and a step, then greedy tokens of a short and a long run (the
-    graphs reused: the cache's length varies), the long one 6 + 40 positions from a model of
-    ``max_len`` 32: nothing limits sinusoidal or rotary positions. The compiled runs go
-    first: a table grown on demand by an eager run would hide a limit."""
+    """Greedy tokens of a short and a long run, the long one 6 + 40 positions from a model
+    of ``max_len`` 32 (nothing limits sinusoidal or rotary positions) and through the
+    short one's graphs, not compiling again for its larger cache; then the logits of a
+    prompt and a step. The compiled runs go first: a table grown on demand by an eager run
+    would hide a limit."""
     model, compiled = compiled_lms[positional]
+    short = generate(compiled, PROMPTS, max_new_tokens=7, greedy=True)
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        long = generate(compiled, PROMPTS, max_new_tokens=40, greedy=True)
+    assert [short, long] == [
+        generate(model, PROMPTS, max_new_tokens=n, greedy=True) for n in (7, 40)
+    ]
     torch.testing.assert_close(
         prompt_and_step_logits(compiled, model),
         prompt_and_step_logits(model, model),
         rtol=1e-5,
         atol=1e-5,
     )
-    lengths = (7, 40)
-    found = [generate(compiled, PROMPTS, max_new_tokens=n, greedy=True) for n in lengths]
-    assert found == [generate(model, PROMPTS, max_new_tokens=n, greedy=True) for n in lengths]
 
 
 def test_two_compiled_models_of_one_shape_each_decode_as_themselves(compiled_lms) -> None:

@@ -22,8 +22,9 @@ alone, so greedy tokens do not depend on what else is in the batch.
 Compiled (``compiled=True``), the steps run on the CPU through an
 :class:`~.exported.ExportedLM` (the step compiled ahead of time, for any number of rows
 and any length of the cache), elsewhere through a :class:`~.compiled.CompiledModel`, their
-number of rows and the cache's length marked dynamic: one graph serves every step (but the
-very first of a batch, whose cache holds one token, which runs eagerly). The engine
+number of rows and the cache's size marked dynamic: the graphs of a first generation serve
+every later one, whatever its length (but the very first step of a batch, whose cache holds
+one token, runs eagerly). The engine
 compiles when it is made, or in :meth:`Engine.warm_up`, not for a request, under the
 caller's autocast. A step feeds at least two rows of a batch of several (a free one
 computes for nothing), since a dimension of size one is specialized. Prompts are
@@ -447,9 +448,11 @@ class Engine:
         else:
             for layer in views.cache.self_attn:
                 layer.length = self.length
-            if self.dynamic:  # (torch.compile's rows: any number)
+            if self.dynamic:  # (torch.compile's rows: any number; its caches: any size)
                 for tensor in (last, views.positions, mask, *views.buffers):
                     torch._dynamo.maybe_mark_dynamic(tensor, 0)
+                for tensor in views.buffers:
+                    torch._dynamo.maybe_mark_dynamic(tensor, 2)
             with installed(self.kernels):
                 output = self.stepper(last, mask, cache=views.cache, positions=views.positions)
             logits = output.logits
