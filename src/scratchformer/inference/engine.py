@@ -448,11 +448,9 @@ class Engine:
         else:
             for layer in views.cache.self_attn:
                 layer.length = self.length
-            if self.dynamic:  # (torch.compile's rows: any number; its caches: any size)
-                for tensor in (last, views.positions, mask, *views.buffers):
+            if self.dynamic:  # (torch.compile's rows: any number; the views are marked)
+                for tensor in (last, mask):
                     torch._dynamo.maybe_mark_dynamic(tensor, 0)
-                for tensor in views.buffers:
-                    torch._dynamo.maybe_mark_dynamic(tensor, 2)
             with installed(self.kernels):
                 output = self.stepper(last, mask, cache=views.cache, positions=views.positions)
             logits = output.logits
@@ -462,13 +460,19 @@ class Engine:
 
     def views(self, rows: int) -> Rows:
         """What a step of the first ``rows`` rows reads and writes, made once for each
-        number of rows: views of the engine's tensors, which stay where they are."""
+        number of rows: views of the engine's tensors, which stay where they are. For
+        ``torch.compile`` their rows, and the caches' size, are marked dynamic once here."""
         found = self.rows_views.get(rows)
         if found is None:
             cache = RowsCache([KVCache(k[:rows], v[:rows]) for k, v in self.buffers])
             layers = cache.self_attn
             buffers = [layer.keys for layer in layers] + [layer.values for layer in layers]
             found = self.rows_views[rows] = Rows(cache, buffers, self.positions[:rows, None])
+            if self.dynamic:
+                for tensor in (found.positions, *buffers):
+                    torch._dynamo.maybe_mark_dynamic(tensor, 0)
+                for tensor in buffers:
+                    torch._dynamo.maybe_mark_dynamic(tensor, 2)
         return found
 
     def recompute(self, rows: int) -> Tensor:

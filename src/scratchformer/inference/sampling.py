@@ -100,10 +100,16 @@ class Sampling:
                 raise ValueError(f"{name}={getattr(self, name)!r} is out of range")
 
     @property
+    def takes_largest(self) -> bool:
+        """Whether the choice is the argmax of the (penalized) logits: greedy, or no
+        temperature."""
+        return self.greedy or self.temperature == 0
+
+    @property
     def is_argmax(self) -> bool:
         """Whether the choice is the argmax of the logits, and nothing else: greedy, with
         no penalty or ban."""
-        return (self.greedy or self.temperature == 0) and not self.reads_history
+        return self.takes_largest and not self.reads_history
 
     @property
     def reads_history(self) -> bool:
@@ -123,7 +129,7 @@ class Sampling:
             logits = ban_repeated_ngrams(logits, ids, self.no_repeat_ngram_size, mask)
             left = (logits > float("-inf")).any(dim=-1)
             logits = torch.where(left[:, None], logits, 0.0)  # (its choice is discarded)
-        if self.greedy or self.temperature == 0:
+        if self.takes_largest:
             chosen = logits.argmax(dim=-1)
         else:
             logits = scale_temperature(logits, self.temperature)
