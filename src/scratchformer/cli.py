@@ -20,7 +20,14 @@ from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
 from .caches import compiled_code_dir
-from .config import ATTENTION_KINDS, DEVICES, GGUF_TYPES, PRECISIONS, QUANTIZATIONS
+from .config import (
+    ATTENTION_KINDS,
+    CHAT_SOURCES,
+    DEVICES,
+    GGUF_TYPES,
+    PRECISIONS,
+    QUANTIZATIONS,
+)
 from .errors import Interrupted, TrainingError
 from .interop.families import FAMILIES, family_names
 from .predictions import BEAM_SIZE, PREDICTIONS, Option, Prediction
@@ -514,9 +521,10 @@ COMMANDS = (
             arg(
                 "--source",
                 action="append",
+                choices=CHAT_SOURCES,
                 metavar="NAME",
-                help="only this dataset's instructions (repeatable; default: sst2, squad, "
-                "multi30k and conll2003)",
+                help="only this dataset's instructions (repeatable; default: every one of "
+                f"{', '.join(CHAT_SOURCES)})",
             ),
             arg(
                 "--rejected-from",

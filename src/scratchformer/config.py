@@ -576,6 +576,8 @@ QUANTIZATIONS = ("int8",)
 """Quantizations of a trained model's linear maps, for inference (``int8``: int8 weights,
 per output channel, symmetric; float32 products on an x86 CPU quantize each input row too,
 :mod:`scratchformer.kernels.int8_matmul`)."""
+CHAT_SOURCES = ("sst2", "squad", "multi30k", "conll2003")
+"""The datasets ``make-chat-data`` words instructions from (``--source``)."""
 GGUF_TYPES = ("f32", "f16", "q8_0")
 """The types of a GGUF file's weight matrices (``export-gguf --type``): float32, float16, or
 llama.cpp's q8_0 (blocks of 32 int8 numbers sharing a float16 scale)."""

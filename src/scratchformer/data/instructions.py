@@ -30,6 +30,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from ..config import CHAT_SOURCES
 from ..io import atomic_write_text
 from .readers import Question, TaggedSentence
 from .registry import (
@@ -349,14 +350,11 @@ def _entity_list_items(sentence: TaggedSentence) -> tuple[Item, ...]:
     return tuple(items)
 
 
-READERS: dict[str, Callable[[str, Root], list[Example]]] = {
-    "sst2": _sentiment,
-    "squad": _questions,
-    "multi30k": _translations,
-    "conll2003": _entity_lists,
-}
+SOURCES = CHAT_SOURCES
+READERS: dict[str, Callable[[str, Root], list[Example]]] = dict(
+    zip(SOURCES, (_sentiment, _questions, _translations, _entity_lists), strict=True)
+)
 """Sources (named datasets) -> the examples of a split of theirs."""
-SOURCES = tuple(READERS)
 
 
 def _check_source(source: str) -> None:
